@@ -1,0 +1,82 @@
+package generator
+
+import "time"
+
+// LifecycleEventType names a container lifecycle transition, as the kubelet's
+// PLEG names it. Only the three published types exist here; the kubelet's
+// ContainerChanged is deliberately not modelled (DESIGN.md §2).
+type LifecycleEventType string
+
+// The published Lifecycle event types.
+const (
+	ContainerStarted LifecycleEventType = "ContainerStarted"
+	ContainerDied    LifecycleEventType = "ContainerDied"
+	ContainerRemoved LifecycleEventType = "ContainerRemoved"
+)
+
+// LifecycleEventTypes lists every published type in per-container order.
+var LifecycleEventTypes = [...]LifecycleEventType{ContainerStarted, ContainerDied, ContainerRemoved}
+
+// Source says which input an event was derived from.
+type Source string
+
+// Sources of observations.
+const (
+	// SourceRelist is anything a relist found, including a relist the event
+	// stream triggered.
+	SourceRelist Source = "relist"
+	// SourceEvented is taken from a GetContainerEvents payload.
+	SourceEvented Source = "evented"
+)
+
+// State is the container state an event reports.
+type State string
+
+// Published states.
+const (
+	StateRunning State = "running"
+	StateExited  State = "exited"
+	StateUnknown State = "unknown"
+	StateRemoved State = "removed"
+)
+
+// Pod identifies the pod a container belongs to.
+type Pod struct {
+	UID       string
+	Namespace string
+	Name      string
+}
+
+// Container describes a container or a pod sandbox.
+type Container struct {
+	ID      string
+	Name    string // empty for a sandbox
+	Attempt uint32
+	Sandbox bool
+	// Image is the image as the pod spec names it; ImageRef the resolved
+	// reference where the runtime gives one.
+	Image    string
+	ImageRef string
+}
+
+// Event is one Lifecycle event of one container. Unknown values are zero:
+// a nil ExitCode and zero times mean "the runtime did not say".
+type Event struct {
+	Type      LifecycleEventType
+	Pod       Pod
+	Container Container
+	State     State
+	ExitCode  *int32
+	Reason    string
+	Message   string
+	StartedAt time.Time
+	// FinishedAt is when the container exited.
+	FinishedAt time.Time
+	// Time is when the transition happened, by the runtime's clock where it
+	// gives one (DESIGN.md §5).
+	Time       time.Time
+	DetectedBy Source
+	// ObservedAt is when the bridge observed the transition: the relist's
+	// start time or the stream event's timestamp.
+	ObservedAt time.Time
+}
