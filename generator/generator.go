@@ -1,0 +1,342 @@
+package generator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/statecache"
+	"golang.org/x/sync/errgroup"
+)
+
+// Defaults for Options.
+const (
+	DefaultRelistPeriod      = time.Second
+	DefaultRelistThreshold   = 3 * time.Minute
+	DefaultStatusConcurrency = 8
+	// DefaultTombstoneTTL keeps removed containers long enough to recognise
+	// containerd's replay of stale events (it keeps them up to 5 minutes).
+	DefaultTombstoneTTL = 10 * time.Minute
+)
+
+// Options configure a Generator. Zero values take the defaults.
+type Options struct {
+	RelistPeriod    time.Duration
+	RelistThreshold time.Duration
+	// StatusConcurrency bounds the ContainerStatus calls in flight during
+	// one relist.
+	StatusConcurrency int
+	TombstoneTTL      time.Duration
+	Logger            *slog.Logger
+	Metrics           *Metrics
+}
+
+// Generator is the PLEG: it relists the runtime, merges what it sees into
+// the pod-status cache in one goroutine, and sends the Lifecycle events the
+// changes produce to the sink, per relist in order.
+//
+// A container created and removed between two relists is never seen by the
+// relist alone; the event stream narrows that window.
+type Generator struct {
+	rt       Runtime
+	sink     Sink
+	opts     Options
+	logger   *slog.Logger
+	metrics  *Metrics
+	cache    *statecache.Cache[*podRecord]
+	relister *relister
+	batches  chan mergeRequest
+
+	lastRelist  atomic.Int64 // unix ns of the start of the last good relist
+	lastGC      time.Time    // used by the merge goroutine only
+	relistStart time.Time    // used by the relist loop only
+}
+
+type mergeRequest struct {
+	b    *batch
+	done chan error
+}
+
+// New builds a Generator reading rt and sending to sink. It starts nothing.
+func New(rt Runtime, sink Sink, opts Options) *Generator {
+	if opts.RelistPeriod <= 0 {
+		opts.RelistPeriod = DefaultRelistPeriod
+	}
+	if opts.RelistThreshold <= 0 {
+		opts.RelistThreshold = DefaultRelistThreshold
+	}
+	if opts.StatusConcurrency <= 0 {
+		opts.StatusConcurrency = DefaultStatusConcurrency
+	}
+	if opts.TombstoneTTL <= 0 {
+		opts.TombstoneTTL = DefaultTombstoneTTL
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	g := &Generator{
+		rt:      rt,
+		sink:    sink,
+		opts:    opts,
+		logger:  opts.Logger.With("component", "generator"),
+		metrics: opts.Metrics,
+		cache:   statecache.New[*podRecord](),
+		batches: make(chan mergeRequest),
+	}
+	g.relister = &relister{
+		rt:                rt,
+		metrics:           opts.Metrics,
+		logger:            opts.Logger.With("component", "relister"),
+		statusConcurrency: opts.StatusConcurrency,
+		lookup:            g.lookup,
+	}
+	return g
+}
+
+func (g *Generator) lookup(podUID, containerID string) *containerRecord {
+	e, ok := g.cache.Get(podUID)
+	if !ok || e.Status == nil {
+		return nil
+	}
+	return e.Status.containers[containerID]
+}
+
+// Run relists every RelistPeriod and merges, until ctx is done; it then
+// returns nil after stopping every goroutine it started. Runtime failures are
+// retried at the next period and reported through Healthy and the metrics.
+// An error is returned only if the sink fails for a reason other than ctx.
+func (g *Generator) Run(ctx context.Context) error {
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return g.mergeLoop(ctx) })
+	eg.Go(func() error { return g.relistLoop(ctx, func() time.Duration { return g.opts.RelistPeriod }) })
+	g.logger.Info("generator started", "mode", "generic", "relist_period", g.opts.RelistPeriod)
+	err := eg.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// Relist takes one full relist and merges it synchronously, sending its
+// events to the sink. It must not be called while Run is running.
+func (g *Generator) Relist(ctx context.Context) error {
+	b, err := g.relister.relist(ctx, nil)
+	if err != nil {
+		g.metrics.relists.WithLabelValues("full", "error").Inc()
+		return fmt.Errorf("relist: %w", err)
+	}
+	if err := g.apply(ctx, b); err != nil {
+		return err
+	}
+	g.relistSucceeded(b.at)
+	return nil
+}
+
+func (g *Generator) mergeLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case req := <-g.batches:
+			err := g.apply(ctx, req.b)
+			req.done <- err // buffered: the submitter may have gone
+			if err != nil && ctx.Err() == nil {
+				return err
+			}
+		}
+	}
+}
+
+// submit hands a batch to the merge goroutine and waits until it is applied.
+func (g *Generator) submit(ctx context.Context, b *batch) error {
+	req := mergeRequest{b: b, done: make(chan error, 1)}
+	select {
+	case g.batches <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		err := g.relistOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && !failing:
+			failing = true
+			g.logger.Warn("relist failed, retrying every period", "err", err)
+		case err != nil:
+			g.logger.Debug("relist failed", "err", err)
+		case failing:
+			failing = false
+			g.logger.Info("relist recovered")
+		}
+		t.Reset(period())
+	}
+}
+
+// relistOnce takes one full relist and has it merged.
+func (g *Generator) relistOnce(ctx context.Context) error {
+	start := time.Now()
+	b, err := g.relister.relist(ctx, nil)
+	if err != nil {
+		g.metrics.relists.WithLabelValues("full", "error").Inc()
+		return err
+	}
+	if err := g.submit(ctx, b); err != nil {
+		return err
+	}
+	g.metrics.relistDuration.Observe(time.Since(start).Seconds())
+	if !g.relistStart.IsZero() {
+		g.metrics.relistInterval.Observe(start.Sub(g.relistStart).Seconds())
+	}
+	g.relistStart = start
+	g.relistSucceeded(b.at)
+	return nil
+}
+
+func (g *Generator) relistSucceeded(at time.Time) {
+	g.metrics.relists.WithLabelValues("full", "ok").Inc()
+	g.metrics.lastRelist.Set(float64(at.UnixNano()) / 1e9)
+	g.lastRelist.Store(at.UnixNano())
+}
+
+// apply merges one batch into the cache and sends the events it produced.
+// Only the merge goroutine (or Relist, when Run is not running) calls it.
+func (g *Generator) apply(ctx context.Context, b *batch) error {
+	var events []Event
+	var touched map[string]bool
+	if b.full {
+		touched = make(map[string]bool, len(b.pods))
+	}
+	for i := range b.pods {
+		p := &b.pods[i]
+		if touched != nil {
+			touched[p.pod.UID] = true
+		}
+		events = g.mergeOne(p.pod.UID, *p, b, events)
+	}
+	if b.full {
+		// Pods missing from a full listing: everything in them is gone,
+		// unless the stream saw it after the relist began.
+		var missing []string
+		g.cache.Range(func(uid string, _ statecache.Entry[*podRecord]) bool {
+			if !touched[uid] {
+				missing = append(missing, uid)
+			}
+			return true
+		})
+		for _, uid := range missing {
+			e, _ := g.cache.Get(uid)
+			events = g.mergeOne(uid, podObservation{pod: e.Status.pod, complete: true}, b, events)
+		}
+		g.cache.UpdateTime(b.at)
+		g.collectGarbage(b.at)
+	}
+	for _, ev := range events {
+		g.metrics.events.WithLabelValues(string(ev.Type), string(ev.DetectedBy)).Inc()
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	if err := g.sink.Send(ctx, events); err != nil {
+		return fmt.Errorf("send %d events: %w", len(events), err)
+	}
+	return nil
+}
+
+func (g *Generator) mergeOne(uid string, obs podObservation, b *batch, events []Event) []Event {
+	e, ok := g.cache.Get(uid)
+	var old *podRecord
+	if ok {
+		old = e.Status
+	}
+	rec, evs := mergePod(old, obs, b.source, b.at)
+	if rec != old {
+		modified := b.at
+		if e.Modified.After(modified) {
+			modified = e.Modified
+		}
+		g.cache.Set(uid, rec, modified)
+	}
+	return append(events, evs...)
+}
+
+// collectGarbage drops tombstones older than the TTL, and pods left with
+// nothing. It runs at most every tenth of the TTL.
+func (g *Generator) collectGarbage(now time.Time) {
+	if now.Sub(g.lastGC) < g.opts.TombstoneTTL/10 {
+		return
+	}
+	g.lastGC = now
+	cutoff := now.Add(-g.opts.TombstoneTTL)
+	var stale []string
+	g.cache.Range(func(uid string, e statecache.Entry[*podRecord]) bool {
+		for _, rec := range e.Status.containers {
+			if rec.state == stateGone && rec.goneAt.Before(cutoff) {
+				stale = append(stale, uid)
+				break
+			}
+		}
+		if len(e.Status.containers) == 0 {
+			stale = append(stale, uid)
+		}
+		return true
+	})
+	for _, uid := range stale {
+		e, ok := g.cache.Get(uid)
+		if !ok {
+			continue
+		}
+		keep := make(map[string]*containerRecord, len(e.Status.containers))
+		for id, rec := range e.Status.containers {
+			if rec.state != stateGone || !rec.goneAt.Before(cutoff) {
+				keep[id] = rec
+			}
+		}
+		if len(keep) == 0 {
+			g.cache.Delete(uid)
+			continue
+		}
+		g.cache.Set(uid, &podRecord{pod: e.Status.pod, containers: keep}, e.Modified)
+	}
+}
+
+// Healthy reports whether the generator relisted recently enough, in the
+// kubelet's words; now is the time to judge by. Safe for concurrent use.
+func (g *Generator) Healthy(now time.Time) error {
+	last := g.lastRelist.Load()
+	if last == 0 {
+		return errors.New("pleg has yet to be successful")
+	}
+	elapsed := now.Sub(time.Unix(0, last))
+	if threshold := g.opts.RelistThreshold; elapsed > threshold {
+		return fmt.Errorf("pleg was last seen active %v ago; threshold is %v", elapsed, threshold)
+	}
+	return nil
+}
+
+// Synced reports whether a first relist has been merged. Safe for concurrent
+// use.
+func (g *Generator) Synced() bool { return g.lastRelist.Load() != 0 }

@@ -1,0 +1,147 @@
+package generator
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Metrics are the generator's Prometheus metrics. The zero value is not
+// usable; build it with NewMetrics.
+type Metrics struct {
+	relistDuration   prometheus.Histogram
+	relistInterval   prometheus.Histogram
+	lastRelist       prometheus.Gauge
+	relists          *prometheus.CounterVec
+	events           *prometheus.CounterVec
+	skipped          *prometheus.CounterVec
+	criRequests      *prometheus.CounterVec
+	criDuration      *prometheus.HistogramVec
+	streamReconnects prometheus.Counter
+	streamEvents     *prometheus.CounterVec
+	missedByStream   prometheus.Counter
+	mode             *prometheus.GaugeVec
+}
+
+// NewMetrics creates the generator's metrics and registers them on reg
+// (nil: not registered, for tests that do not look at them).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		relistDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pleg_bridge_relist_duration_seconds",
+			Help:    "Duration of a relist: listing, status calls and merge.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		relistInterval: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pleg_bridge_relist_interval_seconds",
+			Help:    "Time between the starts of two consecutive relists.",
+			Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
+		}),
+		lastRelist: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pleg_bridge_last_relist_timestamp_seconds",
+			Help: "Unix time of the start of the last successful relist (the kubelet's PLEG last seen).",
+		}),
+		relists: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_relists_total",
+			Help: "Relists by kind (full, targeted) and result (ok, error).",
+		}, []string{"kind", "result"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_events_total",
+			Help: "Lifecycle events generated, by type and by the source that detected them.",
+		}, []string{"event_type", "source"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_runtime_objects_skipped_total",
+			Help: "Malformed runtime objects skipped (no ID or no pod UID), by kind.",
+		}, []string{"kind"}),
+		criRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_cri_requests_total",
+			Help: "CRI requests by operation and result (gRPC code).",
+		}, []string{"operation", "result"}),
+		criDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pleg_bridge_cri_request_duration_seconds",
+			Help:    "Latency of unary CRI requests by operation.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"operation"}),
+		streamReconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pleg_bridge_cri_stream_reconnects_total",
+			Help: "Times the GetContainerEvents stream was (re)opened after the first time.",
+		}),
+		streamEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_cri_stream_events_total",
+			Help: "GetContainerEvents messages by result (accepted, dropped, invalid).",
+		}, []string{"result"}),
+		missedByStream: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pleg_bridge_stream_missed_transitions_total",
+			Help: "Transitions a relist found that the event stream should have reported first.",
+		}),
+		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pleg_bridge_mode",
+			Help: "The generator's current mode (1 for the active one).",
+		}, []string{"mode"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.events,
+			m.skipped, m.criRequests, m.criDuration, m.streamReconnects, m.streamEvents,
+			m.missedByStream, m.mode)
+	}
+	return m
+}
+
+// instrumented is the Runtime decorator that records CRI request metrics.
+// WatchEvents is counted per stream opened, not per message.
+type instrumented struct {
+	rt Runtime
+	m  *Metrics
+}
+
+// InstrumentRuntime wraps rt so that every call is counted in
+// pleg_bridge_cri_requests_total and timed in
+// pleg_bridge_cri_request_duration_seconds. Errors pass through unchanged.
+func InstrumentRuntime(rt Runtime, m *Metrics) Runtime {
+	return &instrumented{rt: rt, m: m}
+}
+
+func (i *instrumented) observe(op string, start time.Time, err error) {
+	if op != "GetContainerEvents" {
+		i.m.criDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	}
+	i.m.criRequests.WithLabelValues(op, status.Code(err).String()).Inc()
+}
+
+func (i *instrumented) Version(ctx context.Context) (*runtimeapi.VersionResponse, error) {
+	start := time.Now()
+	v, err := i.rt.Version(ctx)
+	i.observe("Version", start, err)
+	return v, err
+}
+
+func (i *instrumented) ListPodSandbox(ctx context.Context, f *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	start := time.Now()
+	v, err := i.rt.ListPodSandbox(ctx, f)
+	i.observe("ListPodSandbox", start, err)
+	return v, err
+}
+
+func (i *instrumented) ListContainers(ctx context.Context, f *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	start := time.Now()
+	v, err := i.rt.ListContainers(ctx, f)
+	i.observe("ListContainers", start, err)
+	return v, err
+}
+
+func (i *instrumented) ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error) {
+	start := time.Now()
+	v, err := i.rt.ContainerStatus(ctx, id)
+	i.observe("ContainerStatus", start, err)
+	return v, err
+}
+
+func (i *instrumented) WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error {
+	start := time.Now()
+	err := i.rt.WatchEvents(ctx, fn)
+	i.observe("GetContainerEvents", start, err)
+	return err
+}

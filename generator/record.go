@@ -1,0 +1,114 @@
+package generator
+
+import (
+	"time"
+)
+
+// cstate is a container's lifecycle state as the generator tracks it. States
+// only move forward, in this order: a CRI container never runs again after it
+// exits (a restart is a new container ID), so an observation that would move a
+// container backwards is stale and ignored. unknown sits between created and
+// running: a runtime that briefly reports unknown has not un-started anything.
+type cstate uint8
+
+const (
+	stateCreated cstate = iota
+	stateUnknown
+	stateRunning
+	stateExited
+	stateGone
+)
+
+func (s cstate) String() string {
+	switch s {
+	case stateCreated:
+		return "created"
+	case stateUnknown:
+		return "unknown"
+	case stateRunning:
+		return "running"
+	case stateExited:
+		return "exited"
+	case stateGone:
+		return "gone"
+	}
+	return "invalid"
+}
+
+// emittedSet records which Lifecycle events a container has produced; each
+// (container, type) is produced at most once.
+type emittedSet uint8
+
+func bit(t LifecycleEventType) emittedSet {
+	switch t {
+	case ContainerStarted:
+		return 1
+	case ContainerDied:
+		return 2
+	case ContainerRemoved:
+		return 4
+	}
+	return 0
+}
+
+func (e emittedSet) has(t LifecycleEventType) bool { return e&bit(t) != 0 }
+
+// containerRecord is what the cache knows of one container or sandbox.
+// Records are immutable once stored: the merge copies before changing.
+type containerRecord struct {
+	info Container
+	// sandboxID is the pod sandbox the container runs in (a sandbox's own ID
+	// for a sandbox); a targeted relist of one sandbox is complete only for
+	// the records of that sandbox.
+	sandboxID  string
+	state      cstate
+	createdAt  time.Time
+	startedAt  time.Time
+	finishedAt time.Time
+	exitCode   *int32
+	reason     string
+	message    string
+	// sawExited is set once the container was observed exited (not merely
+	// found gone), so its Died event reports state exited.
+	sawExited bool
+	// lastSeen is the newest observation in which the container existed. A
+	// relist may declare it gone only if lastSeen is older than the relist.
+	lastSeen time.Time
+	// goneAt is when it was declared gone; the record stays as a tombstone
+	// so that late stream events for it are recognised as stale.
+	goneAt  time.Time
+	emitted emittedSet
+}
+
+// podRecord is the cache's status of one pod. It is immutable once stored in
+// the cache.
+type podRecord struct {
+	pod        Pod
+	containers map[string]*containerRecord
+}
+
+// sighting is one source's view of one container at one time.
+type sighting struct {
+	info       Container
+	sandboxID  string
+	state      cstate
+	createdAt  time.Time
+	startedAt  time.Time
+	finishedAt time.Time
+	exitCode   *int32
+	reason     string
+	message    string
+}
+
+// podObservation is one source's view of one pod at one time.
+type podObservation struct {
+	pod        Pod
+	containers []sighting
+	// complete says containers lists every container and sandbox of the pod
+	// that exists (a relist view); a container of the record missing from it
+	// is gone, unless it was seen after at. Stream payloads are partial.
+	complete bool
+	// scope, when set with complete, limits completeness to the records of
+	// these sandboxes (a targeted relist of one sandbox).
+	scope map[string]bool
+}

@@ -1,0 +1,340 @@
+package generator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Pod identity labels the kubelet puts on every sandbox and container.
+const (
+	labelPodUID        = "io.kubernetes.pod.uid"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelPodName       = "io.kubernetes.pod.name"
+	labelContainerName = "io.kubernetes.container.name"
+)
+
+// batch is one unit of work for the merge: the pods one relist or one stream
+// message observed, all at the same time.
+type batch struct {
+	source Source
+	at     time.Time
+	pods   []podObservation
+	// full says the batch lists every pod of the node: a cached pod missing
+	// from it is gone (a full relist).
+	full bool
+}
+
+// relistScope restricts a relist to one pod sandbox (nil: the whole node).
+type relistScope struct {
+	sandboxID string
+}
+
+// relister turns one ListPodSandbox and one ListContainers into a batch, with
+// status calls only for containers whose state changed since the cache last
+// saw them. A container created and removed between two relists is never
+// seen by it; the event stream narrows that window.
+type relister struct {
+	rt                Runtime
+	metrics           *Metrics
+	logger            *slog.Logger
+	statusConcurrency int
+	// lookup returns the cached record of a container, if any. It is called
+	// concurrently with the merge, which is the only writer of the cache.
+	lookup func(podUID, containerID string) *containerRecord
+
+	mu      sync.Mutex
+	skipped map[string]bool // guarded by mu; malformed objects already reported
+}
+
+// relist takes one snapshot. Its timestamp is taken before the list calls, so
+// anything the merge learnt after that time wins over it.
+func (r *relister) relist(ctx context.Context, scope *relistScope) (*batch, error) {
+	at := time.Now()
+	var sbFilter *runtimeapi.PodSandboxFilter
+	var cFilter *runtimeapi.ContainerFilter
+	if scope != nil {
+		sbFilter = &runtimeapi.PodSandboxFilter{Id: scope.sandboxID}
+		cFilter = &runtimeapi.ContainerFilter{PodSandboxId: scope.sandboxID}
+	}
+	sandboxes, err := r.rt.ListPodSandbox(ctx, sbFilter)
+	if err != nil {
+		return nil, err
+	}
+	containers, err := r.rt.ListContainers(ctx, cFilter)
+	if err != nil {
+		return nil, err
+	}
+	b := &batch{source: SourceRelist, at: at, full: scope == nil}
+	pods := r.group(sandboxes, containers, at, scope)
+	if err := r.inspect(ctx, pods, at); err != nil {
+		return nil, err
+	}
+	b.pods = make([]podObservation, 0, len(pods))
+	for _, p := range pods {
+		b.pods = append(b.pods, *p)
+	}
+	return b, nil
+}
+
+// group builds one complete observation per pod UID from the listings.
+// Sandbox metadata is the authority for a pod's identity; a container whose
+// sandbox is missing takes its identity from its labels; an object with no pod
+// UID at all is skipped, reported once and counted.
+func (r *relister) group(sandboxes []*runtimeapi.PodSandbox, containers []*runtimeapi.Container, at time.Time, scope *relistScope) map[string]*podObservation {
+	pods := make(map[string]*podObservation, len(sandboxes))
+	bySandbox := make(map[string]Pod, len(sandboxes))
+	seenBad := make(map[string]bool)
+	obsFor := func(p Pod) *podObservation {
+		o := pods[p.UID]
+		if o == nil {
+			o = &podObservation{pod: p, complete: true}
+			if scope != nil {
+				o.scope = map[string]bool{scope.sandboxID: true}
+			}
+			pods[p.UID] = o
+		} else {
+			o.pod = mergePodIdentity(o.pod, p)
+		}
+		return o
+	}
+	for _, sb := range sandboxes {
+		if sb == nil || sb.GetId() == "" {
+			r.reportSkipped(seenBad, "sandbox", "", "sandbox without ID")
+			continue
+		}
+		pod := sandboxPod(sb.GetMetadata(), sb.GetLabels())
+		if pod.UID == "" {
+			r.reportSkipped(seenBad, "sandbox", sb.GetId(), "sandbox without pod UID in metadata or labels")
+			continue
+		}
+		bySandbox[sb.GetId()] = pod
+		o := obsFor(pod)
+		o.containers = append(o.containers, sighting{
+			info:      Container{ID: sb.GetId(), Attempt: sb.GetMetadata().GetAttempt(), Sandbox: true},
+			sandboxID: sb.GetId(),
+			state:     sandboxState(sb.GetState()),
+			createdAt: validTime(sb.GetCreatedAt(), at),
+		})
+	}
+	for _, c := range containers {
+		if c == nil || c.GetId() == "" {
+			r.reportSkipped(seenBad, "container", "", "container without ID")
+			continue
+		}
+		pod, ok := bySandbox[c.GetPodSandboxId()]
+		if !ok {
+			pod = podFromLabels(c.GetLabels())
+		}
+		if pod.UID == "" {
+			r.reportSkipped(seenBad, "container", c.GetId(), "container without pod UID: its sandbox is unknown and it has no pod labels")
+			continue
+		}
+		o := obsFor(pod)
+		o.containers = append(o.containers, sighting{
+			info: Container{
+				ID:       c.GetId(),
+				Name:     containerName(c.GetMetadata(), c.GetLabels()),
+				Attempt:  c.GetMetadata().GetAttempt(),
+				Image:    imageName(c.GetImage()),
+				ImageRef: c.GetImageRef(),
+			},
+			sandboxID: c.GetPodSandboxId(),
+			state:     containerState(c.GetState()),
+			createdAt: validTime(c.GetCreatedAt(), at),
+		})
+	}
+	r.mu.Lock()
+	if scope == nil {
+		r.skipped = seenBad // forget objects that are gone, so a new one is reported
+	}
+	r.mu.Unlock()
+	return pods
+}
+
+// reportSkipped logs a malformed object at Warn and counts it, once for as
+// long as the object keeps being listed.
+func (r *relister) reportSkipped(seen map[string]bool, kind, id, why string) {
+	key := kind + "/" + id
+	seen[key] = true
+	r.mu.Lock()
+	known := r.skipped[key]
+	if r.skipped == nil {
+		r.skipped = map[string]bool{}
+	}
+	r.skipped[key] = true
+	r.mu.Unlock()
+	if known {
+		return
+	}
+	r.metrics.skipped.WithLabelValues(kind).Inc()
+	r.logger.Warn("skipping malformed runtime object", "kind", kind, "id", id, "reason", why)
+}
+
+// inspect reads the status of every container whose state moved forward since
+// the cache saw it (or that the cache does not know), for exit code, reason
+// and timestamps. A failed status call leaves the container at its cached
+// state, so the next relist sees the change again and retries (the kubelet's
+// podsToReinspect); a container removed in between keeps what the listing
+// said.
+func (r *relister) inspect(ctx context.Context, pods map[string]*podObservation, at time.Time) error {
+	type job struct {
+		pod string
+		s   *sighting
+	}
+	var jobs []job
+	for uid, p := range pods {
+		for i := range p.containers {
+			s := &p.containers[i]
+			if s.info.Sandbox || s.state < stateRunning {
+				continue
+			}
+			if rec := r.lookup(uid, s.info.ID); rec != nil && rec.state >= s.state {
+				continue
+			}
+			jobs = append(jobs, job{uid, s})
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.statusConcurrency)
+	for _, j := range jobs {
+		g.Go(func() error {
+			st, err := r.rt.ContainerStatus(gctx, j.s.info.ID)
+			switch {
+			case err == nil:
+				applyStatus(j.s, st, at)
+			case status.Code(err) == codes.NotFound:
+				// Removed after the listing: the listing still stands.
+			case gctx.Err() != nil:
+				return gctx.Err()
+			default:
+				r.logger.Debug("container status failed, will reinspect", "pod_uid", j.pod, "container_id", j.s.info.ID, "err", err)
+				cached := stateCreated
+				if rec := r.lookup(j.pod, j.s.info.ID); rec != nil {
+					cached = rec.state
+				}
+				j.s.state = cached
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("inspect containers: %w", err)
+	}
+	return nil
+}
+
+// applyStatus completes a listed container's sighting with its status. The
+// status was read after the listing, so a later state in it wins.
+func applyStatus(s *sighting, st *runtimeapi.ContainerStatus, now time.Time) {
+	if cs := containerState(st.GetState()); cs > s.state {
+		s.state = cs
+	}
+	s.startedAt = validTime(st.GetStartedAt(), now)
+	if s.createdAt.IsZero() {
+		s.createdAt = validTime(st.GetCreatedAt(), now)
+	}
+	if s.info.Name == "" {
+		s.info.Name = containerName(st.GetMetadata(), st.GetLabels())
+	}
+	if s.info.Image == "" {
+		s.info.Image = imageName(st.GetImage())
+	}
+	if s.info.ImageRef == "" {
+		s.info.ImageRef = st.GetImageRef()
+	}
+	if s.state == stateExited {
+		s.finishedAt = validTime(st.GetFinishedAt(), now)
+		code := st.GetExitCode()
+		s.exitCode = &code
+		s.reason = st.GetReason()
+		s.message = st.GetMessage()
+	}
+}
+
+func sandboxPod(md *runtimeapi.PodSandboxMetadata, labels map[string]string) Pod {
+	p := Pod{UID: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName()}
+	if p.UID == "" {
+		p.UID = labels[labelPodUID]
+	}
+	if p.Namespace == "" {
+		p.Namespace = labels[labelPodNamespace]
+	}
+	if p.Name == "" {
+		p.Name = labels[labelPodName]
+	}
+	return p
+}
+
+func podFromLabels(labels map[string]string) Pod {
+	return Pod{UID: labels[labelPodUID], Namespace: labels[labelPodNamespace], Name: labels[labelPodName]}
+}
+
+func containerName(md *runtimeapi.ContainerMetadata, labels map[string]string) string {
+	if n := md.GetName(); n != "" {
+		return n
+	}
+	return labels[labelContainerName]
+}
+
+// imageName is the image as the pod spec names it where the runtime keeps
+// that, else the image the runtime reports.
+func imageName(spec *runtimeapi.ImageSpec) string {
+	if u := spec.GetUserSpecifiedImage(); u != "" {
+		return u
+	}
+	return spec.GetImage()
+}
+
+func containerState(s runtimeapi.ContainerState) cstate {
+	switch s {
+	case runtimeapi.ContainerState_CONTAINER_CREATED:
+		return stateCreated
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		return stateRunning
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return stateExited
+	}
+	return stateUnknown
+}
+
+func sandboxState(s runtimeapi.PodSandboxState) cstate {
+	switch s {
+	case runtimeapi.PodSandboxState_SANDBOX_READY:
+		return stateRunning
+	case runtimeapi.PodSandboxState_SANDBOX_NOTREADY:
+		return stateExited
+	}
+	return stateUnknown
+}
+
+// earliestValid is the earliest runtime timestamp taken at face value.
+var earliestValid = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// maxClockSkew is how far in the future a runtime timestamp may lie.
+const maxClockSkew = time.Minute
+
+// validTime converts a CRI timestamp in nanoseconds to a time, or the zero
+// time (unknown) if it is zero, negative or absurd: before 2000 or more than
+// maxClockSkew after now. containerd 2.x sends a large negative created_at
+// on a sandbox's DELETED event.
+func validTime(ns int64, now time.Time) time.Time {
+	if ns <= 0 {
+		return time.Time{}
+	}
+	t := time.Unix(0, ns).UTC()
+	if t.Before(earliestValid) || t.After(now.Add(maxClockSkew)) {
+		return time.Time{}
+	}
+	return t
+}
