@@ -20,12 +20,37 @@ const (
 	// DefaultTombstoneTTL keeps removed containers long enough to recognise
 	// containerd's replay of stale events (it keeps them up to 5 minutes).
 	DefaultTombstoneTTL = 10 * time.Minute
+	// DefaultEventedRelistPeriod is the safety-net relist in evented mode.
+	// A full relist of a 30,000-container node costs tens of milliseconds of
+	// CPU (BenchmarkRelist), so relisting every 30 s costs a large node well
+	// under 1% of a core while bounding what a silently lost stream event
+	// can delay to 30 s; the kubelet's 300 s would let such a loss linger.
+	DefaultEventedRelistPeriod = 30 * time.Second
+	DefaultStreamFailureLimit  = 3
+	DefaultStreamBackoffMin    = 500 * time.Millisecond
+	DefaultStreamBackoffMax    = 30 * time.Second
+	DefaultStreamHealthyAfter  = 30 * time.Second
 )
 
 // Options configure a Generator. Zero values take the defaults.
 type Options struct {
+	// Mode selects the sources; the zero value means ModeGeneric.
+	Mode            Mode
 	RelistPeriod    time.Duration
 	RelistThreshold time.Duration
+	// EventedRelistPeriod is the relist period while the event stream is
+	// healthy. In evented mode the health threshold is the larger of
+	// RelistThreshold and three evented periods.
+	EventedRelistPeriod time.Duration
+	// StreamFailureLimit is how many short-lived stream connections in a row
+	// make the generator fall back to relisting at RelistPeriod.
+	StreamFailureLimit int
+	// StreamBackoffMin and StreamBackoffMax bound the jittered exponential
+	// backoff between stream connection attempts.
+	StreamBackoffMin, StreamBackoffMax time.Duration
+	// StreamHealthyAfter is how long a connection must last to count as
+	// healthy: to reset the failure count and to return to evented mode.
+	StreamHealthyAfter time.Duration
 	// StatusConcurrency bounds the ContainerStatus calls in flight during
 	// one relist.
 	StatusConcurrency int
@@ -49,6 +74,13 @@ type Generator struct {
 	cache    *statecache.Cache[*podRecord]
 	relister *relister
 	batches  chan mergeRequest
+
+	relistNow chan struct{} // capacity 1: asks the relist loop for a relist now
+	mode      atomic.Value  // string: the active Mode, evented or generic
+	stream    streamState
+
+	streamConnectedAt       atomic.Int64 // unix ns; 0 while not connected
+	streamEventsSinceRelist atomic.Int64
 
 	lastRelist  atomic.Int64 // unix ns of the start of the last good relist
 	lastGC      time.Time    // used by the merge goroutine only
@@ -74,6 +106,24 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 	if opts.TombstoneTTL <= 0 {
 		opts.TombstoneTTL = DefaultTombstoneTTL
 	}
+	if opts.Mode == "" {
+		opts.Mode = ModeGeneric
+	}
+	if opts.EventedRelistPeriod <= 0 {
+		opts.EventedRelistPeriod = DefaultEventedRelistPeriod
+	}
+	if opts.StreamFailureLimit <= 0 {
+		opts.StreamFailureLimit = DefaultStreamFailureLimit
+	}
+	if opts.StreamBackoffMin <= 0 {
+		opts.StreamBackoffMin = DefaultStreamBackoffMin
+	}
+	if opts.StreamBackoffMax < opts.StreamBackoffMin {
+		opts.StreamBackoffMax = max(DefaultStreamBackoffMax, opts.StreamBackoffMin)
+	}
+	if opts.StreamHealthyAfter <= 0 {
+		opts.StreamHealthyAfter = DefaultStreamHealthyAfter
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -87,8 +137,11 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		logger:  opts.Logger.With("component", "generator"),
 		metrics: opts.Metrics,
 		cache:   statecache.New[*podRecord](),
-		batches: make(chan mergeRequest),
+		batches:   make(chan mergeRequest),
+		relistNow: make(chan struct{}, 1),
 	}
+	g.stream.wake = make(chan struct{}, 1)
+	g.mode.Store(string(ModeGeneric))
 	g.relister = &relister{
 		rt:                rt,
 		metrics:           opts.Metrics,
@@ -107,20 +160,64 @@ func (g *Generator) lookup(podUID, containerID string) *containerRecord {
 	return e.Status.containers[containerID]
 }
 
-// Run relists every RelistPeriod and merges, until ctx is done; it then
-// returns nil after stopping every goroutine it started. Runtime failures are
-// retried at the next period and reported through Healthy and the metrics.
-// An error is returned only if the sink fails for a reason other than ctx.
+// Run relists and, in evented and auto mode, follows the event stream, and
+// merges both until ctx is done; it then returns nil after stopping every
+// goroutine it started. Runtime failures are retried (relists at the next
+// period, the stream with capped backoff) and reported through Healthy and
+// the metrics. An error is returned only if the sink fails for a reason other
+// than ctx.
 func (g *Generator) Run(ctx context.Context) error {
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.mergeLoop(ctx) })
-	eg.Go(func() error { return g.relistLoop(ctx, func() time.Duration { return g.opts.RelistPeriod }) })
-	g.logger.Info("generator started", "mode", "generic", "relist_period", g.opts.RelistPeriod)
+	eg.Go(func() error { return g.relistLoop(ctx, g.relistPeriod) })
+	switch g.opts.Mode {
+	case ModeGeneric:
+		g.setMode(ModeGeneric, "configured")
+	default:
+		eg.Go(func() error { return g.runStream(ctx, g.opts.Mode) })
+	}
 	err := eg.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
+}
+
+func (g *Generator) relistPeriod() time.Duration {
+	if g.Mode() == ModeEvented {
+		return g.opts.EventedRelistPeriod
+	}
+	return g.opts.RelistPeriod
+}
+
+// Mode returns the active mode: ModeEvented while the stream is trusted,
+// else ModeGeneric. Safe for concurrent use.
+func (g *Generator) Mode() Mode { return Mode(g.mode.Load().(string)) }
+
+// setMode switches the active mode, logging the reason at Info.
+func (g *Generator) setMode(m Mode, reason string) {
+	prev := Mode(g.mode.Swap(string(m)).(string))
+	g.metrics.mode.WithLabelValues(string(ModeEvented)).Set(b2f(m == ModeEvented))
+	g.metrics.mode.WithLabelValues(string(ModeGeneric)).Set(b2f(m == ModeGeneric))
+	if prev != m || reason == "configured" {
+		g.logger.Info("mode changed", "mode", m, "previous", prev, "reason", reason)
+		g.requestRelist() // re-time the relist loop for the new period
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// requestRelist asks for a full relist as soon as the relist loop is free.
+func (g *Generator) requestRelist() {
+	select {
+	case g.relistNow <- struct{}{}:
+	default:
+	}
 }
 
 // Relist takes one full relist and merges it synchronously, sending its
@@ -178,6 +275,8 @@ func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration)
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-g.relistNow:
+			t.Stop()
 		}
 		err := g.relistOnce(ctx)
 		switch {
@@ -253,6 +352,9 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 		}
 		g.cache.UpdateTime(b.at)
 		g.collectGarbage(b.at)
+	}
+	if b.source == SourceRelist {
+		g.checkMissed(b, events)
 	}
 	for _, ev := range events {
 		g.metrics.events.WithLabelValues(string(ev.Type), string(ev.DetectedBy)).Inc()
@@ -331,7 +433,11 @@ func (g *Generator) Healthy(now time.Time) error {
 		return errors.New("pleg has yet to be successful")
 	}
 	elapsed := now.Sub(time.Unix(0, last))
-	if threshold := g.opts.RelistThreshold; elapsed > threshold {
+	threshold := g.opts.RelistThreshold
+	if g.Mode() == ModeEvented {
+		threshold = max(threshold, 3*g.opts.EventedRelistPeriod)
+	}
+	if elapsed > threshold {
 		return fmt.Errorf("pleg was last seen active %v ago; threshold is %v", elapsed, threshold)
 	}
 	return nil

@@ -11,6 +11,9 @@ import (
 // modifies old. A nil old means the pod is not cached. It is a pure function:
 // the caller supplies time.
 func mergePod(old *podRecord, obs podObservation, src Source, at time.Time) (*podRecord, []Event) {
+	if old == nil && len(obs.containers) == 0 {
+		return nil, nil
+	}
 	cur := &podRecord{pod: obs.pod}
 	if old != nil {
 		cur.pod = mergePodIdentity(old.pod, obs.pod)

@@ -34,6 +34,7 @@ type batch struct {
 
 // relistScope restricts a relist to one pod sandbox (nil: the whole node).
 type relistScope struct {
+	podUID    string
 	sandboxID string
 }
 
@@ -74,6 +75,12 @@ func (r *relister) relist(ctx context.Context, scope *relistScope) (*batch, erro
 	}
 	b := &batch{source: SourceRelist, at: at, full: scope == nil}
 	pods := r.group(sandboxes, containers, at, scope)
+	if scope != nil && pods[scope.podUID] == nil {
+		// The sandbox is gone with all its containers: an empty, complete
+		// view of it lets the merge declare them gone.
+		pods[scope.podUID] = &podObservation{pod: Pod{UID: scope.podUID}, complete: true,
+			scope: map[string]bool{scope.sandboxID: true}}
+	}
 	if err := r.inspect(ctx, pods, at); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,370 @@
+package generator
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const (
+	// streamBufferSize is how many stream messages wait for the merge. The
+	// reader never blocks the runtime (containerd 2.x stalls its event loop
+	// on a slow subscriber); this absorbs a node-wide burst, and beyond it
+	// messages are dropped, counted, and a full relist resyncs.
+	streamBufferSize = 4096
+	// missedGrace is how long the stream has to report a transition before a
+	// relist that finds it counts it as missed by the stream.
+	missedGrace = 2 * time.Second
+)
+
+// streamBatch converts one GetContainerEvents message into a partial view of
+// its pod, and the sandbox to relist if the event calls for confirmation. now
+// stands in for a missing or absurd timestamp.
+func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time) (*batch, *relistScope, error) {
+	sbs := ev.GetPodSandboxStatus()
+	if sbs == nil {
+		return nil, nil, fmt.Errorf("event %s for container %s has no pod sandbox status", ev.GetContainerEventType(), ev.GetContainerId())
+	}
+	pod := sandboxPod(sbs.GetMetadata(), sbs.GetLabels())
+	if pod.UID == "" {
+		return nil, nil, fmt.Errorf("event %s for container %s: sandbox %s has no pod UID", ev.GetContainerEventType(), ev.GetContainerId(), sbs.GetId())
+	}
+	if ev.GetContainerId() == "" {
+		return nil, nil, fmt.Errorf("event %s in pod %s has no container ID", ev.GetContainerEventType(), pod.UID)
+	}
+	at := validTime(ev.GetCreatedAt(), now)
+	if at.IsZero() {
+		at = now
+	}
+	evState := eventState(ev.GetContainerEventType())
+	sbID := sbs.GetId()
+	obs := podObservation{pod: pod}
+	if sbID != "" {
+		s := sighting{
+			info:      Container{ID: sbID, Attempt: sbs.GetMetadata().GetAttempt(), Sandbox: true},
+			sandboxID: sbID,
+			state:     sandboxState(sbs.GetState()),
+			createdAt: validTime(sbs.GetCreatedAt(), now),
+		}
+		if ev.GetContainerId() == sbID && evState > s.state {
+			s.state = evState
+		}
+		obs.containers = append(obs.containers, s)
+	}
+	own := -1
+	for _, st := range ev.GetContainersStatuses() {
+		if st == nil || st.GetId() == "" {
+			continue
+		}
+		s := sighting{
+			info: Container{
+				ID:       st.GetId(),
+				Name:     containerName(st.GetMetadata(), st.GetLabels()),
+				Attempt:  st.GetMetadata().GetAttempt(),
+				Image:    imageName(st.GetImage()),
+				ImageRef: st.GetImageRef(),
+			},
+			sandboxID: sbID,
+			state:     containerState(st.GetState()),
+			createdAt: validTime(st.GetCreatedAt(), now),
+		}
+		applyStatus(&s, st, now)
+		if st.GetId() == ev.GetContainerId() {
+			own = len(obs.containers)
+		}
+		obs.containers = append(obs.containers, s)
+	}
+	if ev.GetContainerId() != sbID {
+		if own < 0 {
+			obs.containers = append(obs.containers, sighting{info: Container{ID: ev.GetContainerId()}, sandboxID: sbID, state: evState})
+		} else if evState > obs.containers[own].state {
+			obs.containers[own].state = evState
+		}
+	}
+	var scope *relistScope
+	switch ev.GetContainerEventType() {
+	case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT:
+		if sbID != "" {
+			scope = &relistScope{podUID: pod.UID, sandboxID: sbID}
+		}
+	}
+	return &batch{source: SourceEvented, at: at, pods: []podObservation{obs}}, scope, nil
+}
+
+func eventState(t runtimeapi.ContainerEventType) cstate {
+	switch t {
+	case runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT:
+		return stateRunning
+	case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
+		return stateExited
+	case runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT:
+		return stateGone
+	}
+	return stateCreated
+}
+
+// streamState is what the stream supervisor shares with the rest of the
+// generator.
+type streamState struct {
+	mu          sync.Mutex
+	cancelWatch context.CancelFunc // guarded by mu; ends the current connection
+	// requireEvents is set after a silent stream was demoted: it returns to
+	// evented mode only once a connection has delivered events.
+	requireEvents bool // guarded by mu
+
+	pendingMu sync.Mutex
+	pending   map[string]relistScope // guarded by pendingMu; targeted relists to do
+	wake      chan struct{}          // signals pending work; capacity 1
+}
+
+// runStream is the evented source's supervisor: it decides (in auto mode)
+// whether to subscribe at all, then keeps a GetContainerEvents stream open,
+// falls back to generic relisting after repeated failures, and returns to
+// evented mode once a connection has been healthy for StreamHealthyAfter.
+func (g *Generator) runStream(ctx context.Context, mode Mode) error {
+	if mode == ModeAuto {
+		ok, why, err := g.detect(ctx)
+		if err != nil {
+			return nil // ctx done
+		}
+		if !ok {
+			g.setMode(ModeGeneric, why)
+			return nil
+		}
+		g.logger.Info("runtime supports the event stream", "reason", why)
+	}
+	buf := make(chan *runtimeapi.ContainerEventResponse, streamBufferSize)
+	var wg sync.WaitGroup
+	wg.Go(func() { g.convertLoop(ctx, buf) })
+	wg.Go(func() { g.targetedLoop(ctx) })
+	defer func() {
+		close(buf)
+		wg.Wait()
+	}()
+	g.setMode(ModeEvented, "event stream opening")
+	failures := 0
+	delay := g.opts.StreamBackoffMin
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			g.metrics.streamReconnects.Inc()
+		}
+		up, events, err := g.watchOnce(ctx, buf)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if up >= g.opts.StreamHealthyAfter && events > 0 {
+			failures, delay = 0, g.opts.StreamBackoffMin
+		} else {
+			failures++
+		}
+		g.logger.Warn("event stream ended", "err", err, "connected_for", up.Round(time.Millisecond),
+			"events", events, "consecutive_failures", failures)
+		if status.Code(err) == codes.Unimplemented {
+			g.setMode(ModeGeneric, "runtime does not implement GetContainerEvents")
+			return nil
+		}
+		if failures >= g.opts.StreamFailureLimit && g.Mode() == ModeEvented {
+			g.setMode(ModeGeneric, fmt.Sprintf("event stream failed %d times in a row: %v", failures, err))
+		}
+		// Whatever happened while the stream was down is found by a relist.
+		g.requestRelist()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(jitter(delay)):
+		}
+		delay = min(delay*2, g.opts.StreamBackoffMax)
+	}
+}
+
+// detect asks the runtime its version until it answers or ctx is done.
+func (g *Generator) detect(ctx context.Context) (bool, string, error) {
+	delay := g.opts.StreamBackoffMin
+	for {
+		v, err := g.rt.Version(ctx)
+		if err == nil {
+			ok, why := streamSupport(v)
+			return ok, why, nil
+		}
+		g.logger.Warn("cannot read runtime version to choose a mode, relisting meanwhile", "err", err)
+		select {
+		case <-ctx.Done():
+			return false, "", ctx.Err()
+		case <-time.After(jitter(delay)):
+		}
+		delay = min(delay*2, g.opts.StreamBackoffMax)
+	}
+}
+
+// watchOnce holds one stream connection open until it ends, feeding buf
+// without ever blocking. It returns how long the connection lasted and how
+// many messages it delivered.
+func (g *Generator) watchOnce(ctx context.Context, buf chan<- *runtimeapi.ContainerEventResponse) (time.Duration, int, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g.stream.mu.Lock()
+	g.stream.cancelWatch = cancel
+	requireEvents := g.stream.requireEvents
+	g.stream.mu.Unlock()
+
+	start := time.Now()
+	g.streamConnectedAt.Store(start.UnixNano())
+	defer g.streamConnectedAt.Store(0)
+	g.requestRelist() // the relist after every connect
+
+	var events int
+	gotEvent := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { g.promoteWhenHealthy(wctx, requireEvents, gotEvent) })
+	err := g.rt.WatchEvents(wctx, func(ev *runtimeapi.ContainerEventResponse) {
+		events++
+		g.streamEventsSinceRelist.Add(1)
+		select {
+		case gotEvent <- struct{}{}:
+		default:
+		}
+		select {
+		case buf <- ev:
+		default:
+			g.metrics.streamEvents.WithLabelValues("dropped").Inc()
+			g.logger.Warn("event stream buffer full, dropping an event and resyncing by relist",
+				"container_id", ev.GetContainerId(), "event_type", ev.GetContainerEventType().String())
+			g.requestRelist()
+		}
+	})
+	return time.Since(start), events, err
+}
+
+// promoteWhenHealthy returns the generator to evented mode once the current
+// connection has lasted StreamHealthyAfter (and, after a silent stream, has
+// delivered an event).
+func (g *Generator) promoteWhenHealthy(ctx context.Context, requireEvents bool, gotEvent <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(g.opts.StreamHealthyAfter):
+	}
+	if requireEvents {
+		select {
+		case <-ctx.Done():
+			return
+		case <-gotEvent:
+		}
+	}
+	if g.Mode() != ModeEvented {
+		g.stream.mu.Lock()
+		g.stream.requireEvents = false
+		g.stream.mu.Unlock()
+		g.setMode(ModeEvented, fmt.Sprintf("event stream healthy for %v", g.opts.StreamHealthyAfter))
+	}
+}
+
+// convertLoop turns buffered stream messages into batches for the merge, in
+// arrival order, and asks for targeted relists of stopped and deleted
+// containers' pods. It returns when buf is closed or ctx is done.
+func (g *Generator) convertLoop(ctx context.Context, buf <-chan *runtimeapi.ContainerEventResponse) {
+	for ev := range buf {
+		b, scope, err := streamBatch(ev, time.Now())
+		if err != nil {
+			g.metrics.streamEvents.WithLabelValues("invalid").Inc()
+			g.logger.Warn("skipping malformed container event, relisting instead", "err", err)
+			g.requestRelist()
+			continue
+		}
+		g.metrics.streamEvents.WithLabelValues("accepted").Inc()
+		if err := g.submit(ctx, b); err != nil {
+			return
+		}
+		if scope != nil {
+			g.requestTargeted(*scope)
+		}
+	}
+}
+
+// requestTargeted asks for a relist of one sandbox; requests for the same
+// sandbox coalesce until the targeted loop takes them.
+func (g *Generator) requestTargeted(s relistScope) {
+	g.stream.pendingMu.Lock()
+	if g.stream.pending == nil {
+		g.stream.pending = make(map[string]relistScope)
+	}
+	g.stream.pending[s.sandboxID] = s
+	g.stream.pendingMu.Unlock()
+	select {
+	case g.stream.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (g *Generator) targetedLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.stream.wake:
+		}
+		g.stream.pendingMu.Lock()
+		pending := g.stream.pending
+		g.stream.pending = nil
+		g.stream.pendingMu.Unlock()
+		for _, s := range pending {
+			b, err := g.relister.relist(ctx, &s)
+			if err != nil {
+				g.metrics.relists.WithLabelValues("targeted", "error").Inc()
+				g.logger.Debug("targeted relist failed; the next full relist covers it", "pod_uid", s.podUID, "err", err)
+				continue
+			}
+			if err := g.submit(ctx, b); err != nil {
+				return
+			}
+			g.metrics.relists.WithLabelValues("targeted", "ok").Inc()
+		}
+	}
+}
+
+// checkMissed counts the transitions a relist found that the stream, while
+// connected, should have reported first, and demotes a silent stream.
+func (g *Generator) checkMissed(b *batch, events []Event) {
+	connected := g.streamConnectedAt.Load()
+	silent := g.streamEventsSinceRelist.Swap(0) == 0
+	if !b.full || connected == 0 || g.Mode() != ModeEvented {
+		return
+	}
+	since := time.Unix(0, connected).Add(missedGrace)
+	until := b.at.Add(-missedGrace)
+	missed := 0
+	for _, ev := range events {
+		if ev.DetectedBy == SourceRelist && ev.Type != ContainerRemoved && ev.Time.After(since) && ev.Time.Before(until) {
+			missed++
+		}
+	}
+	if missed == 0 {
+		return
+	}
+	g.metrics.missedByStream.Add(float64(missed))
+	if !silent {
+		g.logger.Warn("relist found transitions the event stream did not report", "missed", missed)
+		return
+	}
+	g.stream.mu.Lock()
+	g.stream.requireEvents = true
+	cancel := g.stream.cancelWatch
+	g.stream.mu.Unlock()
+	g.setMode(ModeGeneric, fmt.Sprintf("event stream is silent: a relist found %d transitions it did not report", missed))
+	if cancel != nil {
+		cancel() // reconnect; it returns to evented mode only once it delivers
+	}
+}
+
+// jitter spreads d by ±20% so that many nodes do not reconnect in step.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
