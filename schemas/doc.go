@@ -1,0 +1,13 @@
+// Package schemas is pleg-bridge's wire contract (DESIGN.md §4 and §5): the
+// Go type of the CloudEvent data (EventData), the CloudEvent type values, the
+// JSON Schema of the data for each type with an example event, and the
+// encoding of NATS subjects.
+//
+// The JSON Schema files are the source of truth for the data; they are
+// embedded (SchemaFiles), so nothing here touches the network. A change to a
+// contract field bumps the CloudEvent type's version and adds schema files.
+//
+// Downstream consumers import this package, so it imports the standard
+// library only: never CRI, gRPC, NATS or the other pleg-bridge packages. The
+// schema validator is used by tests only, through package schemastest.
+package schemas

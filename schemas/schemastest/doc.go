@@ -1,0 +1,8 @@
+// Package schemastest checks JSON against pleg-bridge's wire contract in
+// tests: event data against the JSON Schema of its CloudEvent type, and a
+// structured CloudEvent against the attributes DESIGN.md §5 requires.
+//
+// It loads the schemas embedded in package schemas, never from the network.
+// Only tests import it: it pulls in a JSON Schema validator that the binary
+// and the downstream consumers must not carry.
+package schemastest
