@@ -27,22 +27,25 @@ const (
 // its pod, and the sandbox to relist if the event calls for confirmation. now
 // stands in for a missing or absurd timestamp.
 func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time) (*batch, *relistScope, error) {
-	sbs := ev.GetPodSandboxStatus()
-	if sbs == nil {
-		return nil, nil, fmt.Errorf("event %s for container %s has no pod sandbox status", ev.GetContainerEventType(), ev.GetContainerId())
-	}
-	pod := sandboxPod(sbs.GetMetadata(), sbs.GetLabels())
-	if pod.UID == "" {
-		return nil, nil, fmt.Errorf("event %s for container %s: sandbox %s has no pod UID", ev.GetContainerEventType(), ev.GetContainerId(), sbs.GetId())
-	}
 	if ev.GetContainerId() == "" {
-		return nil, nil, fmt.Errorf("event %s in pod %s has no container ID", ev.GetContainerEventType(), pod.UID)
+		return nil, nil, fmt.Errorf("event %s has no container ID", ev.GetContainerEventType())
 	}
 	at := validTime(ev.GetCreatedAt(), now)
 	if at.IsZero() {
 		at = now
 	}
 	evState := eventState(ev.GetContainerEventType())
+	sbs := ev.GetPodSandboxStatus()
+	if sbs == nil {
+		// containerd 1.7 sends a sandbox's DELETED event without a sandbox
+		// status. The pod is left for the merge to find by container ID.
+		obs := podObservation{containers: []sighting{{info: Container{ID: ev.GetContainerId()}, state: evState}}}
+		return &batch{source: SourceEvented, at: at, pods: []podObservation{obs}}, nil, nil
+	}
+	pod := sandboxPod(sbs.GetMetadata(), sbs.GetLabels())
+	if pod.UID == "" {
+		return nil, nil, fmt.Errorf("event %s for container %s: sandbox %s has no pod UID", ev.GetContainerEventType(), ev.GetContainerId(), sbs.GetId())
+	}
 	sbID := sbs.GetId()
 	obs := podObservation{pod: pod}
 	if sbID != "" {

@@ -331,6 +331,14 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 	}
 	for i := range b.pods {
 		p := &b.pods[i]
+		if p.pod.UID == "" {
+			if p.pod.UID = g.podOf(p.containers); p.pod.UID == "" {
+				g.metrics.streamEvents.WithLabelValues("invalid").Inc()
+				g.logger.Warn("skipping container event without pod sandbox status for an unknown container",
+					"container_id", p.containers[0].info.ID)
+				continue
+			}
+		}
 		if touched != nil {
 			touched[p.pod.UID] = true
 		}
@@ -366,6 +374,25 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 		return fmt.Errorf("send %d events: %w", len(events), err)
 	}
 	return nil
+}
+
+// podOf finds the cached pod that holds the first of the sightings'
+// containers. It scans the cache: it serves only stream events that name no
+// pod, which containerd 1.7 sends once per sandbox removal.
+func (g *Generator) podOf(seen []sighting) string {
+	if len(seen) == 0 {
+		return ""
+	}
+	id := seen[0].info.ID
+	var uid string
+	g.cache.Range(func(podUID string, e statecache.Entry[*podRecord]) bool {
+		if _, ok := e.Status.containers[id]; ok {
+			uid = podUID
+			return false
+		}
+		return true
+	})
+	return uid
 }
 
 func (g *Generator) mergeOne(uid string, obs podObservation, b *batch, events []Event) []Event {

@@ -2,6 +2,8 @@ package generator
 
 import (
 	"maps"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -50,16 +52,30 @@ func mergePod(old *podRecord, obs podObservation, src Source, at time.Time) (*po
 		events = append(events, evs...)
 	}
 	if obs.complete {
+		var missing []*containerRecord
 		for id, rec := range cur.containers {
-			if _, ok := seen[id]; ok {
+			if _, ok := seen[id]; ok || rec.state == stateGone {
 				continue
 			}
 			if obs.scope != nil && !obs.scope[rec.sandboxID] {
 				continue
 			}
+			missing = append(missing, rec)
+		}
+		// Containers go before their sandbox, as they do in the runtime.
+		slices.SortFunc(missing, func(a, b *containerRecord) int {
+			if a.info.Sandbox != b.info.Sandbox {
+				if a.info.Sandbox {
+					return 1
+				}
+				return -1
+			}
+			return strings.Compare(a.info.ID, b.info.ID)
+		})
+		for _, rec := range missing {
 			nrec, evs := declareGone(rec, cur.pod, src, at)
 			if nrec != nil {
-				set(id, nrec)
+				set(rec.info.ID, nrec)
 				events = append(events, evs...)
 			}
 		}

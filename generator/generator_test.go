@@ -1,0 +1,422 @@
+package generator_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/generator/generatortest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+type fixture struct {
+	rt  *generatortest.FakeRuntime
+	rec *generatortest.Recorder
+	gen *generator.Generator
+	reg *prometheus.Registry
+}
+
+func newFixture(t *testing.T, mopts crisim.Options, gopts generator.Options) *fixture {
+	t.Helper()
+	f := &fixture{rt: generatortest.NewFakeRuntime(mopts), rec: generatortest.NewRecorder(), reg: prometheus.NewRegistry()}
+	gopts.Logger = slog.New(slog.DiscardHandler)
+	gopts.Metrics = generator.NewMetrics(f.reg)
+	f.gen = generator.New(f.rt, f.rec, gopts)
+	return f
+}
+
+func (f *fixture) relist(t *testing.T) {
+	t.Helper()
+	if err := f.gen.Relist(t.Context()); err != nil {
+		t.Fatalf("Relist: %v", err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// lines renders events as "Type <container> state exit source", with
+// container IDs replaced by the names given.
+func lines(evs []generator.Event, names map[string]string) []string {
+	var out []string
+	for _, e := range evs {
+		l := generatortest.Line(e)
+		if n, ok := names[e.Container.ID]; ok {
+			l = strings.Replace(l, e.Container.ID, n, 1)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func TestRelistReportsWhatIsAlreadyRunning(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, crisim.Options{}, generator.Options{})
+	m := f.rt.Model()
+	sb := must(m.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1"}))
+	c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: "app", Image: "registry.example/app:1.2"}))
+	if err := m.StartContainer(c); err != nil {
+		t.Fatal(err)
+	}
+	st := must(m.ContainerStatus(c))
+
+	f.relist(t)
+
+	evs := f.rec.Events()
+	want := []string{"ContainerStarted sb running - relist", "ContainerStarted c running - relist"}
+	if diff := cmp.Diff(want, lines(evs, map[string]string{sb: "sb", c: "c"}), cmpSorted); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+	for _, e := range evs {
+		if e.Pod != (generator.Pod{UID: "uid-1", Namespace: "shop", Name: "web-0"}) {
+			t.Errorf("pod = %+v", e.Pod)
+		}
+		if e.Container.ID == c {
+			if e.Container.Name != "app" || e.Container.Image != "registry.example/app:1.2" || e.Container.Sandbox {
+				t.Errorf("container = %+v", e.Container)
+			}
+			if want := time.Unix(0, st.StartedAt); !e.Time.Equal(want) || !e.StartedAt.Equal(want) {
+				t.Errorf("time = %v, startedAt = %v, want the runtime's started_at %v", e.Time, e.StartedAt, want)
+			}
+		}
+	}
+}
+
+var cmpSorted = cmp.Transformer("sort", func(in []string) []string {
+	out := append([]string(nil), in...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+})
+
+func TestRelistFollowsALifecycle(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, crisim.Options{}, generator.Options{})
+	m := f.rt.Model()
+	sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+	f.relist(t)
+	c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+	f.relist(t) // created: nothing
+	if err := m.StartContainer(c); err != nil {
+		t.Fatal(err)
+	}
+	f.relist(t)
+	if err := m.StopContainer(c, 137, "OOMKilled", ""); err != nil {
+		t.Fatal(err)
+	}
+	f.relist(t)
+	f.relist(t) // nothing new
+	if err := m.RemoveContainer(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.StopPodSandbox(sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RemovePodSandbox(sb); err != nil {
+		t.Fatal(err)
+	}
+	f.relist(t)
+
+	got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
+	want := []string{
+		"ContainerStarted sb running - relist",
+		"ContainerStarted c running - relist",
+		"ContainerDied c exited 137 relist",
+		"ContainerRemoved c removed 137 relist",
+		"ContainerDied sb unknown - relist",
+		"ContainerRemoved sb removed - relist",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+	var died generator.Event
+	for _, e := range f.rec.Events() {
+		if e.Type == generator.ContainerDied && e.Container.ID == c {
+			died = e
+		}
+	}
+	if died.Reason != "OOMKilled" || died.FinishedAt.IsZero() || !died.Time.Equal(died.FinishedAt) {
+		t.Errorf("died = reason %q finishedAt %v time %v, want OOMKilled at finished_at", died.Reason, died.FinishedAt, died.Time)
+	}
+}
+
+func TestRelistRetriesAFailedStatusCall(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, crisim.Options{}, generator.Options{})
+	m := f.rt.Model()
+	sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+	c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+	must(0, m.StartContainer(c))
+	must(0, m.StopContainer(c, 3, "Error", ""))
+	f.rt.FailNext("ContainerStatus", status.Error(codes.DeadlineExceeded, "slow"))
+	f.relist(t)
+	if got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"}); len(got) != 1 {
+		t.Fatalf("after a failed status call got %v, want only the sandbox start", got)
+	}
+	f.relist(t)
+	got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
+	want := []string{"ContainerStarted sb running - relist", "ContainerStarted c running - relist", "ContainerDied c exited 3 relist"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestRelistSurvivesMalformedRuntimeData(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, crisim.Options{}, generator.Options{})
+	m := f.rt.Model()
+	// A sandbox with no metadata but kubelet labels, and a container with no
+	// labels in it: the container takes the sandbox's identity.
+	must(0, m.InjectSandbox(&runtimeapi.PodSandbox{Id: "sb-labels", State: runtimeapi.PodSandboxState_SANDBOX_READY,
+		CreatedAt: time.Now().UnixNano(), Labels: map[string]string{"io.kubernetes.pod.uid": "uid-l", "io.kubernetes.pod.namespace": "ns", "io.kubernetes.pod.name": "p"}}))
+	must(0, m.InjectContainer(&runtimeapi.Container{Id: "c-nolabels", PodSandboxId: "sb-labels", State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		&runtimeapi.ContainerStatus{Id: "c-nolabels", State: runtimeapi.ContainerState_CONTAINER_RUNNING, StartedAt: time.Now().UnixNano()}))
+	// An orphan container whose sandbox does not exist: identity from labels.
+	must(0, m.InjectContainer(&runtimeapi.Container{Id: "c-orphan", PodSandboxId: "missing", State: runtimeapi.ContainerState_CONTAINER_EXITED,
+		Metadata: &runtimeapi.ContainerMetadata{Name: "job"},
+		Labels:   map[string]string{"io.kubernetes.pod.uid": "uid-o", "io.kubernetes.pod.namespace": "ns", "io.kubernetes.pod.name": "o"}},
+		&runtimeapi.ContainerStatus{Id: "c-orphan", State: runtimeapi.ContainerState_CONTAINER_EXITED, ExitCode: 1, FinishedAt: time.Now().UnixNano()}))
+	// Objects with no pod UID at all: skipped, counted once.
+	must(0, m.InjectSandbox(&runtimeapi.PodSandbox{Id: "sb-anon", State: runtimeapi.PodSandboxState_SANDBOX_READY}))
+	must(0, m.InjectContainer(&runtimeapi.Container{Id: "c-anon", State: runtimeapi.ContainerState_CONTAINER_RUNNING}, nil))
+	// A state the enum does not know.
+	must(0, m.InjectContainer(&runtimeapi.Container{Id: "c-weird", PodSandboxId: "sb-labels", State: runtimeapi.ContainerState(42)}, nil))
+
+	f.relist(t)
+	f.relist(t)
+
+	got := lines(f.rec.Events(), nil)
+	want := []string{
+		"ContainerStarted sb-labels running - relist",
+		"ContainerStarted c-nolabels running - relist",
+		"ContainerDied c-orphan exited 1 relist",
+	}
+	if diff := cmp.Diff(want, got, cmpSorted); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+	for _, e := range f.rec.Events() {
+		if e.Container.ID == "c-nolabels" && e.Pod.UID != "uid-l" {
+			t.Errorf("container without labels got pod %+v, want the sandbox's", e.Pod)
+		}
+		if e.Container.ID == "c-orphan" && (e.Pod.UID != "uid-o" || e.Container.Name != "job") {
+			t.Errorf("orphan got pod %+v name %q", e.Pod, e.Container.Name)
+		}
+	}
+	const wantMetric = `
+# HELP pleg_bridge_runtime_objects_skipped_total Malformed runtime objects skipped (no ID or no pod UID), by kind.
+# TYPE pleg_bridge_runtime_objects_skipped_total counter
+pleg_bridge_runtime_objects_skipped_total{kind="container"} 1
+pleg_bridge_runtime_objects_skipped_total{kind="sandbox"} 1
+`
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(wantMetric), "pleg_bridge_runtime_objects_skipped_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestHealthFollowsTheRelistThreshold(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Options{}, generator.Options{RelistPeriod: time.Second, RelistThreshold: time.Minute})
+		if err := f.gen.Healthy(time.Now()); err == nil || err.Error() != "pleg has yet to be successful" {
+			t.Fatalf("before the first relist Healthy = %v", err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		time.Sleep(10 * time.Second) // virtual time: ten relist periods
+		synctest.Wait()
+		if err := f.gen.Healthy(time.Now()); err != nil {
+			t.Fatalf("while relisting Healthy = %v", err)
+		}
+		f.rt.Hang()
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if err := f.gen.Healthy(time.Now()); err != nil {
+			t.Fatalf("within the threshold Healthy = %v", err)
+		}
+		time.Sleep(11 * time.Second)
+		synctest.Wait()
+		err := f.gen.Healthy(time.Now())
+		if err == nil || err.Error() != "pleg was last seen active 1m10s ago; threshold is 1m0s" {
+			t.Fatalf("with a hung runtime Healthy = %v", err)
+		}
+		f.rt.Unhang()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if err := f.gen.Healthy(time.Now()); err != nil {
+			t.Fatalf("after the runtime answered again Healthy = %v", err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v, want nil", err)
+		}
+	})
+}
+
+func TestGenericModeNeverOpensTheStream(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Options{}, generator.Options{Mode: generator.ModeGeneric})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		m := f.rt.Model()
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		f.rec.Wait(t, 1, 5*time.Second)
+		synctest.Wait()
+		if n := f.rt.OpenStreams(); n != 0 {
+			t.Errorf("generic mode has %d event streams open", n)
+		}
+		if f.gen.Mode() != generator.ModeGeneric {
+			t.Errorf("mode = %s", f.gen.Mode())
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		_ = sb
+	})
+}
+
+func TestAutoModeDoesNotSubscribeOnContainerd17(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd17Options(), generator.Options{Mode: generator.ModeAuto})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := f.rt.OpenStreams(); n != 0 {
+			t.Errorf("auto mode on containerd 1.7 has %d event streams open", n)
+		}
+		if f.gen.Mode() != generator.ModeGeneric {
+			t.Errorf("mode = %s, want generic", f.gen.Mode())
+		}
+		cancel()
+		<-done
+	})
+}
+
+func TestEventedModeReportsAContainerThatLivedBetweenRelists(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeAuto, EventedRelistPeriod: time.Hour})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		synctest.Wait()
+		if f.gen.Mode() != generator.ModeEvented || f.rt.OpenStreams() != 1 {
+			t.Fatalf("mode = %s with %d streams, want evented with 1", f.gen.Mode(), f.rt.OpenStreams())
+		}
+		m := f.rt.Model()
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		must(0, m.StartContainer(c))
+		time.Sleep(100 * time.Millisecond)
+		must(0, m.StopContainer(c, 2, "Error", ""))
+		must(0, m.RemoveContainer(c))
+		evs := f.rec.Wait(t, 4, time.Second)
+		synctest.Wait()
+		got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
+		want := []string{
+			"ContainerStarted sb running - evented",
+			"ContainerStarted c running - evented",
+			"ContainerDied c exited 2 evented",
+			"ContainerRemoved c removed 2 evented",
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("events (-want +got):\n%s", diff)
+		}
+		_ = evs
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
+
+func TestEventedModeFallsBackAndReturns(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Options{}, generator.Options{
+			Mode: generator.ModeEvented, StreamFailureLimit: 3, StreamHealthyAfter: 10 * time.Second,
+			StreamBackoffMin: time.Second, StreamBackoffMax: 4 * time.Second,
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		synctest.Wait()
+		if f.gen.Mode() != generator.ModeEvented {
+			t.Fatalf("mode = %s at start", f.gen.Mode())
+		}
+		// Three connections that die at once: fall back to relisting.
+		for i := range 3 {
+			for f.rt.OpenStreams() == 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if n := f.rt.EndStreams(codes.Unavailable); n != 1 {
+				t.Fatalf("round %d: ended %d streams", i, n)
+			}
+			synctest.Wait()
+		}
+		if f.gen.Mode() != generator.ModeGeneric {
+			t.Fatalf("mode = %s after three failures, want generic", f.gen.Mode())
+		}
+		// While in generic mode a container changes: the relist reports it.
+		m := f.rt.Model()
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		f.rec.Wait(t, 1, 5*time.Second)
+		// The stream comes back and stays up; events make it healthy.
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if f.gen.Mode() != generator.ModeEvented {
+			t.Fatalf("mode = %s after a healthy stream, want evented", f.gen.Mode())
+		}
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		must(0, m.StartContainer(c))
+		evs := f.rec.Wait(t, 2, time.Second)
+		if last := evs[len(evs)-1]; last.Container.ID != c || last.DetectedBy != generator.SourceEvented {
+			t.Errorf("last event %s, want the start from the stream", generatortest.Line(last))
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
+
+func TestSinkFailureStopsRun(t *testing.T) {
+	t.Parallel()
+	rt := generatortest.NewFakeRuntime(crisim.Options{})
+	must(rt.Model().RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+	boom := errors.New("boom")
+	gen := generator.New(rt, failingSink{boom}, generator.Options{})
+	if err := gen.Run(t.Context()); !errors.Is(err, boom) {
+		t.Fatalf("Run = %v, want the sink's error", err)
+	}
+}
+
+type failingSink struct{ err error }
+
+func (s failingSink) Send(context.Context, []generator.Event) error { return s.err }

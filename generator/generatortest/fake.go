@@ -1,0 +1,168 @@
+package generatortest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// FakeRuntime implements generator.Runtime directly over a crisim.Runtime
+// model. Tests drive the model (Model) to create, start, stop and remove
+// containers; the fake returns copies, really implements the event stream,
+// and can fail the next call to a method or end open streams with a status.
+// Safe for concurrent use.
+type FakeRuntime struct {
+	model *crisim.Runtime
+
+	mu      sync.Mutex
+	failing map[string][]error            // guarded by mu; queued failures per method
+	streams map[int]context.CancelCauseFunc // guarded by mu; open WatchEvents calls
+	nextID  int                           // guarded by mu
+	hang    chan struct{}                 // guarded by mu; non-nil: list calls block on it
+}
+
+var _ generator.Runtime = (*FakeRuntime)(nil)
+
+// NewFakeRuntime returns a fake over a new model with opts.
+func NewFakeRuntime(opts crisim.Options) *FakeRuntime {
+	return &FakeRuntime{model: crisim.NewRuntime(opts), failing: map[string][]error{}, streams: map[int]context.CancelCauseFunc{}}
+}
+
+// Model is the in-memory runtime the test drives.
+func (f *FakeRuntime) Model() *crisim.Runtime { return f.model }
+
+// FailNext makes the next call to method (e.g. "ListContainers",
+// "ContainerStatus", "WatchEvents") fail with err. Calls queue.
+func (f *FakeRuntime) FailNext(method string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failing[method] = append(f.failing[method], err)
+}
+
+// EndStreams ends every open WatchEvents call with a gRPC status of code, as
+// a runtime that restarts does. It returns how many it ended.
+func (f *FakeRuntime) EndStreams(code codes.Code) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, cancel := range f.streams {
+		cancel(status.Error(code, "stream ended by FakeRuntime"))
+	}
+	return len(f.streams)
+}
+
+// OpenStreams returns how many WatchEvents calls are open.
+func (f *FakeRuntime) OpenStreams() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.streams)
+}
+
+// Hang makes list calls block until Unhang or their ctx ends, as a runtime
+// that stops answering.
+func (f *FakeRuntime) Hang() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hang == nil {
+		f.hang = make(chan struct{})
+	}
+}
+
+// Unhang releases the calls blocked by Hang.
+func (f *FakeRuntime) Unhang() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hang != nil {
+		close(f.hang)
+		f.hang = nil
+	}
+}
+
+func (f *FakeRuntime) enter(ctx context.Context, method string) error {
+	f.mu.Lock()
+	hang := f.hang
+	var err error
+	if q := f.failing[method]; len(q) > 0 {
+		err, f.failing[method] = q[0], q[1:]
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if hang != nil && method != "WatchEvents" {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return nil
+}
+
+// Version implements generator.Runtime.
+func (f *FakeRuntime) Version(ctx context.Context) (*runtimeapi.VersionResponse, error) {
+	if err := f.enter(ctx, "Version"); err != nil {
+		return nil, err
+	}
+	return f.model.Version(), nil
+}
+
+// ListPodSandbox implements generator.Runtime.
+func (f *FakeRuntime) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	if err := f.enter(ctx, "ListPodSandbox"); err != nil {
+		return nil, err
+	}
+	return f.model.ListPodSandbox(filter), nil
+}
+
+// ListContainers implements generator.Runtime.
+func (f *FakeRuntime) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	if err := f.enter(ctx, "ListContainers"); err != nil {
+		return nil, err
+	}
+	return f.model.ListContainers(filter), nil
+}
+
+// ContainerStatus implements generator.Runtime.
+func (f *FakeRuntime) ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error) {
+	if err := f.enter(ctx, "ContainerStatus"); err != nil {
+		return nil, err
+	}
+	return f.model.ContainerStatus(id)
+}
+
+// WatchEvents implements generator.Runtime over a model subscription.
+func (f *FakeRuntime) WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error {
+	if err := f.enter(ctx, "WatchEvents"); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	f.mu.Lock()
+	id := f.nextID
+	f.nextID++
+	f.streams[id] = cancel
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.streams, id)
+		f.mu.Unlock()
+	}()
+	sub := f.model.Subscribe(ctx)
+	for ev := range sub.Events() {
+		fn(ev)
+	}
+	err := sub.Err()
+	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
+		return err
+	}
+	if err == nil {
+		err = context.Cause(ctx)
+	}
+	return fmt.Errorf("watch events: %w", status.Error(codes.Unavailable, fmt.Sprint(err)))
+}
