@@ -131,12 +131,12 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		opts.Metrics = NewMetrics(nil)
 	}
 	g := &Generator{
-		rt:      rt,
-		sink:    sink,
-		opts:    opts,
-		logger:  opts.Logger.With("component", "generator"),
-		metrics: opts.Metrics,
-		cache:   statecache.New[*podRecord](),
+		rt:        rt,
+		sink:      sink,
+		opts:      opts,
+		logger:    opts.Logger.With("component", "generator"),
+		metrics:   opts.Metrics,
+		cache:     statecache.New[*podRecord](),
 		batches:   make(chan mergeRequest),
 		relistNow: make(chan struct{}, 1),
 	}

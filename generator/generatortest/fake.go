@@ -21,10 +21,10 @@ type FakeRuntime struct {
 	model *crisim.Runtime
 
 	mu      sync.Mutex
-	failing map[string][]error            // guarded by mu; queued failures per method
+	failing map[string][]error              // guarded by mu; queued failures per method
 	streams map[int]context.CancelCauseFunc // guarded by mu; open WatchEvents calls
-	nextID  int                           // guarded by mu
-	hang    chan struct{}                 // guarded by mu; non-nil: list calls block on it
+	nextID  int                             // guarded by mu
+	hang    chan struct{}                   // guarded by mu; non-nil: list calls block on it
 }
 
 var _ generator.Runtime = (*FakeRuntime)(nil)
