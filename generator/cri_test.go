@@ -1,0 +1,197 @@
+package generator_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestParseEndpoint(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in, want, err string
+	}{
+		{name: "crictl form", in: "unix:///run/containerd/containerd.sock", want: "/run/containerd/containerd.sock"},
+		{name: "a bare path", in: "/var/run/crio/crio.sock", want: "/var/run/crio/crio.sock"},
+		{name: "unix: without slashes", in: "unix:/run/x.sock", want: "/run/x.sock"},
+		{name: "tcp is refused and named", in: "tcp://10.0.0.1:1234", err: `CRI endpoint "tcp://10.0.0.1:1234": scheme "tcp" is not supported`},
+		{name: "empty is refused", in: "", err: "empty CRI endpoint"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := generator.ParseEndpoint(tt.in)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("ParseEndpoint(%q) error = %v, want %q", tt.in, err, tt.err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseEndpoint(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+// serveSim serves model over a unix socket in a temporary directory until
+// the test ends and returns the server and its endpoint.
+func serveSim(t *testing.T, model *crisim.Runtime) (*crisim.Server, string) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "cri.sock")
+	lis, err := crisim.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := crisim.NewServer(model, crisim.ServerOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return srv, "unix://" + sock
+}
+
+func newClient(t *testing.T, endpoint string, opts generator.CRIOptions) *generator.CRIClient {
+	t.Helper()
+	c, err := generator.NewCRIClient(endpoint, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestCRIClientReadsTheRuntime(t *testing.T) {
+	t.Parallel()
+	model := crisim.NewRuntime(crisim.Options{})
+	sb := must(model.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+	c := must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"}))
+	must(0, model.StartContainer(c))
+	srv, ep := serveSim(t, model)
+	cli := newClient(t, ep, generator.CRIOptions{})
+	ctx := t.Context()
+
+	v, err := cli.Version(ctx)
+	if err != nil || v.GetRuntimeName() != "containerd" {
+		t.Fatalf("Version = %v, %v", v, err)
+	}
+	sbs, err := cli.ListPodSandbox(ctx, nil)
+	if err != nil || len(sbs) != 1 || sbs[0].GetId() != sb {
+		t.Fatalf("ListPodSandbox = %v, %v", sbs, err)
+	}
+	cs, err := cli.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: sb})
+	if err != nil || len(cs) != 1 || cs[0].GetId() != c {
+		t.Fatalf("ListContainers = %v, %v", cs, err)
+	}
+	st, err := cli.ContainerStatus(ctx, c)
+	if err != nil || st.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("ContainerStatus = %v, %v", st, err)
+	}
+	if _, err := cli.ContainerStatus(ctx, "nope"); status.Code(err) != codes.NotFound {
+		t.Fatalf("ContainerStatus of an unknown id: %v, want NotFound", err)
+	}
+	if m := srv.MutatingCalls(); len(m) != 0 {
+		t.Errorf("the client made mutating calls: %v", m)
+	}
+}
+
+func TestCRIClientListsThirtyThousandContainers(t *testing.T) {
+	t.Parallel()
+	model := crisim.NewRuntime(crisim.Options{})
+	if err := model.Populate(3000, 10); err != nil {
+		t.Fatal(err)
+	}
+	_, ep := serveSim(t, model)
+	cs, err := newClient(t, ep, generator.CRIOptions{}).ListContainers(t.Context(), nil)
+	if err != nil || len(cs) != 30000 {
+		t.Fatalf("ListContainers = %d containers, %v; want 30000", len(cs), err)
+	}
+	// gRPC's default limit would have refused it: the raise is what works.
+	_, err = newClient(t, ep, generator.CRIOptions{MaxRecvMsgSize: 4 << 20}).ListContainers(t.Context(), nil)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("with a 4 MiB limit: %v, want ResourceExhausted", err)
+	}
+}
+
+func TestCRIClientWatchEventsEndsWithTheRuntimesStatus(t *testing.T) {
+	t.Parallel()
+	// Events made while nobody listens are replayed to the first subscriber,
+	// as containerd 2.x does, so the stream needs no readiness signal.
+	model := crisim.NewRuntime(crisim.Options{ReplayWhileDisconnected: time.Minute})
+	sb := must(model.RunPodSandbox(crisim.PodConfig{}))
+	srv, ep := serveSim(t, model)
+	cli := newClient(t, ep, generator.CRIOptions{})
+	got := make(chan *runtimeapi.ContainerEventResponse, 16)
+	done := make(chan error, 1)
+	go func() { done <- cli.WatchEvents(t.Context(), func(ev *runtimeapi.ContainerEventResponse) { got <- ev }) }()
+	var ev *runtimeapi.ContainerEventResponse
+	select {
+	case ev = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+	}
+	if ev.GetContainerId() != sb {
+		t.Errorf("first event is for %s, want the sandbox %s", ev.GetContainerId(), sb)
+	}
+	if ev.GetPodSandboxStatus() == nil || ev.GetCreatedAt() <= 0 {
+		t.Errorf("event without sandbox status or time: %v", ev)
+	}
+	if n := srv.DropStreams(); n != 1 {
+		t.Fatalf("DropStreams ended %d streams", n)
+	}
+	select {
+	case err := <-done:
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("WatchEvents = %v, want Unavailable", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WatchEvents did not return after the stream was dropped")
+	}
+}
+
+func TestInstrumentedRuntimePassesErrorsAndCountsThem(t *testing.T) {
+	t.Parallel()
+	model := crisim.NewRuntime(crisim.Options{})
+	srv, ep := serveSim(t, model)
+	reg := prometheus.NewRegistry()
+	rt := generator.InstrumentRuntime(newClient(t, ep, generator.CRIOptions{}), generator.NewMetrics(reg))
+	srv.FailNext("ListContainers", codes.Unavailable)
+	if _, err := rt.ListContainers(t.Context(), nil); status.Code(err) != codes.Unavailable {
+		t.Fatalf("first ListContainers = %v, want the injected Unavailable", err)
+	}
+	if _, err := rt.ListContainers(t.Context(), nil); err != nil {
+		t.Fatalf("second ListContainers = %v", err)
+	}
+	srv.FailNext("ContainerStatus", codes.Internal)
+	if _, err := rt.ContainerStatus(t.Context(), "x"); status.Code(err) != codes.Internal {
+		t.Fatalf("ContainerStatus = %v, want the injected Internal", err)
+	}
+	const want = `
+# HELP pleg_bridge_cri_requests_total CRI requests by operation and result (gRPC code).
+# TYPE pleg_bridge_cri_requests_total counter
+pleg_bridge_cri_requests_total{operation="ContainerStatus",result="Internal"} 1
+pleg_bridge_cri_requests_total{operation="ListContainers",result="OK"} 1
+pleg_bridge_cri_requests_total{operation="ListContainers",result="Unavailable"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pleg_bridge_cri_requests_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "pleg_bridge_cri_request_duration_seconds"); n != 2 {
+		t.Errorf("duration series = %d, want one per operation", n)
+	}
+}
