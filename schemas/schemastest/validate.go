@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -109,7 +110,8 @@ func Validate(t testing.TB, ceType string, data []byte) {
 // contract of DESIGN.md §5: specversion "1.0"; id, source, type, subject,
 // time (RFC 3339), datacontenttype "application/json", dataschema equal to
 // schemas.DataSchema(type), and the poduid, node and containerid extensions
-// all present as non-empty strings; source ending in "/nodes/<node>"; data
+// all present as non-empty strings; source ending in "/nodes/<node>" (the
+// node name path-escaped); data
 // valid for the type and agreeing with the extensions. It returns an error
 // listing every problem found. It is safe for concurrent use.
 func CheckCloudEvent(structured []byte) error {
@@ -153,8 +155,8 @@ func CheckCloudEvent(structured []byte) error {
 	if contentType != "" && contentType != "application/json" {
 		problems = append(problems, fmt.Sprintf("datacontenttype is %q, want \"application/json\"", contentType))
 	}
-	if node != "" && source != "" && !strings.HasSuffix(source, "/nodes/"+node) {
-		problems = append(problems, fmt.Sprintf("source %q does not end in /nodes/%s", source, node))
+	if node != "" && source != "" && !strings.HasSuffix(source, "/nodes/"+url.PathEscape(node)) {
+		problems = append(problems, fmt.Sprintf("source %q does not end in /nodes/%s", source, url.PathEscape(node)))
 	}
 	want, known := schemas.DataSchema(ceType)
 	if ceType != "" && !known {

@@ -1,0 +1,328 @@
+package publish
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
+)
+
+// Mode is the CloudEvents content mode of the NATS protocol binding.
+type Mode string
+
+// Content modes (DESIGN.md §5).
+const (
+	// ModeStructured sends the whole CloudEvent as JSON in the body, with
+	// Content-Type application/cloudevents+json. It is the default.
+	ModeStructured Mode = "structured"
+	// ModeBinary sends the attributes as ce- headers and the data as the
+	// body, with Content-Type application/json.
+	ModeBinary Mode = "binary"
+)
+
+// Content types of the two modes.
+const (
+	contentTypeStructured = "application/cloudevents+json"
+	contentTypeJSON       = event.ApplicationJSON
+)
+
+// structuredOverhead is room for the attributes and extensions of a
+// structured CloudEvent beyond its data: about 600 bytes with a 64-character
+// container ID and long names.
+const structuredOverhead = 768
+
+// eventIDNamespace is the name-based UUID namespace of CloudEvent ids. It is
+// part of the contract: changing it changes every id, so a restarted bridge
+// would republish what JetStream already holds.
+var eventIDNamespace = uuid.MustParse("98034077-d220-46f8-924d-a5f7faabf7ca")
+
+// EventID returns the CloudEvent id of the Lifecycle event of type t of the
+// container containerID: a name-based (SHA-1) UUID of containerID + "/" + t.
+// It depends on nothing else, so the same transition seen by both sources,
+// or again after a restart, has the same id and JetStream stores it once.
+func EventID(containerID string, t generator.LifecycleEventType) string {
+	return uuid.NewSHA1(eventIDNamespace, []byte(containerID+"/"+string(t))).String()
+}
+
+// EncoderOptions configures an Encoder.
+type EncoderOptions struct {
+	// Node is the node name. Required.
+	Node string
+	// ClusterName, when set, puts the node under /clusters/<cluster> in the
+	// CloudEvent source.
+	ClusterName string
+	// SubjectPrefix is the first subject token, "pleg" by default in the
+	// bridge's configuration. Required.
+	SubjectPrefix string
+	// Mode is the content mode; empty means ModeStructured.
+	Mode Mode
+}
+
+// Encoder turns Lifecycle events into NATS messages carrying CloudEvents. It
+// holds no mutable state and is safe for concurrent use.
+type Encoder struct {
+	node   string
+	prefix string
+	source string
+	mode   Mode
+	types  map[generator.LifecycleEventType]typeInfo
+}
+
+// typeInfo holds what Encode needs for one Lifecycle event type.
+type typeInfo struct {
+	ceType     string
+	dataSchema string
+}
+
+// NewEncoder checks opts and returns an Encoder. The errors name the option
+// and the value at fault.
+func NewEncoder(opts EncoderOptions) (*Encoder, error) {
+	if opts.Node == "" {
+		return nil, errors.New("create encoder: node name is empty")
+	}
+	if err := schemas.ValidatePrefix(opts.SubjectPrefix); err != nil {
+		return nil, fmt.Errorf("create encoder: subject prefix %q: %w", opts.SubjectPrefix, err)
+	}
+	switch opts.Mode {
+	case "":
+		opts.Mode = ModeStructured
+	case ModeStructured, ModeBinary:
+	default:
+		return nil, fmt.Errorf("create encoder: content mode %q is not %q or %q", opts.Mode, ModeStructured, ModeBinary)
+	}
+	e := &Encoder{
+		node:   opts.Node,
+		prefix: opts.SubjectPrefix,
+		source: Source(opts.ClusterName, opts.Node),
+		mode:   opts.Mode,
+		types:  make(map[generator.LifecycleEventType]typeInfo, len(generator.LifecycleEventTypes)),
+	}
+	for _, t := range generator.LifecycleEventTypes {
+		ceType := CloudEventType(t)
+		schema, ok := schemas.DataSchema(ceType)
+		if !ok {
+			return nil, fmt.Errorf("create encoder: no data schema for CloudEvent type %q", ceType)
+		}
+		e.types[t] = typeInfo{ceType: ceType, dataSchema: schema}
+	}
+	return e, nil
+}
+
+// Source returns the CloudEvent source of the events of node: /nodes/<node>,
+// or /clusters/<cluster>/nodes/<node> when cluster is set. Each name is
+// percent-escaped where it holds a character not allowed in a URI path
+// segment.
+func Source(cluster, node string) string {
+	if cluster == "" {
+		return "/nodes/" + url.PathEscape(node)
+	}
+	return "/clusters/" + url.PathEscape(cluster) + "/nodes/" + url.PathEscape(node)
+}
+
+// CloudEventType returns the versioned CloudEvent type of a Lifecycle event
+// type, or "" for a type that is not published.
+func CloudEventType(t generator.LifecycleEventType) string {
+	switch t {
+	case generator.ContainerStarted:
+		return schemas.TypeContainerStarted
+	case generator.ContainerDied:
+		return schemas.TypeContainerDied
+	case generator.ContainerRemoved:
+		return schemas.TypeContainerRemoved
+	}
+	return ""
+}
+
+// Encode returns the NATS message of ev: its subject
+// <prefix>.<node>.<podUID>.<eventType> (tokens encoded per DESIGN.md §4), the
+// Nats-Msg-Id header set to the CloudEvent id, and the CloudEvent in the
+// Encoder's content mode. It fails for an event of an unknown type, without
+// a container ID or pod UID, or without any time; such an event cannot be
+// published correctly.
+func (e *Encoder) Encode(ev generator.Event) (*nats.Msg, error) {
+	ce, err := e.cloudEvent(ev)
+	if err != nil {
+		return nil, err
+	}
+	msg := &nats.Msg{Subject: schemas.Subject(e.prefix, e.node, ev.Pod.UID, string(ev.Type))}
+	switch e.mode {
+	case ModeBinary:
+		msg.Header = binaryHeaders(&ce)
+		msg.Data = ce.DataEncoded
+	default:
+		// Sized for the attributes around the data, so the buffer is
+		// allocated once; MarshalJSON would grow it from nothing.
+		body := bytes.NewBuffer(make([]byte, 0, len(ce.DataEncoded)+structuredOverhead))
+		if err := event.WriteJson(&ce, body); err != nil {
+			return nil, fmt.Errorf("encode event %s of container %s: marshal cloudevent: %w", ev.Type, ev.Container.ID, err)
+		}
+		msg.Header = nats.Header{
+			jetstream.MsgIDHeader: {ce.ID()},
+			"Content-Type":        {contentTypeStructured},
+		}
+		msg.Data = body.Bytes()
+	}
+	return msg, nil
+}
+
+// cloudEvent returns ev as a validated CloudEvent with its data encoded as
+// JSON.
+func (e *Encoder) cloudEvent(ev generator.Event) (event.Event, error) {
+	info, ok := e.types[ev.Type]
+	if !ok {
+		return event.Event{}, fmt.Errorf("encode event of container %s: unknown Lifecycle event type %q", ev.Container.ID, ev.Type)
+	}
+	if ev.Container.ID == "" {
+		return event.Event{}, fmt.Errorf("encode event %s of pod %s: container ID is empty", ev.Type, ev.Pod.UID)
+	}
+	if ev.Pod.UID == "" {
+		return event.Event{}, fmt.Errorf("encode event %s of container %s: pod UID is empty", ev.Type, ev.Container.ID)
+	}
+	if ev.ObservedAt.IsZero() {
+		return event.Event{}, fmt.Errorf("encode event %s of container %s: observed time is zero", ev.Type, ev.Container.ID)
+	}
+	when := ev.Time
+	if when.IsZero() {
+		when = ev.ObservedAt
+	}
+
+	ce := event.New(event.CloudEventsVersionV1)
+	ce.SetID(EventID(ev.Container.ID, ev.Type))
+	ce.SetSource(e.source)
+	ce.SetType(info.ceType)
+	ce.SetSubject(ceSubject(ev))
+	ce.SetTime(when.UTC())
+	ce.SetDataSchema(info.dataSchema)
+	ce.SetExtension("poduid", ev.Pod.UID)
+	ce.SetExtension("node", e.node)
+	ce.SetExtension("containerid", ev.Container.ID)
+	data := e.data(ev)
+	if err := ce.SetData(contentTypeJSON, &data); err != nil {
+		return event.Event{}, fmt.Errorf("encode event %s of container %s: marshal data: %w", ev.Type, ev.Container.ID, err)
+	}
+	if err := ce.Validate(); err != nil {
+		return event.Event{}, fmt.Errorf("encode event %s of container %s: validate cloudevent: %w", ev.Type, ev.Container.ID, err)
+	}
+	return ce, nil
+}
+
+// ceSubject is <namespace>/<pod>/<container>, or <namespace>/<pod> for a
+// sandbox.
+func ceSubject(ev generator.Event) string {
+	if ev.Container.Sandbox {
+		return ev.Pod.Namespace + "/" + ev.Pod.Name
+	}
+	return ev.Pod.Namespace + "/" + ev.Pod.Name + "/" + ev.Container.Name
+}
+
+// data maps ev to the data contract. Unknown values stay out: a nil exit
+// code and zero times are omitted, never written as zero.
+func (e *Encoder) data(ev generator.Event) schemas.EventData {
+	return schemas.EventData{
+		Node: e.node,
+		Pod: schemas.Pod{
+			UID:       ev.Pod.UID,
+			Namespace: ev.Pod.Namespace,
+			Name:      ev.Pod.Name,
+		},
+		Container: schemas.Container{
+			ID:       ev.Container.ID,
+			Name:     ev.Container.Name,
+			Attempt:  ev.Container.Attempt,
+			Sandbox:  ev.Container.Sandbox,
+			Image:    ev.Container.Image,
+			ImageRef: ev.Container.ImageRef,
+		},
+		State:      string(ev.State),
+		ExitCode:   ev.ExitCode,
+		Reason:     ev.Reason,
+		Message:    ev.Message,
+		StartedAt:  optionalTime(ev.StartedAt),
+		FinishedAt: optionalTime(ev.FinishedAt),
+		DetectedBy: string(ev.DetectedBy),
+		ObservedAt: ev.ObservedAt.UTC(),
+	}
+}
+
+func optionalTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// binaryHeaders returns the headers of ce in binary content mode: a ce-
+// header for every attribute and extension, Content-Type for
+// datacontenttype, and Nats-Msg-Id.
+func binaryHeaders(ce *event.Event) nats.Header {
+	h := nats.Header{
+		jetstream.MsgIDHeader: {ce.ID()},
+		"Content-Type":        {contentTypeJSON},
+		"ce-specversion":      {ce.SpecVersion()},
+		"ce-id":               {headerValue(ce.ID())},
+		"ce-source":           {headerValue(ce.Source())},
+		"ce-type":             {headerValue(ce.Type())},
+		"ce-subject":          {headerValue(ce.Subject())},
+		"ce-time":             {types.FormatTime(ce.Time())},
+		"ce-dataschema":       {headerValue(ce.DataSchema())},
+	}
+	for name, v := range ce.Extensions() {
+		s, err := types.Format(v)
+		if err != nil {
+			// Extensions were validated when set; a value that cannot be
+			// formatted is not one of ours.
+			continue
+		}
+		h["ce-"+name] = []string{headerValue(s)}
+	}
+	return h
+}
+
+// headerValue percent-encodes what a header value must not carry raw, as the
+// CloudEvents HTTP binding does: space, '"', '%', and every byte outside
+// printable ASCII. Kubernetes names never need it; runtime data is input,
+// and a newline in a header would corrupt the message.
+func headerValue(s string) string {
+	if !needsHeaderEscape(s) {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if headerByteOK(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&0x0f])
+	}
+	return b.String()
+}
+
+func needsHeaderEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !headerByteOK(s[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func headerByteOK(c byte) bool {
+	return c > ' ' && c <= '~' && c != '"' && c != '%'
+}

@@ -1,0 +1,78 @@
+package publish
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// embeddedReadyTimeout bounds the wait for the embedded server to accept
+// clients. Opening a JetStream store with a large stream on a slow disk can
+// take a while; longer than this means something is wrong.
+const embeddedReadyTimeout = 30 * time.Second
+
+// EmbeddedOptions configures the embedded NATS server of the bridge's default
+// mode (no PLEG_NATS_URL).
+type EmbeddedOptions struct {
+	// DataDir is where JetStream keeps its store. Required.
+	DataDir string
+	// Host is the listen address; empty means 127.0.0.1, so the embedded
+	// server is not reachable from other hosts unless asked.
+	Host string
+	// Port is the client port; 0 means the NATS default (4222) and -1 a
+	// random free port.
+	Port int
+	// ServerName names the server; empty lets the server pick its ID.
+	ServerName string
+}
+
+// StartEmbedded starts an in-process NATS server with JetStream enabled and
+// its store in opts.DataDir, and waits until it accepts clients. The caller
+// owns the server and stops it with Shutdown (then WaitForShutdown). The
+// server logs nothing; its client URL is s.ClientURL().
+func StartEmbedded(opts EmbeddedOptions) (*server.Server, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("start embedded nats server: data dir is empty")
+	}
+	s, err := server.NewServer(embeddedServerOptions(opts))
+	if err != nil {
+		return nil, fmt.Errorf("start embedded nats server: %w", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(embeddedReadyTimeout) {
+		s.Shutdown()
+		s.WaitForShutdown()
+		return nil, fmt.Errorf("start embedded nats server on %s:%d (data dir %q): not ready for connections after %s",
+			hostOrDefault(opts.Host), opts.Port, opts.DataDir, embeddedReadyTimeout)
+	}
+	if !s.JetStreamEnabled() {
+		s.Shutdown()
+		s.WaitForShutdown()
+		return nil, fmt.Errorf("start embedded nats server: enable jetstream with store %q: jetstream did not start", opts.DataDir)
+	}
+	return s, nil
+}
+
+// embeddedServerOptions builds a fresh server.Options value on every call,
+// so nothing shared is ever modified.
+func embeddedServerOptions(opts EmbeddedOptions) *server.Options {
+	return &server.Options{
+		ServerName: opts.ServerName,
+		Host:       hostOrDefault(opts.Host),
+		Port:       opts.Port,
+		JetStream:  true,
+		StoreDir:   opts.DataDir,
+		// The bridge's main handles signals; the server must not.
+		NoSigs: true,
+		NoLog:  true,
+	}
+}
+
+func hostOrDefault(host string) string {
+	if host == "" {
+		return "127.0.0.1"
+	}
+	return host
+}

@@ -1,0 +1,4 @@
+package publish
+
+// SubjectCovers exposes subjectCovers to the external tests.
+var SubjectCovers = subjectCovers

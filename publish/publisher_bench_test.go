@@ -1,0 +1,76 @@
+package publish_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
+)
+
+// BenchmarkPublish measures events per second through Send to the JetStream
+// ack against an in-process server, and the Send-to-ack latency (p50, p99)
+// that OnAck observes.
+func BenchmarkPublish(b *testing.B) {
+	const pods = 100
+	_, url := publishtest.NewServer(b)
+	_, js := publishtest.Connect(b, url)
+	ensureStream(b, js)
+
+	// OnAck runs on Run's goroutine only; latencies is read after Run
+	// returned.
+	latencies := make([]time.Duration, 0, b.N)
+	done := make(chan struct{})
+	pub, err := publish.New(js, publish.Options{
+		Encoder: newEncoder(b, publish.EncoderOptions{}),
+		Logger:  slog.New(slog.DiscardHandler),
+		OnAck: func(ev generator.Event) {
+			latencies = append(latencies, time.Since(ev.ObservedAt))
+			if len(latencies) == b.N {
+				close(done)
+			}
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- pub.Run(ctx) }()
+
+	// The events are built before the timer starts; each has its own id so
+	// none is a duplicate.
+	events := make([]generator.Event, b.N)
+	for i := range events {
+		events[i] = testEvent(fmt.Sprintf("pod-%03d", i%pods), i)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := range events {
+		events[i].ObservedAt = time.Now()
+		if err := pub.Send(ctx, events[i:i+1]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d events acked within a minute", pub.Pending(), b.N)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	if err := <-runErr; err != nil {
+		b.Fatalf("Run() = %v", err)
+	}
+
+	slices.Sort(latencies)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(latencies[len(latencies)/2].Microseconds())/1000, "p50-ack-ms")
+	b.ReportMetric(float64(latencies[len(latencies)*99/100].Microseconds())/1000, "p99-ack-ms")
+}

@@ -1,0 +1,55 @@
+// Package publishtest provides an in-process NATS server with JetStream and a
+// client connection to it, for tests of publish and its callers.
+package publishtest
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pleg-bridge/pleg-bridge/publish"
+)
+
+// NewServer starts an in-process NATS server with JetStream on a random
+// loopback port, its store in t.TempDir(), and returns it with its client
+// URL. The server is shut down by t.Cleanup. It fails the test if the server
+// does not start.
+func NewServer(t testing.TB) (*server.Server, string) {
+	t.Helper()
+	return StartServer(t, publish.EmbeddedOptions{DataDir: t.TempDir(), Port: -1})
+}
+
+// StartServer starts an in-process NATS server with JetStream from opts and
+// registers its shutdown with t.Cleanup. A test that restarts a server passes
+// the same DataDir and a fixed Port both times.
+func StartServer(t testing.TB, opts publish.EmbeddedOptions) (*server.Server, string) {
+	t.Helper()
+	s, err := publish.StartEmbedded(opts)
+	if err != nil {
+		t.Fatalf("start nats server: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s, s.ClientURL()
+}
+
+// Connect connects to url with opts and returns the connection and a
+// JetStream handle on it. The connection is closed by t.Cleanup. It fails
+// the test if the connection fails.
+func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect to nats at %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("create jetstream handle: %v", err)
+	}
+	return nc, js
+}

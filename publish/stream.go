@@ -1,0 +1,160 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pleg-bridge/pleg-bridge/schemas"
+)
+
+// Stream defaults (DESIGN.md §4).
+const (
+	DefaultStreamName      = "PLEG"
+	DefaultDuplicateWindow = 2 * time.Minute
+)
+
+// StreamOptions describes the stream EnsureStream provisions.
+type StreamOptions struct {
+	// Name is the stream name; empty means DefaultStreamName.
+	Name string
+	// SubjectPrefix is the subject prefix; the stream takes <prefix>.>.
+	SubjectPrefix string
+	// Replicas is the number of replicas; 0 means 1.
+	Replicas int
+	// MaxAge is how long messages are kept; 0 means forever.
+	MaxAge time.Duration
+	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id; 0 means
+	// DefaultDuplicateWindow.
+	DuplicateWindow time.Duration
+	// Logger receives an Info record when EnsureStream changes an existing
+	// stream's max age or duplicate window; nil logs nothing.
+	Logger *slog.Logger
+}
+
+// EnsureStream returns the stream opts.Name, creating it if it is missing:
+// subjects <prefix>.>, file storage, limits retention, with the max age,
+// duplicate window and replicas of opts.
+//
+// An existing stream is not rewritten: if none of its subjects covers
+// <prefix>.>, EnsureStream returns an error naming the stream and its
+// subjects. Only its max age and duplicate window are updated when they
+// differ from opts (and logged to opts.Logger); storage, retention and
+// replicas are left as the operator set them.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, opts StreamOptions) (jetstream.Stream, error) {
+	if err := schemas.ValidatePrefix(opts.SubjectPrefix); err != nil {
+		return nil, fmt.Errorf("ensure stream: subject prefix %q: %w", opts.SubjectPrefix, err)
+	}
+	if opts.Name == "" {
+		opts.Name = DefaultStreamName
+	}
+	if opts.Replicas == 0 {
+		opts.Replicas = 1
+	}
+	if opts.Replicas < 0 {
+		return nil, fmt.Errorf("ensure stream %s: replicas %d is negative", opts.Name, opts.Replicas)
+	}
+	if opts.MaxAge < 0 {
+		return nil, fmt.Errorf("ensure stream %s: max age %s is negative", opts.Name, opts.MaxAge)
+	}
+	if opts.DuplicateWindow == 0 {
+		opts.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if opts.DuplicateWindow < 0 {
+		return nil, fmt.Errorf("ensure stream %s: duplicate window %s is negative", opts.Name, opts.DuplicateWindow)
+	}
+	if opts.MaxAge > 0 && opts.DuplicateWindow > opts.MaxAge {
+		// JetStream refuses a duplicate window longer than the max age.
+		opts.DuplicateWindow = opts.MaxAge
+	}
+	want := opts.SubjectPrefix + ".>"
+
+	stream, err := js.Stream(ctx, opts.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:       opts.Name,
+			Subjects:   []string{want},
+			Storage:    jetstream.FileStorage,
+			Retention:  jetstream.LimitsPolicy,
+			MaxAge:     opts.MaxAge,
+			Duplicates: opts.DuplicateWindow,
+			Replicas:   opts.Replicas,
+		})
+		if err == nil {
+			return stream, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, fmt.Errorf("create stream %s: %w", opts.Name, err)
+		}
+		// Another bridge created it between our lookup and create.
+		stream, err = js.Stream(ctx, opts.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", opts.Name, err)
+	}
+
+	cfg := stream.CachedInfo().Config
+	if !anyCovers(cfg.Subjects, want) {
+		return nil, fmt.Errorf("ensure stream %s: its subjects [%s] do not cover %s; add %s to the stream or use another stream name",
+			opts.Name, strings.Join(cfg.Subjects, " "), want, want)
+	}
+	if cfg.MaxAge == opts.MaxAge && cfg.Duplicates == opts.DuplicateWindow {
+		return stream, nil
+	}
+	updated := cfg
+	updated.MaxAge = opts.MaxAge
+	updated.Duplicates = opts.DuplicateWindow
+	stream, err = js.UpdateStream(ctx, updated)
+	if err != nil {
+		return nil, fmt.Errorf("update stream %s: %w", opts.Name, err)
+	}
+	if opts.Logger != nil {
+		opts.Logger.Info("updated stream",
+			"stream", opts.Name,
+			"old_max_age", cfg.MaxAge, "max_age", opts.MaxAge,
+			"old_duplicate_window", cfg.Duplicates, "duplicate_window", opts.DuplicateWindow)
+	}
+	return stream, nil
+}
+
+func anyCovers(filters []string, subject string) bool {
+	for _, f := range filters {
+		if subjectCovers(f, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// subjectCovers reports whether every subject matched by the wildcard
+// subject sub (whose wildcards are read as wildcards) is also matched by
+// filter.
+func subjectCovers(filter, sub string) bool {
+	ft := strings.Split(filter, ".")
+	st := strings.Split(sub, ".")
+	for i, f := range ft {
+		if f == ">" {
+			// Matches one or more remaining tokens: sub must have at least one.
+			return i < len(st)
+		}
+		if i >= len(st) {
+			return false
+		}
+		s := st[i]
+		switch {
+		case s == ">":
+			// sub goes on with any number of tokens; only ">" covers that.
+			return false
+		case f == "*":
+			// Covers any single token, "*" included.
+		case f != s:
+			return false
+		}
+	}
+	return len(ft) == len(st)
+}
