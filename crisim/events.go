@@ -1,0 +1,178 @@
+package crisim
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// defaultEventBuffer is the default per-subscriber buffer. Tearing down a
+// pod is a handful of events and subscribers read concurrently, so 4096
+// absorbs any burst a test or the demo makes while still catching a
+// subscriber that stopped reading.
+const defaultEventBuffer = 4096
+
+// maxReplayEvents bounds the events kept for replay while nobody listens, so
+// churn without a subscriber cannot grow memory without limit. The oldest
+// are dropped first.
+const maxReplayEvents = 100_000
+
+// ErrSlowSubscriber ends a subscription whose buffer was full when an event
+// arrived. The subscriber has missed that event and must resubscribe (and
+// relist).
+var ErrSlowSubscriber = errors.New("crisim: subscriber too slow, event buffer full")
+
+// Subscription is one listener on a Runtime's event stream.
+type Subscription struct {
+	events chan *runtimeapi.ContainerEventResponse
+	stop   func() bool // stops the context.AfterFunc that ends the subscription
+
+	mu     sync.Mutex
+	err    error // guarded by mu
+	closed bool  // guarded by mu
+}
+
+type replayEvent struct {
+	at time.Time
+	ev *runtimeapi.ContainerEventResponse
+}
+
+// Subscribe starts a subscription to the events emitted from now on; with
+// Options.ReplayWhileDisconnected, it first receives the events kept while
+// nobody listened. The subscription ends, and its Events channel is closed,
+// when ctx is done (Err returns context.Cause(ctx)) or when an event finds
+// its buffer full (Err returns ErrSlowSubscriber).
+//
+// A slow subscriber is disconnected rather than waited for: containerd 2.x
+// blocks its event loop on a slow client, which in a test would only hide
+// the fault as a hang. Disconnecting never blocks the model and makes the
+// loss visible, and the right reaction (resubscribe and relist) is the same
+// as for a runtime restart.
+//
+// Subscribe starts no goroutine; it is safe for concurrent use.
+func (r *Runtime) Subscribe(ctx context.Context) *Subscription {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	backlog := r.takeBacklogLocked(time.Now())
+	s := &Subscription{events: make(chan *runtimeapi.ContainerEventResponse, r.opts.EventBuffer+len(backlog))}
+	for _, e := range backlog {
+		s.events <- e.ev
+	}
+	r.subs = append(r.subs, s)
+	// If ctx is already done, the callback runs at once in its own goroutine
+	// and waits for mu.
+	s.stop = context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.endSubscriptionLocked(s, context.Cause(ctx))
+	})
+	return s
+}
+
+// Events returns the channel the subscription's events arrive on. The
+// Runtime closes it when the subscription ends.
+func (s *Subscription) Events() <-chan *runtimeapi.ContainerEventResponse {
+	return s.events
+}
+
+// Err returns why the subscription ended, or nil while it is active.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (r *Runtime) endSubscriptionLocked(s *Subscription, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.err = err
+	close(s.events)
+	s.stop()
+	if i := indexOf(r.subs, s); i >= 0 {
+		r.subs = append(r.subs[:i], r.subs[i+1:]...)
+	}
+	if errors.Is(err, ErrSlowSubscriber) {
+		r.stats.SlowSubscribers++
+	}
+}
+
+// emitLocked hands ev to the subscribers: a copy to each of them, or with
+// SharedEventChannel to the next one in turn. It never blocks.
+func (r *Runtime) emitLocked(ev *runtimeapi.ContainerEventResponse) {
+	r.stats.Events++
+	if r.opts.SharedEventChannel {
+		for len(r.subs) > 0 {
+			r.nextShared %= len(r.subs)
+			s := r.subs[r.nextShared]
+			r.nextShared++
+			if r.sendLocked(s, ev) {
+				return
+			}
+		}
+	} else {
+		delivered := false
+		for _, s := range slices.Clone(r.subs) { // sendLocked may remove s from r.subs
+			e := ev
+			if delivered {
+				e = proto.CloneOf(ev)
+			}
+			if r.sendLocked(s, e) {
+				delivered = true
+			}
+		}
+		if delivered {
+			return
+		}
+	}
+	if r.opts.ReplayWhileDisconnected <= 0 {
+		r.stats.Undelivered++
+		return
+	}
+	if len(r.backlog) >= maxReplayEvents {
+		r.backlog = r.backlog[1:]
+		r.stats.Undelivered++
+	}
+	r.backlog = append(r.backlog, replayEvent{at: time.Now(), ev: ev})
+}
+
+// sendLocked delivers ev to s without blocking, or ends s as too slow.
+func (r *Runtime) sendLocked(s *Subscription, ev *runtimeapi.ContainerEventResponse) bool {
+	select {
+	case s.events <- ev:
+		return true
+	default:
+		r.endSubscriptionLocked(s, ErrSlowSubscriber)
+		return false
+	}
+}
+
+// takeBacklogLocked returns and forgets the events kept for replay that are
+// not older than the replay window.
+func (r *Runtime) takeBacklogLocked(now time.Time) []replayEvent {
+	backlog := r.backlog
+	r.backlog = nil
+	cutoff := now.Add(-r.opts.ReplayWhileDisconnected)
+	for len(backlog) > 0 && backlog[0].at.Before(cutoff) {
+		backlog = backlog[1:]
+		r.stats.Undelivered++
+	}
+	return backlog
+}
+
+func indexOf(subs []*Subscription, s *Subscription) int {
+	for i, x := range subs {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
