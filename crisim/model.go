@@ -431,6 +431,7 @@ func (r *Runtime) InjectEvent(ev *runtimeapi.ContainerEventResponse) {
 // in creation order. It honours the filter's id, state and label selector.
 func (r *Runtime) ListPodSandbox(filter *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSandbox {
 	r.mu.RLock()
+	defer r.mu.RUnlock()
 	var recs []*sandboxRecord
 	if id := filter.GetId(); id != "" {
 		if sb, ok := r.sandboxes[id]; ok {
@@ -442,7 +443,6 @@ func (r *Runtime) ListPodSandbox(filter *runtimeapi.PodSandboxFilter) []*runtime
 			recs = append(recs, sb)
 		}
 	}
-	r.mu.RUnlock()
 
 	recs = slices.DeleteFunc(recs, func(sb *sandboxRecord) bool {
 		if s := filter.GetState(); s != nil && sb.sb.State != s.State {
@@ -462,7 +462,10 @@ func (r *Runtime) ListPodSandbox(filter *runtimeapi.PodSandboxFilter) []*runtime
 // in creation order. It honours the filter's id, state, pod sandbox id and
 // label selector, and takes time linear in the number of containers.
 func (r *Runtime) ListContainers(filter *runtimeapi.ContainerFilter) []*runtimeapi.Container {
+	// Records change in place under the write lock: filter and copy them
+	// under the read lock.
 	r.mu.RLock()
+	defer r.mu.RUnlock()
 	var recs []*containerRecord
 	switch {
 	case filter.GetId() != "":
@@ -479,7 +482,6 @@ func (r *Runtime) ListContainers(filter *runtimeapi.ContainerFilter) []*runtimea
 			recs = append(recs, c)
 		}
 	}
-	r.mu.RUnlock()
 
 	recs = slices.DeleteFunc(recs, func(c *containerRecord) bool {
 		if id := filter.GetPodSandboxId(); id != "" && c.ctr.PodSandboxId != id {
@@ -503,12 +505,12 @@ func (r *Runtime) ListContainers(filter *runtimeapi.ContainerFilter) []*runtimea
 // response. It returns codes.NotFound for an unknown id.
 func (r *Runtime) PodSandboxStatus(id string) (*runtimeapi.PodSandboxStatusResponse, error) {
 	r.mu.RLock()
+	defer r.mu.RUnlock() // records change in place: copy them under the lock
 	sb, ok := r.sandboxes[id]
 	var ctrs []*containerRecord
 	if ok {
 		ctrs = r.podContainersLocked(id)
 	}
-	r.mu.RUnlock()
 	if !ok {
 		return nil, notFound("pod sandbox", id)
 	}
@@ -526,8 +528,8 @@ func (r *Runtime) PodSandboxStatus(id string) (*runtimeapi.PodSandboxStatusRespo
 // codes.NotFound for an unknown id.
 func (r *Runtime) ContainerStatus(id string) (*runtimeapi.ContainerStatus, error) {
 	r.mu.RLock()
+	defer r.mu.RUnlock() // records change in place: copy them under the lock
 	c, ok := r.containers[id]
-	r.mu.RUnlock()
 	if !ok {
 		return nil, notFound("container", id)
 	}
