@@ -1,0 +1,104 @@
+package consumer
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of Options, as pleg-bridge publishes by default (DESIGN.md §4).
+const (
+	DefaultStream        = "PLEG"
+	DefaultSubjectPrefix = "pleg"
+)
+
+// Options say which events Subscribe and Replay deliver. The zero value
+// follows every event published from now on to the default stream.
+type Options struct {
+	// Stream is the JetStream stream name, DefaultStream if empty.
+	Stream string
+	// SubjectPrefix is the first token of every subject, DefaultSubjectPrefix
+	// if empty.
+	SubjectPrefix string
+	Filter        Filter
+	// StartTime, if set, starts at the first message the stream stored at or
+	// after it. Times are JetStream's storage times, which trail the events'
+	// own times by the publishing delay.
+	StartTime time.Time
+	// EndTime, for Replay only, stops before the first message stored after
+	// it.
+	EndTime time.Time
+	// DeliverAll starts at the beginning of the stream. It cannot be
+	// combined with StartTime. Replay always does this without StartTime.
+	DeliverAll bool
+	// OnError, if set, is called with a *DecodeError for each message that
+	// is not a pleg-bridge event; the message is skipped either way. It is
+	// called from the goroutine that called Subscribe or Replay.
+	OnError func(error)
+}
+
+// DecodeError reports a message in the stream that could not be decoded.
+type DecodeError struct {
+	NATSSubject string
+	Sequence    uint64
+	Err         error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("message %d on %s: %v", e.Sequence, e.NATSSubject, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// consumerConfig validates the options and returns the ordered consumer
+// configuration, with deliverPolicy used when neither StartTime nor
+// DeliverAll is set.
+func (o Options) consumerConfig(deliverPolicy jetstream.DeliverPolicy) (jetstream.OrderedConsumerConfig, error) {
+	subject, err := o.Filter.Subject(o.subjectPrefix())
+	if err != nil {
+		return jetstream.OrderedConsumerConfig{}, err
+	}
+	if o.DeliverAll && !o.StartTime.IsZero() {
+		return jetstream.OrderedConsumerConfig{}, errors.New("options DeliverAll and StartTime cannot be combined")
+	}
+	if !o.EndTime.IsZero() && o.EndTime.Before(o.StartTime) {
+		return jetstream.OrderedConsumerConfig{}, fmt.Errorf("end time %s is before start time %s",
+			o.EndTime.Format(time.RFC3339Nano), o.StartTime.Format(time.RFC3339Nano))
+	}
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  deliverPolicy,
+	}
+	switch {
+	case !o.StartTime.IsZero():
+		start := o.StartTime
+		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		cfg.OptStartTime = &start
+	case o.DeliverAll:
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	return cfg, nil
+}
+
+func (o Options) stream() string        { return cmp.Or(o.Stream, DefaultStream) }
+func (o Options) subjectPrefix() string { return cmp.Or(o.SubjectPrefix, DefaultSubjectPrefix) }
+
+// decode decodes msg, reporting a message that is not a pleg-bridge event
+// to OnError. ok is false for such a message.
+func (o Options) decode(msg jetstream.Msg) (e Event, ok bool) {
+	e, err := DecodeMsg(msg)
+	if err == nil {
+		return e, true
+	}
+	if o.OnError != nil {
+		de := &DecodeError{NATSSubject: msg.Subject(), Err: err}
+		if meta, merr := msg.Metadata(); merr == nil {
+			de.Sequence = meta.Sequence.Stream
+		}
+		o.OnError(de)
+	}
+	return Event{}, false
+}

@@ -1,0 +1,79 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Replay delivers the stored events that match opts.Filter to fn, in stream
+// order, from the goroutine that called it: from opts.StartTime, or from the
+// beginning of the stream, up to opts.EndTime, and never beyond the last
+// message the stream held when Replay started, so it ends even while events
+// keep arriving. It returns nil once it has delivered them all.
+//
+// It does not wait for the end by a timeout: it stops when the consumer
+// reports nothing pending, at the stream's last sequence taken at the start,
+// or at the first message stored after opts.EndTime. It returns ctx.Err()
+// if ctx ends first, and an error from fn unchanged. A message that does not
+// decode is skipped and reported to opts.OnError. opts.DeliverAll has no
+// effect.
+//
+// Messages removed by the stream's limits while Replay runs are not
+// delivered; if the last pending one is removed before it is read, Replay
+// waits for the next matching message or for ctx.
+func Replay(ctx context.Context, js jetstream.JetStream, opts Options, fn func(Event) error) error {
+	opts.DeliverAll = false
+	cfg, err := opts.consumerConfig(jetstream.DeliverAllPolicy)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	stream, err := js.Stream(ctx, opts.stream())
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", opts.stream(), err)
+	}
+	last := stream.CachedInfo().State.LastSeq
+	if last == 0 {
+		return nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("create consumer on stream %s: %w", opts.stream(), err)
+	}
+	defer deleteConsumer(ctx, js, opts.stream(), cons)
+	// The consumer is created above, so its cached info counts what matched
+	// at creation.
+	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
+		return nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("consume stream %s: %w", opts.stream(), err)
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("read stream %s: %w", opts.stream(), err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("read message metadata: %w", err)
+		}
+		if meta.Sequence.Stream > last || (!opts.EndTime.IsZero() && meta.Timestamp.After(opts.EndTime)) {
+			return nil
+		}
+		if e, ok := opts.decode(msg); ok {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if meta.NumPending == 0 || meta.Sequence.Stream == last {
+			return nil
+		}
+	}
+}

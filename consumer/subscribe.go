@@ -1,0 +1,78 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// consumerDeleteTimeout bounds the clean-up request when Subscribe or Replay
+// returns. The server removes an abandoned consumer by itself after its
+// inactive threshold, so giving up early loses nothing.
+const consumerDeleteTimeout = 2 * time.Second
+
+// Subscribe follows the events that match opts.Filter and calls fn for each,
+// in stream order, from the goroutine that called it. It starts with the
+// events published from now on, or with those stored since opts.StartTime
+// or since the beginning of the stream (opts.DeliverAll).
+//
+// It blocks until ctx is done, then returns nil, or until fn returns an
+// error, which it returns unchanged. A message that does not decode is
+// skipped and reported to opts.OnError. It uses an ordered consumer, which
+// the nats.go library recreates after a reconnect or a gap, so no event is
+// skipped or delivered twice while Subscribe runs. The consumer is deleted
+// on return. opts.EndTime must be zero; bounded reads are Replay's job.
+func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn func(Event) error) error {
+	if !opts.EndTime.IsZero() {
+		return errors.New("subscribe: EndTime is for Replay only")
+	}
+	cfg, err := opts.consumerConfig(jetstream.DeliverNewPolicy)
+	if err != nil {
+		return fmt.Errorf("subscribe: %w", err)
+	}
+	cons, err := js.OrderedConsumer(ctx, opts.stream(), cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("create consumer on stream %s: %w", opts.stream(), err)
+	}
+	defer deleteConsumer(ctx, js, opts.stream(), cons)
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("consume stream %s: %w", opts.stream(), err)
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read stream %s: %w", opts.stream(), err)
+		}
+		e, ok := opts.decode(msg)
+		if !ok {
+			continue
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+}
+
+// deleteConsumer removes the server side of an ordered consumer, best
+// effort: on failure the server still removes it after its inactive
+// threshold.
+func deleteConsumer(ctx context.Context, js jetstream.JetStream, stream string, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), consumerDeleteTimeout)
+	defer cancel()
+	_ = js.DeleteConsumer(ctx, stream, info.Name)
+}
