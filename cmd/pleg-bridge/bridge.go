@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+)
+
+// bridge is one running pipeline: the generator reading the runtime and the
+// publisher writing to JetStream.
+type bridge struct {
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	gen    *generator.Generator
+	pub    *publish.Publisher
+	reg    *prometheus.Registry
+	logger *slog.Logger
+}
+
+// newBridge wires a generator over rt to a publisher over nc. It creates the
+// stream when PLEG_STREAM_MANAGE is true.
+func newBridge(ctx context.Context, cfg Config, rt generator.Runtime, nc *nats.Conn, logger *slog.Logger) (*bridge, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*cfg.PublishMaxInFlight))
+	if err != nil {
+		return nil, fmt.Errorf("create JetStream context: %w", err)
+	}
+	if cfg.StreamManage {
+		if err := ensureStream(ctx, js, cfg, logger); err != nil {
+			return nil, err
+		}
+	}
+	enc, err := publish.NewEncoder(publish.EncoderOptions{
+		Node: cfg.NodeName, ClusterName: cfg.ClusterName, SubjectPrefix: cfg.SubjectPrefix, Mode: publish.Mode(cfg.CEMode),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("configure CloudEvents: %w", err)
+	}
+	pub, err := publish.New(js, publish.Options{
+		Encoder:      enc,
+		MaxInFlight:  cfg.PublishMaxInFlight,
+		OutboxSize:   cfg.OutboxSize,
+		DrainTimeout: cfg.ShutdownTimeout,
+		Registerer:   reg,
+		Logger:       logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mode, _ := generator.ParseMode(cfg.Mode)
+	metrics := generator.NewMetrics(reg)
+	gen := generator.New(generator.InstrumentRuntime(rt, metrics), pub, generator.Options{
+		Mode:                mode,
+		RelistPeriod:        cfg.RelistPeriod,
+		RelistThreshold:     cfg.RelistThreshold,
+		EventedRelistPeriod: cfg.EventedRelistPeriod,
+		Logger:              logger,
+		Metrics:             metrics,
+	})
+	return &bridge{cfg: cfg, nc: nc, js: js, gen: gen, pub: pub, reg: reg, logger: logger}, nil
+}
+
+// ensureStream creates the stream, waiting for NATS while it is unreachable
+// (the bridge may start before its NATS server).
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg Config, logger *slog.Logger) error {
+	opts := publish.StreamOptions{
+		Name: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix, Replicas: cfg.StreamReplicas,
+		MaxAge: cfg.StreamMaxAge, DuplicateWindow: cfg.StreamDuplicateWindow, Logger: logger,
+	}
+	delay := 500 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := publish.EnsureStream(actx, js, opts)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !unreachable(err) || ctx.Err() != nil {
+			return err
+		}
+		logger.Warn("cannot reach JetStream to set up the stream, retrying", "stream", cfg.Stream, "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+// unreachable reports whether err means JetStream cannot be reached yet, as
+// opposed to a stream configuration the bridge must not paper over.
+func unreachable(err error) bool {
+	for _, target := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
+		nats.ErrDisconnected, nats.ErrConnectionReconnecting, jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// Run runs the pipeline and the HTTP endpoint until ctx is done. Shutdown
+// order: the generator stops first, then the publisher delivers what is
+// pending within PLEG_SHUTDOWN_TIMEOUT, then the HTTP server stops.
+func (b *bridge) Run(ctx context.Context) error {
+	pubCtx, stopPub := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPub()
+	var srv *http.Server
+	if b.cfg.ListenAddress != "" {
+		srv = &http.Server{Addr: b.cfg.ListenAddress, Handler: b.handler(), ReadHeaderTimeout: 5 * time.Second}
+	}
+	eg, gctx := errgroup.WithContext(ctx)
+	eg.Go(func() error {
+		err := b.pub.Run(pubCtx)
+		if err != nil {
+			return fmt.Errorf("publisher: %w", err)
+		}
+		return nil
+	})
+	eg.Go(func() error {
+		defer stopPub() // the generator is done: drain the publisher
+		if err := b.gen.Run(gctx); err != nil {
+			return fmt.Errorf("generator: %w", err)
+		}
+		return nil
+	})
+	if srv != nil {
+		eg.Go(func() error {
+			b.logger.Info("serving metrics and health", "address", b.cfg.ListenAddress)
+			if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve PLEG_LISTEN_ADDRESS=%q: %w", b.cfg.ListenAddress, err)
+			}
+			return nil
+		})
+		eg.Go(func() error {
+			<-gctx.Done()
+			<-pubCtx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+	return eg.Wait()
+}

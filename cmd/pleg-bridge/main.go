@@ -1,0 +1,74 @@
+// Command pleg-bridge publishes Kubernetes container lifecycle events from
+// the node's CRI runtime to NATS JetStream as CloudEvents.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "pleg-bridge:", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+// run is the whole program. The bridge's configuration comes from the
+// process environment (envconfig reads it directly); getenv serves the
+// defaults of the tail and replay flags.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return errUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		if len(rest) > 0 {
+			if rest[0] == "-h" || rest[0] == "--help" || rest[0] == "help" {
+				return printUsage(stdout)
+			}
+			return fmt.Errorf("run takes no arguments (configure it with PLEG_* variables; see pleg-bridge --help), got %q", rest)
+		}
+		cfg, err := loadConfig()
+		if err != nil {
+			return fmt.Errorf("invalid configuration:\n%w", err)
+		}
+		logger, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+		if err != nil {
+			return err
+		}
+		return runAgent(ctx, cfg, logger)
+	case "demo":
+		return runDemo(ctx, rest, stdout, stderr)
+	case "simulate":
+		return runSimulate(ctx, rest, stdout, stderr)
+	case "tail":
+		return runTail(ctx, rest, getenv, stdout, stderr)
+	case "replay":
+		return runReplay(ctx, rest, getenv, stdout, stderr)
+	case "version", "--version":
+		printVersion(stdout)
+		return nil
+	case "help", "-h", "--help":
+		return printUsage(stdout)
+	}
+	printUsage(stderr)
+	return fmt.Errorf("unknown command %q", cmd)
+}

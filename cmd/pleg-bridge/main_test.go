@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
+	"github.com/pleg-bridge/pleg-bridge/schemas/schemastest"
+)
+
+// startSim serves a simulated runtime on a socket in a temporary directory.
+func startSim(t *testing.T, opts crisim.Options) (*crisim.Runtime, *crisim.Server, string) {
+	t.Helper()
+	model := crisim.NewRuntime(opts)
+	sock := filepath.Join(t.TempDir(), "cri.sock")
+	lis, err := crisim.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := crisim.NewServer(model, crisim.ServerOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return model, srv, "unix://" + sock
+}
+
+// fetch reads n messages from the stream with a deadline and decodes them.
+func fetch(t *testing.T, js jetstream.JetStream, n int) []consumer.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, "PLEG", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []consumer.Event
+	for len(out) < n {
+		msg, err := cons.Next(jetstream.FetchMaxWait(20 * time.Second))
+		if err != nil {
+			t.Fatalf("after %d of %d events: %v", len(out), n, err)
+		}
+		schemastest.ValidateCloudEvent(t, msg.Data())
+		if msg.Headers().Get("Nats-Msg-Id") == "" {
+			t.Errorf("message on %s has no Nats-Msg-Id", msg.Subject())
+		}
+		e, err := consumer.DecodeMsg(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg.Headers().Get("Nats-Msg-Id") != e.ID {
+			t.Errorf("Nats-Msg-Id %q != CloudEvent id %q", msg.Headers().Get("Nats-Msg-Id"), e.ID)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func setenv(t *testing.T, kv map[string]string) {
+	t.Helper()
+	for _, k := range os.Environ() {
+		if strings.HasPrefix(k, "PLEG_") {
+			name, _, _ := strings.Cut(k, "=")
+			t.Setenv(name, "")
+			os.Unsetenv(name)
+		}
+	}
+	for k, v := range kv {
+		t.Setenv(k, v)
+	}
+}
+
+// TestRunEndToEnd runs the agent as main does, against the simulated
+// runtime over gRPC and a real NATS server, configured only by PLEG_*
+// variables.
+func TestRunEndToEnd(t *testing.T) {
+	model, sim, endpoint := startSim(t, crisim.Options{})
+	_, url := publishtest.NewServer(t)
+	setenv(t, map[string]string{
+		"PLEG_NODE_NAME":      "node-1.example.com",
+		"PLEG_CRI_ENDPOINT":   endpoint,
+		"PLEG_NATS_URL":       url,
+		"PLEG_MODE":           "generic",
+		"PLEG_RELIST_PERIOD":  "100ms",
+		"PLEG_LISTEN_ADDRESS": "",
+		"PLEG_LOG_FORMAT":     "json",
+	})
+	nc, js := publishtest.Connect(t, url)
+	// The bridge creates the stream: wait for JetStream's advisory of it.
+	created, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.CREATED.PLEG")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stderr lockedBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"run"}, os.Getenv, &bytes.Buffer{}, &stderr) }()
+	if _, err := created.NextMsg(20 * time.Second); err != nil {
+		t.Fatalf("the bridge did not create the stream: %v", err)
+	}
+
+	// A pod whose UID is not a valid subject token.
+	sb, err := model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "odd.uid*with>chars"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"})
+	if err := model.StartContainer(c); err != nil {
+		t.Fatal(err)
+	}
+	evs := fetch(t, js, 2)
+	if err := model.StopContainer(c, 42, "Error", ""); err != nil {
+		t.Fatal(err)
+	}
+	fetch(t, js, 3) // seen exited by a relist before it is removed
+	if err := model.RemoveContainer(c); err != nil {
+		t.Fatal(err)
+	}
+	evs = fetch(t, js, 4)
+
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.LifecycleType()+" "+e.Subject)
+		if e.Node != "node-1.example.com" || e.PodUID != "odd.uid*with>chars" {
+			t.Errorf("event node %q pod %q", e.Node, e.PodUID)
+		}
+		if !strings.HasPrefix(e.NATSSubject, "pleg.node-1_example_com.odd_uid%2Awith%3Echars.") {
+			t.Errorf("subject %q does not carry the encoded node and pod", e.NATSSubject)
+		}
+	}
+	want := []string{
+		"ContainerStarted shop/web-0", "ContainerStarted shop/web-0/app",
+		"ContainerDied shop/web-0/app", "ContainerRemoved shop/web-0/app",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if d := evs[2].Data; d.ExitCode == nil || *d.ExitCode != 42 || d.State != "exited" {
+		t.Errorf("died data = %+v", d)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v; log:\n%s", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	if m := sim.MutatingCalls(); len(m) != 0 {
+		t.Errorf("the bridge made mutating CRI calls: %v", m)
+	}
+	if !strings.Contains(stderr.String(), `"msg":"pleg-bridge stopped"`) {
+		t.Errorf("JSON log lacks the stop record:\n%s", stderr.String())
+	}
+}
+
+func TestRunRejectsBadConfigurationNamingTheVariable(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		want []string
+	}{
+		{map[string]string{"PLEG_MODE": "fast"}, []string{`PLEG_MODE="fast"`}},
+		{map[string]string{"PLEG_RELIST_PERIOD": "soon"}, []string{`PLEG_RELIST_PERIOD="soon"`}},
+		{map[string]string{"PLEG_SUBJECT_PREFIX": "pleg.*"}, []string{`PLEG_SUBJECT_PREFIX="pleg.*"`}},
+		{map[string]string{"PLEG_CE_MODE": "xml", "PLEG_STREAM_REPLICAS": "0"}, []string{`PLEG_CE_MODE="xml"`, `PLEG_STREAM_REPLICAS="0"`}},
+		{map[string]string{"PLEG_CRI_ENDPOINT": "tcp://1.2.3.4:5"}, []string{`PLEG_CRI_ENDPOINT="tcp://1.2.3.4:5"`}},
+		{map[string]string{"PLEG_STREAM": "a.b"}, []string{`PLEG_STREAM="a.b"`}},
+	}
+	for _, tt := range tests {
+		setenv(t, tt.env)
+		err := run(t.Context(), []string{"run"}, os.Getenv, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil {
+			t.Errorf("%v: run accepted it", tt.env)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q does not name %s", tt.env, err, w)
+			}
+		}
+	}
+}
+
+func TestHelpListsEveryVariableWithItsDefault(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"--help"}, os.Getenv, &out, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"PLEG_NODE_NAME", "PLEG_CRI_ENDPOINT", "PLEG_NATS_URL", "PLEG_DATA_DIR", "PLEG_SUBJECT_PREFIX",
+		"PLEG_STREAM", "PLEG_STREAM_REPLICAS", "PLEG_STREAM_MAX_AGE", "PLEG_STREAM_DUPLICATE_WINDOW", "PLEG_STREAM_MANAGE",
+		"PLEG_CE_MODE", "PLEG_CLUSTER_NAME", "PLEG_MODE", "PLEG_RELIST_PERIOD", "PLEG_RELIST_THRESHOLD",
+		"PLEG_EVENTED_RELIST_PERIOD", "PLEG_LISTEN_ADDRESS", "PLEG_LOG_LEVEL", "PLEG_LOG_FORMAT", "PLEG_NATS_CREDS", "PLEG_NATS_TLS_CA"} {
+		if !strings.Contains(out.String(), v) {
+			t.Errorf("--help lacks %s", v)
+		}
+	}
+	if !strings.Contains(out.String(), "PLEG_RELIST_PERIOD") || !strings.Contains(out.String(), "1s") {
+		t.Errorf("--help lacks defaults:\n%s", out.String())
+	}
+}
+
+func TestDemoShowsEventsAsASubscriberSeesThem(t *testing.T) {
+	setenv(t, nil)
+	out := &lockedBuffer{changed: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"demo", "--rate", "4", "--lifetime", "500ms", "--nats-listen", "127.0.0.1:-1"},
+			os.Getenv, out, &bytes.Buffer{})
+	}()
+	want := []string{"ContainerStarted", "ContainerDied", "ContainerRemoved", "exit=", "(sandbox)"}
+	deadline := time.After(30 * time.Second)
+	for !containsAll(out.String(), want) {
+		select {
+		case <-out.changed:
+		case err := <-done:
+			t.Fatalf("demo ended early: %v\n%s", err, out.String())
+		case <-deadline:
+			t.Fatalf("demo output lacks some of %q after 30s:\n%s", want, out.String())
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("demo: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("demo did not stop after cancel")
+	}
+	if !strings.Contains(out.String(), "received ") {
+		t.Errorf("demo did not print its summary:\n%s", out.String())
+	}
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, w := range subs {
+		if !strings.Contains(s, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{} // optional, capacity 1: signalled on every write
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.changed != nil {
+		select {
+		case l.changed <- struct{}{}:
+		default:
+		}
+	}
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
