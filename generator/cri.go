@@ -51,9 +51,7 @@ func ParseEndpoint(endpoint string) (string, error) {
 		return "", errors.New("empty CRI endpoint")
 	}
 	if !strings.Contains(endpoint, "://") {
-		if strings.HasPrefix(endpoint, "unix:") {
-			endpoint = strings.TrimPrefix(endpoint, "unix:")
-		}
+		endpoint = strings.TrimPrefix(endpoint, "unix:")
 		return filepath.Clean(endpoint), nil
 	}
 	u, err := url.Parse(endpoint)

@@ -138,7 +138,9 @@ func TestCRIClientWatchEventsEndsWithTheRuntimesStatus(t *testing.T) {
 	cli := newClient(t, ep, generator.CRIOptions{})
 	got := make(chan *runtimeapi.ContainerEventResponse, 16)
 	done := make(chan error, 1)
-	go func() { done <- cli.WatchEvents(t.Context(), func(ev *runtimeapi.ContainerEventResponse) { got <- ev }) }()
+	go func() {
+		done <- cli.WatchEvents(t.Context(), func(ev *runtimeapi.ContainerEventResponse) { got <- ev })
+	}()
 	var ev *runtimeapi.ContainerEventResponse
 	select {
 	case ev = <-got:

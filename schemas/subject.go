@@ -72,7 +72,7 @@ func DecodeToken(tok string) (string, error) {
 	case "%":
 		return "", nil
 	}
-	if strings.IndexAny(tok, "_%") < 0 {
+	if !strings.ContainsAny(tok, "_%") {
 		for i := 0; i < len(tok); i++ {
 			if !keep(tok[i]) {
 				return "", tokenError(tok, i, "byte not allowed")

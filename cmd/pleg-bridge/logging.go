@@ -33,6 +33,6 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	case format == "json" || (format == "auto" && !terminal):
 		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 	default:
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly + ".000", NoColor: !terminal})), nil
+		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly + ".000", NoColor: !terminal})), nil
 	}
 }

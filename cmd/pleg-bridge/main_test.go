@@ -121,7 +121,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if err := model.StartContainer(c); err != nil {
 		t.Fatal(err)
 	}
-	evs := fetch(t, js, 2)
+	fetch(t, js, 2) // started: sandbox and container
 	if err := model.StopContainer(c, 42, "Error", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestRunEndToEnd(t *testing.T) {
 	if err := model.RemoveContainer(c); err != nil {
 		t.Fatal(err)
 	}
-	evs = fetch(t, js, 4)
+	evs := fetch(t, js, 4)
 
 	var got []string
 	for _, e := range evs {
