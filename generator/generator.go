@@ -55,8 +55,13 @@ type Options struct {
 	// one relist.
 	StatusConcurrency int
 	TombstoneTTL      time.Duration
-	Logger            *slog.Logger
-	Metrics           *Metrics
+	// Published are events delivered before a restart (a checkpoint). The
+	// generator starts with them as its state: they are not reported again,
+	// and a container among them that is gone now is reported Died and
+	// Removed by the first relist.
+	Published []Event
+	Logger    *slog.Logger
+	Metrics   *Metrics
 }
 
 // Generator is the PLEG: it relists the runtime, merges what it sees into
@@ -141,6 +146,8 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		relistNow: make(chan struct{}, 1),
 	}
 	g.stream.wake = make(chan struct{}, 1)
+	g.seed(opts.Published)
+	g.opts.Published = nil // only needed once
 	g.mode.Store(string(ModeGeneric))
 	g.relister = &relister{
 		rt:                rt,

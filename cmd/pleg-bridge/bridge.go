@@ -25,6 +25,7 @@ type bridge struct {
 	js     jetstream.JetStream
 	gen    *generator.Generator
 	pub    *publish.Publisher
+	ckpt   *checkpoint // nil without PLEG_DATA_DIR
 	reg    *prometheus.Registry
 	logger *slog.Logger
 }
@@ -49,7 +50,15 @@ func newBridge(ctx context.Context, cfg Config, rt generator.Runtime, nc *nats.C
 	if err != nil {
 		return nil, fmt.Errorf("configure CloudEvents: %w", err)
 	}
+	var ckpt *checkpoint
+	var published []generator.Event
+	var onAck func(generator.Event)
+	if cfg.DataDir != "" {
+		ckpt, published = openCheckpoint(cfg.DataDir, cfg.NodeName, logger)
+		onAck = ckpt.OnAck
+	}
 	pub, err := publish.New(js, publish.Options{
+		OnAck:        onAck,
 		Encoder:      enc,
 		MaxInFlight:  cfg.PublishMaxInFlight,
 		OutboxSize:   cfg.OutboxSize,
@@ -67,10 +76,11 @@ func newBridge(ctx context.Context, cfg Config, rt generator.Runtime, nc *nats.C
 		RelistPeriod:        cfg.RelistPeriod,
 		RelistThreshold:     cfg.RelistThreshold,
 		EventedRelistPeriod: cfg.EventedRelistPeriod,
+		Published:           published,
 		Logger:              logger,
 		Metrics:             metrics,
 	})
-	return &bridge{cfg: cfg, nc: nc, js: js, gen: gen, pub: pub, reg: reg, logger: logger}, nil
+	return &bridge{cfg: cfg, nc: nc, js: js, gen: gen, pub: pub, ckpt: ckpt, reg: reg, logger: logger}, nil
 }
 
 // ensureStream creates the stream, waiting for NATS while it is unreachable
@@ -115,22 +125,31 @@ func unreachable(err error) bool {
 
 // Run runs the pipeline and the HTTP endpoint until ctx is done. Shutdown
 // order: the generator stops first, then the publisher delivers what is
-// pending within PLEG_SHUTDOWN_TIMEOUT, then the HTTP server stops.
+// pending within PLEG_SHUTDOWN_TIMEOUT, then the checkpoint is written a last
+// time and the HTTP server stops.
 func (b *bridge) Run(ctx context.Context) error {
 	pubCtx, stopPub := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPub()
+	ckptCtx, stopCkpt := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCkpt()
 	var srv *http.Server
 	if b.cfg.ListenAddress != "" {
 		srv = &http.Server{Addr: b.cfg.ListenAddress, Handler: b.handler(), ReadHeaderTimeout: 5 * time.Second}
 	}
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.Go(func() error {
+		defer stopCkpt() // every ack is in: write the last checkpoint
 		err := b.pub.Run(pubCtx)
 		if err != nil {
 			return fmt.Errorf("publisher: %w", err)
 		}
 		return nil
 	})
+	if b.ckpt != nil {
+		eg.Go(func() error { return b.ckpt.Run(ckptCtx) })
+	} else {
+		stopCkpt()
+	}
 	eg.Go(func() error {
 		defer stopPub() // the generator is done: drain the publisher
 		if err := b.gen.Run(gctx); err != nil {

@@ -115,6 +115,9 @@ func (c Config) validate() error {
 			bad(name, positive[name], "must be positive")
 		}
 	}
+	if c.StreamDuplicateWindow > 0 && c.StreamDuplicateWindow < 100*time.Millisecond {
+		bad("STREAM_DUPLICATE_WINDOW", c.StreamDuplicateWindow, "JetStream needs at least 100ms")
+	}
 	if c.StreamMaxAge < 0 {
 		bad("STREAM_MAX_AGE", c.StreamMaxAge, "must not be negative")
 	}

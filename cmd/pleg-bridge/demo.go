@@ -30,6 +30,7 @@ func demoConfig() (Config, error) {
 	}
 	c.NodeName = "demo-node"
 	c.ListenAddress = ""
+	c.DataDir = "" // set to the demo's temporary directory
 	return c, c.validate()
 }
 
@@ -75,6 +76,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer os.RemoveAll(dir)
+	cfg.DataDir = dir
 
 	ns, err := startEmbeddedNATS(*listen, dir, logger)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,9 +41,17 @@ func startSim(t *testing.T, opts crisim.Options) (*crisim.Runtime, *crisim.Serve
 // fetch reads n messages from the stream with a deadline and decodes them.
 func fetch(t *testing.T, js jetstream.JetStream, n int) []consumer.Event {
 	t.Helper()
+	return fetchFrom(t, js, "PLEG", n)
+}
+
+// fetchFrom reads the first n messages of stream with a deadline, checks
+// them against the contract and decodes them.
+func fetchFrom(t *testing.T, js jetstream.JetStream, stream string, n int) []consumer.Event {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, "PLEG", jetstream.OrderedConsumerConfig{})
+	waitStream(t, js, stream)
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +77,23 @@ func fetch(t *testing.T, js jetstream.JetStream, n int) []consumer.Event {
 	return out
 }
 
+// waitStream returns once the bridge has created the PLEG stream, waiting on
+// JetStream's advisory if it does not exist yet.
+func waitStream(t *testing.T, js jetstream.JetStream, stream string) {
+	t.Helper()
+	created, err := js.Conn().SubscribeSync("$JS.EVENT.ADVISORY.STREAM.CREATED." + stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer created.Unsubscribe()
+	if _, err := js.Stream(t.Context(), stream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	if _, err := created.NextMsg(20 * time.Second); err != nil {
+		t.Fatalf("the bridge did not create the stream: %v", err)
+	}
+}
+
 func setenv(t *testing.T, kv map[string]string) {
 	t.Helper()
 	for _, k := range os.Environ() {
@@ -77,6 +103,7 @@ func setenv(t *testing.T, kv map[string]string) {
 			os.Unsetenv(name)
 		}
 	}
+	t.Setenv("PLEG_DATA_DIR", t.TempDir())
 	for k, v := range kv {
 		t.Setenv(k, v)
 	}
@@ -97,20 +124,12 @@ func TestRunEndToEnd(t *testing.T) {
 		"PLEG_LISTEN_ADDRESS": "",
 		"PLEG_LOG_FORMAT":     "json",
 	})
-	nc, js := publishtest.Connect(t, url)
-	// The bridge creates the stream: wait for JetStream's advisory of it.
-	created, err := nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.CREATED.PLEG")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := publishtest.Connect(t, url)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var stderr lockedBuffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"run"}, os.Getenv, &bytes.Buffer{}, &stderr) }()
-	if _, err := created.NextMsg(20 * time.Second); err != nil {
-		t.Fatalf("the bridge did not create the stream: %v", err)
-	}
 
 	// A pod whose UID is not a valid subject token.
 	sb, err := model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "odd.uid*with>chars"})
@@ -168,6 +187,78 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 }
 
+// TestRunRestartsFromItsCheckpoint stops the bridge, changes the node, and
+// starts it again with the same data directory: it publishes what changed
+// and nothing it had published before. Each run writes to a stream of its
+// own, so JetStream's deduplication cannot hide a re-publication.
+func TestRunRestartsFromItsCheckpoint(t *testing.T) {
+	model, _, endpoint := startSim(t, crisim.Options{})
+	_, url := publishtest.NewServer(t)
+	setenv(t, map[string]string{
+		"PLEG_NODE_NAME": "node-1", "PLEG_CRI_ENDPOINT": endpoint, "PLEG_NATS_URL": url, "PLEG_MODE": "generic",
+		"PLEG_RELIST_PERIOD": "100ms", "PLEG_LISTEN_ADDRESS": "",
+	})
+	_, js := publishtest.Connect(t, url)
+	sb, _ := model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1"})
+	keep, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "keep"})
+	gone, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "gone"})
+	for _, c := range []string{keep, gone} {
+		if err := model.StartContainer(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// runOnce runs the bridge into its own stream until want events are
+	// there, stops it, and returns the stream's contents.
+	runOnce := func(stream string, want int) []string {
+		t.Helper()
+		t.Setenv("PLEG_STREAM", stream)
+		t.Setenv("PLEG_SUBJECT_PREFIX", strings.ToLower(stream))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- run(ctx, []string{"run"}, os.Getenv, &bytes.Buffer{}, &bytes.Buffer{}) }()
+		var got []string
+		for _, e := range fetchFrom(t, js, stream, want) {
+			got = append(got, e.LifecycleType()+" "+e.Subject)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("run did not return")
+		}
+		info, err := js.Stream(t.Context(), stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := info.CachedInfo().State.Msgs; n != uint64(want) {
+			t.Errorf("stream %s holds %d events, want %d: %v", stream, n, want, got)
+		}
+		return got
+	}
+	check := func(got, want []string) {
+		t.Helper()
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	check(runOnce("RUN1", 3), []string{"ContainerStarted shop/web-0", "ContainerStarted shop/web-0/keep", "ContainerStarted shop/web-0/gone"})
+
+	// While the bridge is down, a running container disappears.
+	if err := model.RemoveContainer(gone); err != nil {
+		t.Fatal(err)
+	}
+	check(runOnce("RUN2", 2), []string{"ContainerDied shop/web-0/gone", "ContainerRemoved shop/web-0/gone"})
+
+	fresh, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "fresh"})
+	if err := model.StartContainer(fresh); err != nil {
+		t.Fatal(err)
+	}
+	check(runOnce("RUN3", 1), []string{"ContainerStarted shop/web-0/fresh"})
+}
+
 func TestRunRejectsBadConfigurationNamingTheVariable(t *testing.T) {
 	tests := []struct {
 		env  map[string]string
@@ -179,6 +270,7 @@ func TestRunRejectsBadConfigurationNamingTheVariable(t *testing.T) {
 		{map[string]string{"PLEG_CE_MODE": "xml", "PLEG_STREAM_REPLICAS": "0"}, []string{`PLEG_CE_MODE="xml"`, `PLEG_STREAM_REPLICAS="0"`}},
 		{map[string]string{"PLEG_CRI_ENDPOINT": "tcp://1.2.3.4:5"}, []string{`PLEG_CRI_ENDPOINT="tcp://1.2.3.4:5"`}},
 		{map[string]string{"PLEG_STREAM": "a.b"}, []string{`PLEG_STREAM="a.b"`}},
+		{map[string]string{"PLEG_STREAM_DUPLICATE_WINDOW": "1ms"}, []string{`PLEG_STREAM_DUPLICATE_WINDOW="1ms"`}},
 	}
 	for _, tt := range tests {
 		setenv(t, tt.env)
