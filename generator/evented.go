@@ -40,7 +40,11 @@ func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time) (*batch, 
 		// containerd 1.7 sends a sandbox's DELETED event without a sandbox
 		// status. The pod is left for the merge to find by container ID.
 		obs := podObservation{containers: []sighting{{info: Container{ID: ev.GetContainerId()}, state: evState}}}
-		return &batch{source: SourceEvented, at: at, pods: []podObservation{obs}}, nil, nil
+		b := &batch{source: SourceEvented, at: at, pods: []podObservation{obs}}
+		if evState >= stateRunning {
+			b.subject = ev.GetContainerId()
+		}
+		return b, nil, nil
 	}
 	pod := sandboxPod(sbs.GetMetadata(), sbs.GetLabels())
 	if pod.UID == "" {
@@ -97,7 +101,11 @@ func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time) (*batch, 
 			scope = &relistScope{podUID: pod.UID, sandboxID: sbID}
 		}
 	}
-	return &batch{source: SourceEvented, at: at, pods: []podObservation{obs}}, scope, nil
+	b := &batch{source: SourceEvented, at: at, pods: []podObservation{obs}}
+	if evState >= stateRunning {
+		b.subject = ev.GetContainerId()
+	}
+	return b, scope, nil
 }
 
 func eventState(t runtimeapi.ContainerEventType) cstate {
@@ -218,7 +226,11 @@ func (g *Generator) watchOnce(ctx context.Context, buf chan<- *runtimeapi.Contai
 
 	start := time.Now()
 	g.streamConnectedAt.Store(start.UnixNano())
-	defer g.streamConnectedAt.Store(0)
+	g.metrics.streamConnected.Set(1)
+	defer func() {
+		g.streamConnectedAt.Store(0)
+		g.metrics.streamConnected.Set(0)
+	}()
 	g.requestRelist() // the relist after every connect
 
 	var events int

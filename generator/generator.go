@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -370,6 +371,9 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 	}
 	if b.source == SourceRelist {
 		g.checkMissed(b, events)
+	}
+	if b.subject != "" && !slices.ContainsFunc(events, func(e Event) bool { return e.Container.ID == b.subject }) {
+		g.metrics.suppressed.WithLabelValues(string(b.source)).Inc()
 	}
 	for _, ev := range events {
 		g.metrics.events.WithLabelValues(string(ev.Type), string(ev.DetectedBy)).Inc()

@@ -420,3 +420,57 @@ func TestSinkFailureStopsRun(t *testing.T) {
 type failingSink struct{ err error }
 
 func (s failingSink) Send(context.Context, []generator.Event) error { return s.err }
+
+func TestDuplicatedAndStaleStreamEventsProduceNothing(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Options{}, generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		synctest.Wait()
+		m := f.rt.Model()
+		sub := m.Subscribe(ctx) // a second listener keeps copies of the events
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		must(0, m.StartContainer(c))
+		must(0, m.StopContainer(c, 1, "Error", ""))
+		f.rec.Wait(t, 3, time.Second)
+		var started, stopped *runtimeapi.ContainerEventResponse
+		for len(sub.Events()) > 0 {
+			ev := <-sub.Events()
+			if ev.GetContainerId() != c {
+				continue
+			}
+			switch ev.GetContainerEventType() {
+			case runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT:
+				started = ev
+			case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
+				stopped = ev
+			}
+		}
+		if started == nil || stopped == nil {
+			t.Fatal("the model did not emit STARTED and STOPPED")
+		}
+		m.InjectEvent(stopped) // a duplicate
+		m.InjectEvent(started) // late: it would move the container backwards
+		synctest.Wait()
+		got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
+		want := []string{"ContainerStarted sb running - evented", "ContainerStarted c running - evented", "ContainerDied c exited 1 evented"}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("events (-want +got):\n%s", diff)
+		}
+		// The sandbox's STARTED (its CREATED already showed it ready), the
+		// duplicate STOPPED and the late STARTED.
+		const wantMetric = `
+# HELP pleg_bridge_cache_suppressed_total Stream events reporting a transition the cache already held (duplicates, late or reordered), which produced no event.
+# TYPE pleg_bridge_cache_suppressed_total counter
+pleg_bridge_cache_suppressed_total{source="evented"} 3
+`
+		if err := testutil.GatherAndCompare(f.reg, strings.NewReader(wantMetric), "pleg_bridge_cache_suppressed_total"); err != nil {
+			t.Error(err)
+		}
+		cancel()
+		<-done
+	})
+}

@@ -24,6 +24,8 @@ type Metrics struct {
 	streamEvents     *prometheus.CounterVec
 	missedByStream   prometheus.Counter
 	mode             *prometheus.GaugeVec
+	suppressed       *prometheus.CounterVec
+	streamConnected  prometheus.Gauge
 }
 
 // NewMetrics creates the generator's metrics and registers them on reg
@@ -77,6 +79,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "pleg_bridge_stream_missed_transitions_total",
 			Help: "Transitions a relist found that the event stream should have reported first.",
 		}),
+		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_cache_suppressed_total",
+			Help: "Stream events reporting a transition the cache already held (duplicates, late or reordered), which produced no event.",
+		}, []string{"source"}),
+		streamConnected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pleg_bridge_cri_stream_connected",
+			Help: "1 while a GetContainerEvents stream is open, else 0.",
+		}),
 		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pleg_bridge_mode",
 			Help: "The generator's current mode (1 for the active one).",
@@ -85,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.events,
 			m.skipped, m.criRequests, m.criDuration, m.streamReconnects, m.streamEvents,
-			m.missedByStream, m.mode)
+			m.missedByStream, m.mode, m.suppressed, m.streamConnected)
 	}
 	return m
 }

@@ -30,6 +30,10 @@ type batch struct {
 	// full says the batch lists every pod of the node: a cached pod missing
 	// from it is gone (a full relist).
 	full bool
+	// subject is the container a stream event reports a transition of
+	// (started, stopped, deleted); if the event produces nothing for it, the
+	// cache already held that transition.
+	subject string
 }
 
 // relistScope restricts a relist to one pod sandbox (nil: the whole node).
