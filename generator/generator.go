@@ -150,6 +150,8 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 	g.seed(opts.Published)
 	g.opts.Published = nil // only needed once
 	g.mode.Store(string(ModeGeneric))
+	g.metrics.mode.WithLabelValues(string(ModeGeneric)).Set(1)
+	g.metrics.mode.WithLabelValues(string(ModeEvented)).Set(0)
 	g.relister = &relister{
 		rt:                rt,
 		metrics:           opts.Metrics,

@@ -43,7 +43,7 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}
 	defer nc.Close()
 
-	b, err := newBridge(ctx, cfg, rt, nc, logger)
+	b, err := newBridge(cfg, rt, nc, logger)
 	if err != nil {
 		return err
 	}

@@ -30,19 +30,14 @@ type bridge struct {
 	logger *slog.Logger
 }
 
-// newBridge wires a generator over rt to a publisher over nc. It creates the
-// stream when PLEG_STREAM_MANAGE is true.
-func newBridge(ctx context.Context, cfg Config, rt generator.Runtime, nc *nats.Conn, logger *slog.Logger) (*bridge, error) {
+// newBridge wires a generator over rt to a publisher over nc. It does no
+// I/O: Run sets up the stream.
+func newBridge(cfg Config, rt generator.Runtime, nc *nats.Conn, logger *slog.Logger) (*bridge, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*cfg.PublishMaxInFlight))
 	if err != nil {
 		return nil, fmt.Errorf("create JetStream context: %w", err)
-	}
-	if cfg.StreamManage {
-		if err := ensureStream(ctx, js, cfg, logger); err != nil {
-			return nil, err
-		}
 	}
 	enc, err := publish.NewEncoder(publish.EncoderOptions{
 		Node: cfg.NodeName, ClusterName: cfg.ClusterName, SubjectPrefix: cfg.SubjectPrefix, Mode: publish.Mode(cfg.CEMode),
@@ -84,7 +79,10 @@ func newBridge(ctx context.Context, cfg Config, rt generator.Runtime, nc *nats.C
 }
 
 // ensureStream creates the stream, waiting for NATS while it is unreachable
-// (the bridge may start before its NATS server).
+// (the bridge may start before its NATS server). Meanwhile the generator
+// runs and the publisher retries, so events wait in the outbox rather than
+// being lost. It returns an error only for a stream the bridge must not
+// paper over, or when ctx ends.
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg Config, logger *slog.Logger) error {
 	opts := publish.StreamOptions{
 		Name: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix, Replicas: cfg.StreamReplicas,
@@ -96,6 +94,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg Config, logge
 		_, err := publish.EnsureStream(actx, js, opts)
 		cancel()
 		if err == nil {
+			logger.Info("stream ready", "stream", cfg.Stream, "subjects", cfg.SubjectPrefix+".>")
 			return nil
 		}
 		if !unreachable(err) || ctx.Err() != nil {
@@ -137,6 +136,14 @@ func (b *bridge) Run(ctx context.Context) error {
 		srv = &http.Server{Addr: b.cfg.ListenAddress, Handler: b.handler(), ReadHeaderTimeout: 5 * time.Second}
 	}
 	eg, gctx := errgroup.WithContext(ctx)
+	if b.cfg.StreamManage {
+		eg.Go(func() error {
+			if err := ensureStream(gctx, b.js, b.cfg, b.logger); err != nil && gctx.Err() == nil {
+				return err
+			}
+			return nil
+		})
+	}
 	eg.Go(func() error {
 		defer stopCkpt() // every ack is in: write the last checkpoint
 		err := b.pub.Run(pubCtx)

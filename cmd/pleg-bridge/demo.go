@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,17 +20,18 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// demoConfig is the bridge configuration of the demo: the defaults, with
-// PLEG_DEMO_* variables as overrides (PLEG_DEMO_MODE=generic, say).
+// demoConfig is the bridge configuration of the demo: the defaults, with the
+// PLEG_* tuning variables honoured (PLEG_MODE=generic, say). Where things
+// are (NATS, the runtime, the data, the node name) is the demo's own.
 func demoConfig() (Config, error) {
-	var c Config
-	if err := envconfig.Process("PLEG_DEMO", &c); err != nil {
-		return c, fmt.Errorf("read PLEG_DEMO_* overrides: %w", err)
+	c, err := loadConfig()
+	if err != nil {
+		return c, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	c.NodeName = "demo-node"
-	c.ListenAddress = ""
+	c.NATSURL, c.CRIEndpoint, c.ListenAddress = "", "", ""
 	c.DataDir = "" // set to the demo's temporary directory
-	return c, c.validate()
+	return c, nil
 }
 
 // runDemo runs the product end to end on embedded parts: an in-process NATS
@@ -107,11 +107,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer cri.Close()
-	b, err := newBridge(ctx, cfg, cri, nc, logger)
+	b, err := newBridge(cfg, cri, nc, logger)
 	if err != nil {
 		return err
 	}
 
+	// The subscriber needs the stream; the bridge would create it too.
+	if err := ensureStream(ctx, b.js, cfg, logger); err != nil {
+		return err
+	}
 	printDemoBanner(stdout, cfg, ns, sock, *rate, *containers)
 	counts := &eventCounts{}
 	eg, gctx := errgroup.WithContext(ctx)
