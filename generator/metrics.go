@@ -101,7 +101,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // instrumented is the Runtime decorator that records CRI request metrics.
-// WatchEvents is counted per stream opened, not per message.
+// A WatchEvents stream is counted once, when it ends, with the code it ended
+// with; pleg_bridge_cri_stream_connected shows an open one.
 type instrumented struct {
 	rt Runtime
 	m  *Metrics

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -165,9 +166,13 @@ func (b *bridge) Run(ctx context.Context) error {
 		return nil
 	})
 	if srv != nil {
+		lis, err := net.Listen("tcp", b.cfg.ListenAddress)
+		if err != nil {
+			return fmt.Errorf("listen on PLEG_LISTEN_ADDRESS=%q: %w", b.cfg.ListenAddress, err)
+		}
+		b.logger.Info("serving metrics and health", "address", lis.Addr().String())
 		eg.Go(func() error {
-			b.logger.Info("serving metrics and health", "address", b.cfg.ListenAddress)
-			if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("serve PLEG_LISTEN_ADDRESS=%q: %w", b.cfg.ListenAddress, err)
 			}
 			return nil

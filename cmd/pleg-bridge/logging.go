@@ -31,8 +31,17 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	}
 	switch {
 	case format == "json" || (format == "auto" && !terminal):
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationsAsText})), nil
 	default:
 		return slog.New(tint.NewTextHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly + ".000", NoColor: !terminal})), nil
 	}
+}
+
+// durationsAsText writes durations as "1.5s" rather than nanoseconds, for the
+// people who read JSON logs too.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
