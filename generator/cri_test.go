@@ -1,13 +1,12 @@
 package generator_test
 
 import (
-	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -44,28 +43,6 @@ func TestParseEndpoint(t *testing.T) {
 	}
 }
 
-// serveSim serves model over a unix socket in a temporary directory until
-// the test ends and returns the server and its endpoint.
-func serveSim(t *testing.T, model *crisim.Runtime) (*crisim.Server, string) {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "cri.sock")
-	lis, err := crisim.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := crisim.NewServer(model, crisim.ServerOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return srv, "unix://" + sock
-}
-
 func newClient(t *testing.T, endpoint string, opts generator.CRIOptions) *generator.CRIClient {
 	t.Helper()
 	c, err := generator.NewCRIClient(endpoint, opts)
@@ -82,7 +59,7 @@ func TestCRIClientReadsTheRuntime(t *testing.T) {
 	sb := must(model.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
 	c := must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"}))
 	must(0, model.StartContainer(c))
-	srv, ep := serveSim(t, model)
+	srv, ep := crisimtest.Serve(t, model)
 	cli := newClient(t, ep, generator.CRIOptions{})
 	ctx := t.Context()
 
@@ -116,7 +93,7 @@ func TestCRIClientListsThirtyThousandContainers(t *testing.T) {
 	if err := model.Populate(3000, 10); err != nil {
 		t.Fatal(err)
 	}
-	_, ep := serveSim(t, model)
+	_, ep := crisimtest.Serve(t, model)
 	cs, err := newClient(t, ep, generator.CRIOptions{}).ListContainers(t.Context(), nil)
 	if err != nil || len(cs) != 30000 {
 		t.Fatalf("ListContainers = %d containers, %v; want 30000", len(cs), err)
@@ -134,7 +111,7 @@ func TestCRIClientWatchEventsEndsWithTheRuntimesStatus(t *testing.T) {
 	// as containerd 2.x does, so the stream needs no readiness signal.
 	model := crisim.NewRuntime(crisim.Options{ReplayWhileDisconnected: time.Minute})
 	sb := must(model.RunPodSandbox(crisim.PodConfig{}))
-	srv, ep := serveSim(t, model)
+	srv, ep := crisimtest.Serve(t, model)
 	cli := newClient(t, ep, generator.CRIOptions{})
 	got := make(chan *runtimeapi.ContainerEventResponse, 16)
 	done := make(chan error, 1)
@@ -169,7 +146,7 @@ func TestCRIClientWatchEventsEndsWithTheRuntimesStatus(t *testing.T) {
 func TestInstrumentedRuntimePassesErrorsAndCountsThem(t *testing.T) {
 	t.Parallel()
 	model := crisim.NewRuntime(crisim.Options{})
-	srv, ep := serveSim(t, model)
+	srv, ep := crisimtest.Serve(t, model)
 	reg := prometheus.NewRegistry()
 	rt := generator.InstrumentRuntime(newClient(t, ep, generator.CRIOptions{}), generator.NewMetrics(reg))
 	srv.FailNext("ListContainers", codes.Unavailable)

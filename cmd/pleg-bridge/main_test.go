@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,28 +13,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas/schemastest"
 )
 
-// startSim serves a simulated runtime on a socket in a temporary directory.
+// startSim serves a new simulated runtime with opts until the test ends.
 func startSim(t *testing.T, opts crisim.Options) (*crisim.Runtime, *crisim.Server, string) {
 	t.Helper()
 	model := crisim.NewRuntime(opts)
-	sock := filepath.Join(t.TempDir(), "cri.sock")
-	lis, err := crisim.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := crisim.NewServer(model, crisim.ServerOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return model, srv, "unix://" + sock
+	srv, endpoint := crisimtest.Serve(t, model)
+	return model, srv, endpoint
 }
 
 // fetch reads n messages from the stream with a deadline and decodes them.
