@@ -1,0 +1,168 @@
+package latencybench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/publish"
+)
+
+// readyTimeout bounds the wait for a bridge to be in its steady state before
+// the driver starts: first relist merged and acked, stream subscribed.
+const readyTimeout = 30 * time.Second
+
+// readyPoll is how often the harness looks whether the bridge is ready; the
+// generator offers no signal to wait on, and this is outside the measurement.
+const readyPoll = 10 * time.Millisecond
+
+// runBridge measures one bridge mode on a new simulated node: the runtime on
+// a unix socket, the CRI client, and a generator and publisher wired as
+// cmd/pleg-bridge wires them, with the production defaults except for the
+// mode and the generic relist period.
+func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
+	cfg := h.cfg
+	model := crisim.NewRuntime(crisim.Containerd24Options())
+	tr := newTracker(int(cfg.Rate * (cfg.Warmup + cfg.Duration).Seconds()))
+	slots := max(3, int(math.Ceil(cfg.Rate*cfg.Dwell.Seconds())))
+	pool, err := newPool(model, slots, cfg.ContainersPerPod, tr)
+	if err != nil {
+		return Result{}, err
+	}
+
+	sock := filepath.Join(h.dir, string(mode)+".sock")
+	lis, err := crisim.Listen(sock)
+	if err != nil {
+		return Result{}, err
+	}
+	sim := crisim.NewServer(model, crisim.ServerOptions{})
+	cri, err := generator.NewCRIClient("unix://"+sock, generator.CRIOptions{})
+	if err != nil {
+		lis.Close()
+		return Result{}, err
+	}
+	defer cri.Close()
+	nc, js, err := h.connect(string(mode))
+	if err != nil {
+		lis.Close()
+		return Result{}, err
+	}
+	defer nc.Close()
+
+	reg := prometheus.NewRegistry()
+	pub, err := publish.New(js, publish.Options{
+		Encoder:      h.enc,
+		MaxInFlight:  publish.DefaultMaxInFlight,
+		OutboxSize:   publish.DefaultOutboxSize,
+		DrainTimeout: publish.DefaultDrainTimeout,
+		Registerer:   reg,
+		Logger:       cfg.Logger,
+		OnAck:        tr.onAck,
+	})
+	if err != nil {
+		lis.Close()
+		return Result{}, err
+	}
+	metrics := generator.NewMetrics(reg)
+	gmode := generator.ModeEvented
+	if mode == ModeGeneric {
+		gmode = generator.ModeGeneric
+	}
+	var rt generator.Runtime = generator.InstrumentRuntime(cri, metrics)
+	var sink generator.Sink = pub
+	if cfg.Stages {
+		rt, sink = timedRuntime{Runtime: rt, tr: tr}, timedSink{pub: pub, tr: tr}
+	}
+	gen := generator.New(rt, sink, generator.Options{
+		Mode:         gmode,
+		RelistPeriod: cfg.RelistPeriod,
+		Logger:       cfg.Logger,
+		Metrics:      metrics,
+	})
+
+	// Shutdown order as in the bridge: the generator stops first, then the
+	// publisher delivers what is pending, then the runtime goes away.
+	eg, egctx := errgroup.WithContext(ctx)
+	simCtx, stopSim := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSim()
+	pubCtx, stopPub := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPub()
+	genCtx, stopGen := context.WithCancel(egctx)
+	defer stopGen()
+	eg.Go(func() error { return sim.Serve(simCtx, lis) })
+	eg.Go(func() error {
+		defer stopSim()
+		if err := pub.Run(pubCtx); err != nil {
+			return fmt.Errorf("publisher: %w", err)
+		}
+		return nil
+	})
+	eg.Go(func() error {
+		defer stopPub()
+		if err := gen.Run(genCtx); err != nil {
+			return fmt.Errorf("generator: %w", err)
+		}
+		return nil
+	})
+	var res Result
+	eg.Go(func() error {
+		defer stopGen()
+		if err := waitReady(egctx, mode, model, gen, pub); err != nil {
+			return err
+		}
+		p, err := pace(egctx, cfg.Rate, cfg.Warmup, cfg.Duration, pool.transition)
+		if err != nil {
+			return err
+		}
+		tr.finish()
+		drain := time.NewTimer(cfg.DrainTimeout)
+		defer drain.Stop()
+		select {
+		case <-tr.allAcked:
+		case <-drain.C: // what is missing is reported as lost
+		case <-egctx.Done():
+			return egctx.Err()
+		}
+		res = tr.result(mode, p)
+		return nil
+	})
+	if err := eg.Wait(); err != nil {
+		return Result{}, fmt.Errorf("measure %s mode: %w", mode, err)
+	}
+	return res, nil
+}
+
+// waitReady returns once the bridge is in its steady state: the first relist
+// merged, everything it produced acked, and in evented mode the stream
+// subscribed, so that the driver's first transitions are not queued behind
+// the setup's.
+func waitReady(ctx context.Context, mode Mode, model *crisim.Runtime, gen *generator.Generator, pub *publish.Publisher) error {
+	deadline := time.NewTimer(readyTimeout)
+	defer deadline.Stop()
+	t := time.NewTicker(readyPoll)
+	defer t.Stop()
+	for {
+		ready := gen.Synced() && pub.Pending() == 0
+		if mode == ModeEvented {
+			ready = ready && gen.Mode() == generator.ModeEvented && model.Stats().Subscribers > 0
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return errors.New("the bridge did not become ready (first relist acked, stream subscribed) within " + readyTimeout.String())
+		case <-t.C:
+		}
+	}
+}

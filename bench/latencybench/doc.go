@@ -1,0 +1,21 @@
+// Package latencybench measures detection latency: the time from a container
+// transition in the runtime to the JetStream ack of its Lifecycle event, in
+// evented and in generic mode, next to the raw JetStream publish→ack latency
+// of messages of the same size, rate and server.
+//
+// Everything runs in one process on loopback: an embedded NATS server with
+// JetStream, the simulated runtime (crisim) served over a real unix socket,
+// the real CRI client, and a generator and publisher wired as the bridge
+// wires them (production defaults but for the mode under test and the relist
+// period). A driver makes the runtime start, stop and remove containers at a
+// fixed rate; each transition is timed from just before the driver's call to
+// the moment the publisher's OnAck reports the matching event (container ID
+// and event type). With Config.Stages, each bridge event is also timed at
+// the stages visible from outside the generator and the publisher: stream
+// arrival, hand-over to the publisher, queued, acked.
+//
+// pleg-bench (cmd/pleg-bench) prints the results as a table, and
+// BenchmarkDetectionLatency runs the same harness briefly. Nothing else may
+// import this package; it imports the bridge's packages as cmd/pleg-bridge
+// does, crisim for the runtime and the CRI API for its event types.
+package latencybench

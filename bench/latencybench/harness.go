@@ -1,0 +1,287 @@
+package latencybench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/publish"
+)
+
+// Mode is what one run measures.
+type Mode string
+
+// Modes.
+const (
+	// ModeRaw publishes CloudEvent messages straight to JetStream with
+	// PublishMsgAsync: the floor any bridge mode sits on.
+	ModeRaw Mode = "raw"
+	// ModeEvented runs the bridge in evented mode.
+	ModeEvented Mode = "evented"
+	// ModeGeneric runs the bridge in generic mode (relisting only).
+	ModeGeneric Mode = "generic"
+)
+
+// ParseModes reads a comma-separated list of modes ("raw,evented,generic").
+// An empty string is an empty list.
+func ParseModes(s string) ([]Mode, error) {
+	var modes []Mode
+	for f := range strings.SplitSeq(s, ",") {
+		switch m := Mode(strings.TrimSpace(f)); m {
+		case ModeRaw, ModeEvented, ModeGeneric:
+			modes = append(modes, m)
+		case "":
+		default:
+			return nil, fmt.Errorf("unknown mode %q (want raw, evented or generic)", f)
+		}
+	}
+	return modes, nil
+}
+
+// Defaults for Config.
+const (
+	DefaultRate             = 1000
+	DefaultDuration         = 10 * time.Second
+	DefaultWarmup           = time.Second
+	DefaultContainersPerPod = 4
+)
+
+// Names the harness publishes under: the bridge's default subject prefix and
+// stream, and a node of its own.
+const (
+	nodeName      = "bench-node"
+	subjectPrefix = "pleg"
+	podNamespace  = "bench"
+)
+
+// Config configures a Harness. Zero values take the defaults.
+type Config struct {
+	// Rate is the transitions (one Lifecycle event each) per second the
+	// driver makes; default 1000.
+	Rate float64
+	// Duration is how long latencies are measured, after Warmup; default
+	// 10s. Warmup transitions are made at the same rate and must be acked
+	// too, but are not counted.
+	Duration time.Duration
+	// Warmup precedes the measurement; default 1s. Negative means none.
+	Warmup time.Duration
+	// RelistPeriod is the relist period of generic mode; default
+	// generator.DefaultRelistPeriod (1s, the production default).
+	RelistPeriod time.Duration
+	// Dwell is how long each container stays running, then exited, before
+	// the driver moves it on. A container must outlive a relist period to be
+	// seen by generic mode at all, so the default is 2.5 relist periods. The
+	// runtime holds Rate×Dwell container slots, ContainersPerPod a pod.
+	Dwell time.Duration
+	// ContainersPerPod is the number of container slots of each pod; default
+	// 4. Each stream event carries the statuses of all its pod's containers.
+	ContainersPerPod int
+	// DrainTimeout bounds the wait for the last acks after the driver stops;
+	// default 5s plus three relist periods.
+	DrainTimeout time.Duration
+	// Dir holds the JetStream store and the runtimes' sockets; empty means a
+	// temporary directory that Close removes. Keep it short: a unix socket
+	// path is limited to about 100 bytes.
+	Dir string
+	// Stages times the stages of each bridge event (see Result.Stages): the
+	// generator's Runtime and Sink are then wrapped to stamp each stream
+	// event's arrival and each event's encoding, and the publisher is
+	// handed one event per Send call, all of which costs each event a few
+	// mutex-guarded map updates.
+	Stages bool
+	// Logger receives the bridge's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) applyDefaults() error {
+	if c.Rate == 0 {
+		c.Rate = DefaultRate
+	}
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
+	}
+	switch {
+	case c.Warmup == 0:
+		c.Warmup = DefaultWarmup
+	case c.Warmup < 0:
+		c.Warmup = 0
+	}
+	if c.RelistPeriod == 0 {
+		c.RelistPeriod = generator.DefaultRelistPeriod
+	}
+	if c.Dwell == 0 {
+		c.Dwell = c.RelistPeriod * 5 / 2
+	}
+	if c.ContainersPerPod == 0 {
+		c.ContainersPerPod = DefaultContainersPerPod
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 5*time.Second + 3*c.RelistPeriod
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	var errs []error
+	if c.Rate < 0 || c.Rate > 100_000 {
+		errs = append(errs, fmt.Errorf("rate %v: want more than 0 and at most 100000 per second", c.Rate))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"duration", c.Duration}, {"relist period", c.RelistPeriod}, {"dwell", c.Dwell}, {"drain timeout", c.DrainTimeout}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %v: must be positive", d.name, d.v))
+		}
+	}
+	if c.ContainersPerPod < 0 {
+		errs = append(errs, fmt.Errorf("containers per pod %d: must be positive", c.ContainersPerPod))
+	}
+	return errors.Join(errs...)
+}
+
+// Result is what one mode's run measured.
+type Result struct {
+	Mode Mode
+	// Expected is the number of transitions (raw: messages) the driver made
+	// while measuring; Acked how many of them were acked, matched by
+	// container ID and event type.
+	Expected, Acked int
+	// Duplicates counts acks of a transition that was acked already.
+	Duplicates int
+	// ByRelist counts the acked events a relist detected rather than the
+	// event stream.
+	ByRelist int
+	// Rate is the rate the driver achieved while measuring, per second.
+	Rate float64
+	// CPU is the whole process's CPU use while measuring, in cores: the
+	// NATS server and the simulated runtime included. 0 where unknown.
+	CPU float64
+	// Latency summarises the acked transitions' latencies.
+	Latency Summary
+	// Stages splits the latency of the bridge modes' events into the stages
+	// the harness sees from outside (StageStream, StageDetect, StageEncode,
+	// StageAck), when Config.Stages asks for it. The stages' percentiles do
+	// not add up to the total's.
+	Stages []Stage
+}
+
+// Stage is the latency of one stage of a bridge event.
+type Stage struct {
+	Name    string
+	Latency Summary
+}
+
+// Lost returns the number of transitions that were never acked.
+func (r Result) Lost() int { return r.Expected - r.Acked }
+
+// Harness runs measurements against one embedded NATS server with JetStream.
+// Its methods must not be called concurrently: runs would disturb each
+// other's latencies.
+type Harness struct {
+	cfg     Config
+	dir     string
+	tempDir bool
+	ns      *server.Server
+	enc     *publish.Encoder
+}
+
+// Start starts the embedded NATS server (loopback, a random port, the store
+// under cfg.Dir) and creates the bridge's stream with the production
+// settings. Close stops it.
+func Start(ctx context.Context, cfg Config) (*Harness, error) {
+	if err := cfg.applyDefaults(); err != nil {
+		return nil, fmt.Errorf("configure latency harness: %w", err)
+	}
+	h := &Harness{cfg: cfg, dir: cfg.Dir}
+	if h.dir == "" {
+		dir, err := os.MkdirTemp("", "pleg-bench-")
+		if err != nil {
+			return nil, err
+		}
+		h.dir, h.tempDir = dir, true
+	}
+	ns, err := publish.StartEmbedded(publish.EmbeddedOptions{DataDir: filepath.Join(h.dir, "nats"), Port: -1})
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	h.ns = ns
+	if err := h.setUp(ctx); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *Harness) setUp(ctx context.Context) error {
+	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: nodeName, SubjectPrefix: subjectPrefix})
+	if err != nil {
+		return err
+	}
+	h.enc = enc
+	nc, js, err := h.connect("setup")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	_, err = publish.EnsureStream(ctx, js, publish.StreamOptions{
+		Name: publish.DefaultStreamName, SubjectPrefix: subjectPrefix, Replicas: 1,
+		MaxAge: 168 * time.Hour, DuplicateWindow: publish.DefaultDuplicateWindow,
+	})
+	return err
+}
+
+// connect opens a connection with a JetStream handle set up as the bridge
+// sets up its own (room for twice the publisher's messages in flight).
+func (h *Harness) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(h.ns.ClientURL(), nats.Name("pleg-bench "+name))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to the embedded NATS server: %w", err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*publish.DefaultMaxInFlight))
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("create JetStream context: %w", err)
+	}
+	return nc, js, nil
+}
+
+// Config returns the configuration in use, defaults applied.
+func (h *Harness) Config() Config { return h.cfg }
+
+// Run measures one mode: it blocks for about Warmup+Duration, plus the setup
+// and, in generic mode, a relist period or two. Every component it starts
+// is stopped before it returns. It returns an error if a component fails or
+// ctx ends; events that were not acked are reported in the Result, not as
+// an error.
+func (h *Harness) Run(ctx context.Context, mode Mode) (Result, error) {
+	switch mode {
+	case ModeRaw:
+		return h.runRaw(ctx)
+	case ModeEvented, ModeGeneric:
+		return h.runBridge(ctx, mode)
+	}
+	return Result{}, fmt.Errorf("unknown mode %q", mode)
+}
+
+// Close stops the NATS server and removes the temporary directory, if
+// Start made it.
+func (h *Harness) Close() {
+	if h.ns != nil {
+		h.ns.Shutdown()
+		h.ns.WaitForShutdown()
+	}
+	if h.tempDir {
+		os.RemoveAll(h.dir)
+	}
+}

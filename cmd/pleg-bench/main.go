@@ -1,0 +1,135 @@
+// Command pleg-bench measures pleg-bridge on embedded parts, on loopback:
+// the detection latency (a container transition in the runtime to the
+// JetStream ack of its event) in evented and generic mode next to raw
+// JetStream publish→ack, and with --relist the cost of a full relist by node
+// size.
+//
+//	go run ./cmd/pleg-bench                       # raw, evented, generic; 10 s each at 1,000 events/s
+//	go run ./cmd/pleg-bench --relist              # and the relist cost table
+//	go run ./cmd/pleg-bench --modes= --relist     # the relist cost table only
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/bench/latencybench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pleg-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// errLost is returned when a mode did not get every event acked: the
+// latencies printed are then not the whole story.
+var errLost = errors.New("events were lost")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pleg-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rate := fs.Float64("rate", latencybench.DefaultRate, "container transitions (Lifecycle events) per second")
+	duration := fs.Duration("duration", latencybench.DefaultDuration, "how long each mode is measured, after the warmup")
+	warmup := fs.Duration("warmup", latencybench.DefaultWarmup, "transitions made at the same rate before measuring (0: none)")
+	modesFlag := fs.String("modes", "raw,evented,generic", "modes to measure, comma-separated: raw, evented, generic (empty: none)")
+	stages := fs.Bool("stages", false, "also time the stages of each bridge event (stream, merge, encode, ack) and print them")
+	relist := fs.Bool("relist", false, "also measure the cost of a full relist at 100, 1,000 and 30,000 containers")
+	logLevel := fs.String("log-level", "warn", "log level of the bridge under test: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: pleg-bench [flags]\n\n"+
+			"Measures detection latency (runtime transition to JetStream ack) per mode, next to raw\n"+
+			"JetStream publish→ack, on an embedded NATS server and the simulated runtime over a unix\n"+
+			"socket; with --relist, also the cost of one full relist by node size.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	modes, err := latencybench.ParseModes(*modesFlag)
+	if err != nil {
+		return fmt.Errorf("--modes=%q: %w", *modesFlag, err)
+	}
+	if *rate <= 0 {
+		return fmt.Errorf("--rate=%v: must be positive", *rate)
+	}
+	if *duration <= 0 {
+		return fmt.Errorf("--duration=%v: must be positive", *duration)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level=%q: want debug, info, warn or error", *logLevel)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if *warmup == 0 {
+		*warmup = -1 // Config's zero means the default
+	}
+
+	var lost bool
+	if len(modes) > 0 {
+		results, err := measureLatency(ctx, latencybench.Config{
+			Rate: *rate, Duration: *duration, Warmup: *warmup, Stages: *stages, Logger: logger,
+		}, modes, stdout, stderr)
+		if err != nil {
+			return err
+		}
+		for _, r := range results {
+			lost = lost || r.Lost() > 0
+		}
+	}
+	if *relist {
+		if len(modes) > 0 {
+			fmt.Fprintln(stdout)
+		}
+		if err := measureRelist(ctx, stdout); err != nil {
+			return err
+		}
+	}
+	if lost {
+		return errLost
+	}
+	return nil
+}
+
+// measureLatency runs the modes one after the other on one NATS server and
+// prints their table to w, and its progress to progress.
+func measureLatency(ctx context.Context, cfg latencybench.Config, modes []latencybench.Mode, w, progress io.Writer) ([]latencybench.Result, error) {
+	h, err := latencybench.Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	cfg = h.Config()
+	fmt.Fprintf(w, "detection latency: %.0f transitions/s for %v per mode after a %v warmup; pods of %d container slots, each container %v running, %v exited;\n"+
+		"runtime transition (raw: PublishMsgAsync) to JetStream ack; generic mode relists every %v\n\n",
+		cfg.Rate, cfg.Duration, cfg.Warmup, cfg.ContainersPerPod, cfg.Dwell, cfg.Dwell, cfg.RelistPeriod)
+	var results []latencybench.Result
+	for _, m := range modes {
+		start := time.Now()
+		r, err := h.Run(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(progress, "%s measured in %v\n", m, time.Since(start).Round(100*time.Millisecond))
+		results = append(results, r)
+	}
+	return results, latencybench.WriteTable(w, results)
+}

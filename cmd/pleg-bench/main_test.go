@@ -1,0 +1,48 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "an unknown mode is named", args: []string{"--modes=raw,fast"}, want: `--modes="raw,fast": unknown mode "fast"`},
+		{name: "a rate must be positive", args: []string{"--rate=0"}, want: "--rate=0: must be positive"},
+		{name: "a duration must be positive", args: []string{"--duration=0s"}, want: "--duration=0s: must be positive"},
+		{name: "arguments are refused", args: []string{"evented"}, want: `unexpected arguments ["evented"]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr strings.Builder
+			err := run(t.Context(), tt.args, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("run(%q) = %v, want an error containing %q", tt.args, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestRunPrintsTheLatencyTable(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr strings.Builder
+	args := []string{"--modes=raw,evented", "--rate=100", "--duration=300ms", "--warmup=100ms", "--stages"}
+	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		"mode     events  acked  p50", "\nraw      30      30 ", "\nevented  30      30 ",
+		"stages, p50 / p99", "verdict: target evented p99 ≤ 3× raw p99",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
