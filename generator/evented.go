@@ -98,7 +98,9 @@ func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time) (*batch, 
 	switch ev.GetContainerEventType() {
 	case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT:
 		if sbID != "" {
-			scope = &relistScope{podUID: pod.UID, sandboxID: sbID}
+			// A container's stop or removal is confirmed by listing the
+			// sandbox's containers; a sandbox's by listing it too.
+			scope = &relistScope{podUID: pod.UID, sandboxID: sbID, containersOnly: ev.GetContainerId() != sbID}
 		}
 	}
 	b := &batch{source: SourceEvented, at: at, pods: []podObservation{obs}}
@@ -150,14 +152,9 @@ func (g *Generator) runStream(ctx context.Context, mode Mode) error {
 		}
 		g.logger.Info("runtime supports the event stream", "reason", why)
 	}
-	buf := make(chan *runtimeapi.ContainerEventResponse, streamBufferSize)
 	var wg sync.WaitGroup
-	wg.Go(func() { g.convertLoop(ctx, buf) })
 	wg.Go(func() { g.targetedLoop(ctx) })
-	defer func() {
-		close(buf)
-		wg.Wait()
-	}()
+	defer wg.Wait()
 	g.setMode(ModeEvented, "event stream opening")
 	failures := 0
 	delay := g.opts.StreamBackoffMin
@@ -165,7 +162,7 @@ func (g *Generator) runStream(ctx context.Context, mode Mode) error {
 		if attempt > 0 {
 			g.metrics.streamReconnects.Inc()
 		}
-		up, events, err := g.watchOnce(ctx, buf)
+		up, events, err := g.watchOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -213,10 +210,10 @@ func (g *Generator) detect(ctx context.Context) (bool, string, error) {
 	}
 }
 
-// watchOnce holds one stream connection open until it ends, feeding buf
-// without ever blocking. It returns how long the connection lasted and how
-// many messages it delivered.
-func (g *Generator) watchOnce(ctx context.Context, buf chan<- *runtimeapi.ContainerEventResponse) (time.Duration, int, error) {
+// watchOnce holds one stream connection open until it ends, feeding the
+// merge's stream buffer without ever blocking. It returns how long the
+// connection lasted and how many messages it delivered.
+func (g *Generator) watchOnce(ctx context.Context) (time.Duration, int, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g.stream.mu.Lock()
@@ -247,7 +244,7 @@ func (g *Generator) watchOnce(ctx context.Context, buf chan<- *runtimeapi.Contai
 		default:
 		}
 		select {
-		case buf <- ev:
+		case g.streamBuf <- ev:
 		default:
 			g.metrics.streamEvents.WithLabelValues("dropped").Inc()
 			g.logger.Warn("event stream buffer full, dropping an event and resyncing by relist",
@@ -282,26 +279,24 @@ func (g *Generator) promoteWhenHealthy(ctx context.Context, requireEvents bool, 
 	}
 }
 
-// convertLoop turns buffered stream messages into batches for the merge, in
-// arrival order, and asks for targeted relists of stopped and deleted
-// containers' pods. It returns when buf is closed or ctx is done.
-func (g *Generator) convertLoop(ctx context.Context, buf <-chan *runtimeapi.ContainerEventResponse) {
-	for ev := range buf {
-		b, scope, err := streamBatch(ev, time.Now())
-		if err != nil {
-			g.metrics.streamEvents.WithLabelValues("invalid").Inc()
-			g.logger.Warn("skipping malformed container event, relisting instead", "err", err)
-			g.requestRelist()
-			continue
-		}
-		g.metrics.streamEvents.WithLabelValues("accepted").Inc()
-		if err := g.submit(ctx, b); err != nil {
-			return
-		}
-		if scope != nil {
-			g.requestTargeted(*scope)
-		}
+// applyStreamEvent merges one stream message, in the merge goroutine, and
+// asks for a targeted relist of a stopped or deleted container's pod.
+func (g *Generator) applyStreamEvent(ctx context.Context, ev *runtimeapi.ContainerEventResponse) error {
+	b, scope, err := streamBatch(ev, time.Now())
+	if err != nil {
+		g.metrics.streamEvents.WithLabelValues("invalid").Inc()
+		g.logger.Warn("skipping malformed container event, relisting instead", "err", err)
+		g.requestRelist()
+		return nil
 	}
+	g.metrics.streamEvents.WithLabelValues("accepted").Inc()
+	if err := g.apply(ctx, b); err != nil {
+		return err
+	}
+	if scope != nil {
+		g.requestTargeted(*scope)
+	}
+	return nil
 }
 
 // requestTargeted asks for a relist of one sandbox; requests for the same

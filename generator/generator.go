@@ -11,6 +11,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/statecache"
 	"golang.org/x/sync/errgroup"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Defaults for Options.
@@ -82,7 +83,10 @@ type Generator struct {
 	batches  chan mergeRequest
 
 	relistNow chan struct{} // capacity 1: asks the relist loop for a relist now
-	mode      atomic.Value  // string: the active Mode, evented or generic
+	// streamBuf carries stream messages from the connection's reader to the
+	// merge goroutine, which takes them in arrival order between relists.
+	streamBuf chan *runtimeapi.ContainerEventResponse
+	mode      atomic.Value // string: the active Mode, evented or generic
 	stream    streamState
 
 	streamConnectedAt       atomic.Int64 // unix ns; 0 while not connected
@@ -145,6 +149,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		cache:     statecache.New[*podRecord](),
 		batches:   make(chan mergeRequest),
 		relistNow: make(chan struct{}, 1),
+		streamBuf: make(chan *runtimeapi.ContainerEventResponse, streamBufferSize),
 	}
 	g.stream.wake = make(chan struct{}, 1)
 	g.seed(opts.Published)
@@ -245,17 +250,22 @@ func (g *Generator) Relist(ctx context.Context) error {
 	return nil
 }
 
+// mergeLoop is the one goroutine that writes the cache: it applies relist
+// batches and stream messages in the order they arrive.
 func (g *Generator) mergeLoop(ctx context.Context) error {
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
 			return nil
 		case req := <-g.batches:
-			err := g.apply(ctx, req.b)
+			err = g.apply(ctx, req.b)
 			req.done <- err // buffered: the submitter may have gone
-			if err != nil && ctx.Err() == nil {
-				return err
-			}
+		case ev := <-g.streamBuf:
+			err = g.applyStreamEvent(ctx, ev)
+		}
+		if err != nil && ctx.Err() == nil {
+			return err
 		}
 	}
 }

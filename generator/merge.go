@@ -57,7 +57,7 @@ func mergePod(old *podRecord, obs podObservation, src Source, at time.Time) (*po
 			if _, ok := seen[id]; ok || rec.state == stateGone {
 				continue
 			}
-			if obs.scope != nil && !obs.scope[rec.sandboxID] {
+			if obs.scope != nil && (!obs.scope[rec.sandboxID] || (obs.containersOnly && rec.info.Sandbox)) {
 				continue
 			}
 			missing = append(missing, rec)
@@ -165,7 +165,8 @@ func mergeContainer(rec *containerRecord, s *sighting, pod Pod, src Source, at t
 	if rec != nil && n == *rec {
 		return nil, nil
 	}
-	return &n, evs
+	out := n // only a changed record reaches the heap
+	return &out, evs
 }
 
 // fillInfo completes the container's identity from a sighting without

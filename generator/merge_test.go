@@ -56,11 +56,12 @@ func gone(id string) sighting {
 }
 
 type step struct {
-	src      Source
-	at       time.Time
-	complete bool
-	scope    map[string]bool
-	seen     []sighting
+	src            Source
+	at             time.Time
+	complete       bool
+	scope          map[string]bool
+	containersOnly bool
+	seen           []sighting
 }
 
 func relistStep(when time.Time, seen ...sighting) step {
@@ -76,7 +77,7 @@ func runSteps(steps []step) []Event {
 	var all []Event
 	for _, s := range steps {
 		var evs []Event
-		rec, evs = mergePod(rec, podObservation{pod: testPod, containers: s.seen, complete: s.complete, scope: s.scope}, s.src, s.at)
+		rec, evs = mergePod(rec, podObservation{pod: testPod, containers: s.seen, complete: s.complete, scope: s.scope, containersOnly: s.containersOnly}, s.src, s.at)
 		all = append(all, evs...)
 	}
 	return all
@@ -256,6 +257,19 @@ func TestMergeTransitions(t *testing.T) {
 				{ContainerStarted, "c2", StateRunning, "-", at(4), SourceRelist},
 				{ContainerDied, "c2", StateUnknown, "-", at(11), SourceRelist},
 				{ContainerRemoved, "c2", StateRemoved, "-", at(11), SourceRelist},
+			},
+		},
+		{
+			name: "a targeted relist of a sandbox's containers removes them but not the sandbox",
+			steps: []step{
+				relistStep(at(10), running("c1", at(3)), sighting{info: Container{ID: "sb", Sandbox: true}, sandboxID: "sb", state: stateRunning, createdAt: at(1)}),
+				{src: SourceRelist, at: at(11), complete: true, scope: map[string]bool{"sb": true}, containersOnly: true},
+			},
+			want: []brief{
+				{ContainerStarted, "c1", StateRunning, "-", at(3), SourceRelist},
+				{ContainerStarted, "sb", StateRunning, "-", at(1), SourceRelist},
+				{ContainerDied, "c1", StateUnknown, "-", at(11), SourceRelist},
+				{ContainerRemoved, "c1", StateRemoved, "-", at(11), SourceRelist},
 			},
 		},
 		{

@@ -111,4 +111,7 @@ type podObservation struct {
 	// scope, when set with complete, limits completeness to the records of
 	// these sandboxes (a targeted relist of one sandbox).
 	scope map[string]bool
+	// containersOnly, with scope, leaves the sandboxes' own records out of
+	// completeness: they were not listed.
+	containersOnly bool
 }

@@ -40,6 +40,9 @@ type batch struct {
 type relistScope struct {
 	podUID    string
 	sandboxID string
+	// containersOnly lists the sandbox's containers but not the sandbox:
+	// enough to confirm a container's stop or removal, in one call.
+	containersOnly bool
 }
 
 // relister turns one ListPodSandbox and one ListContainers into a batch, with
@@ -69,9 +72,12 @@ func (r *relister) relist(ctx context.Context, scope *relistScope) (*batch, erro
 		sbFilter = &runtimeapi.PodSandboxFilter{Id: scope.sandboxID}
 		cFilter = &runtimeapi.ContainerFilter{PodSandboxId: scope.sandboxID}
 	}
-	sandboxes, err := r.rt.ListPodSandbox(ctx, sbFilter)
-	if err != nil {
-		return nil, err
+	var sandboxes []*runtimeapi.PodSandbox
+	if scope == nil || !scope.containersOnly {
+		var err error
+		if sandboxes, err = r.rt.ListPodSandbox(ctx, sbFilter); err != nil {
+			return nil, err
+		}
 	}
 	containers, err := r.rt.ListContainers(ctx, cFilter)
 	if err != nil {
@@ -83,7 +89,7 @@ func (r *relister) relist(ctx context.Context, scope *relistScope) (*batch, erro
 		// The sandbox is gone with all its containers: an empty, complete
 		// view of it lets the merge declare them gone.
 		pods[scope.podUID] = &podObservation{pod: Pod{UID: scope.podUID}, complete: true,
-			scope: map[string]bool{scope.sandboxID: true}}
+			scope: map[string]bool{scope.sandboxID: true}, containersOnly: scope.containersOnly}
 	}
 	if err := r.inspect(ctx, pods, at); err != nil {
 		return nil, err
@@ -109,6 +115,7 @@ func (r *relister) group(sandboxes []*runtimeapi.PodSandbox, containers []*runti
 			o = &podObservation{pod: p, complete: true}
 			if scope != nil {
 				o.scope = map[string]bool{scope.sandboxID: true}
+				o.containersOnly = scope.containersOnly
 			}
 			pods[p.UID] = o
 		} else {
@@ -134,6 +141,10 @@ func (r *relister) group(sandboxes []*runtimeapi.PodSandbox, containers []*runti
 			state:     sandboxState(sb.GetState()),
 			createdAt: validTime(sb.GetCreatedAt(), at),
 		})
+	}
+	if scope != nil && scope.containersOnly {
+		// The sandbox was not listed: its pod is the one the event named.
+		bySandbox[scope.sandboxID] = Pod{UID: scope.podUID}
 	}
 	for _, c := range containers {
 		if c == nil || c.GetId() == "" {

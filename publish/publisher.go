@@ -85,7 +85,11 @@ type Options struct {
 //
 // Send and Pending are safe for concurrent use.
 type Publisher struct {
-	js      jetstream.JetStream
+	js jetstream.JetStream
+	// ajs publishes; its handlers report each outcome on acks, which has
+	// room for one outcome per message in flight.
+	ajs     jetstream.JetStream
+	acks    chan ackResult
 	enc     *Encoder
 	opts    Options // defaults applied
 	log     *slog.Logger
@@ -135,6 +139,7 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 	}
 	p := &Publisher{
 		js:       js,
+		acks:     make(chan ackResult, opts.MaxInFlight),
 		enc:      opts.Encoder,
 		opts:     opts,
 		log:      log.With("component", "publisher"),
@@ -147,7 +152,37 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 		return nil, fmt.Errorf("create publisher: %w", err)
 	}
 	p.metrics = m
+	// A JetStream context of our own reports every outcome through the
+	// handlers, on the connection's goroutine: no goroutine per message in
+	// flight, and one handoff fewer between the ack and the next publish.
+	// nats.go calls exactly one handler per publish (an ack, an error, or
+	// ErrAsyncPublishTimeout after AckTimeout).
+	ajs, err := jetstream.New(js.Conn(),
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
+			p.report(ackResult{msg: m, ack: ack, done: time.Now()})
+		}),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			p.report(ackResult{msg: m, err: err, done: time.Now()})
+		}),
+		jetstream.WithPublishAsyncTimeout(opts.AckTimeout),
+		jetstream.WithPublishAsyncMaxPending(opts.MaxInFlight),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("create publisher: %w", err)
+	}
+	p.ajs = ajs
 	return p, nil
+}
+
+// report hands the outcome of one publish to Run. It runs on the NATS
+// connection's goroutine and must not block: acks has room for every
+// message in flight, and each has exactly one outcome.
+func (p *Publisher) report(r ackResult) {
+	select {
+	case p.acks <- r:
+	default:
+		p.log.Error("publish outcome lost: more outcomes than messages in flight", "err", r.err)
+	}
 }
 
 func applyDefaults(o *Options) error {
@@ -266,8 +301,8 @@ func (p *Publisher) closeIntake() {
 // pleg_bridge_events_dropped_total and logged at Warn. Run returns nil after
 // that, or an error wrapping nats.ErrConnectionClosed if the NATS
 // connection is closed under it (everything queued is given up the same
-// way). It starts one goroutine per message in flight and stops them all
-// before returning. Run may be called once.
+// way). It starts no goroutine: outcomes arrive through the JetStream
+// context's handlers. Run may be called once.
 func (p *Publisher) Run(ctx context.Context) error {
 	p.mu.Lock()
 	started := p.started
@@ -278,20 +313,18 @@ func (p *Publisher) Run(ctx context.Context) error {
 	}
 	defer p.closeIntake()
 	d := &delivery{
-		p:       p,
-		pods:    make(map[string]*podQueue),
-		results: make(chan ackResult, p.opts.MaxInFlight),
-		stop:    make(chan struct{}),
+		p:        p,
+		pods:     make(map[string]*podQueue),
+		inflight: make(map[*nats.Msg]inflight, p.opts.MaxInFlight),
 	}
 	return d.run(ctx)
 }
 
-// delivery is the state of one Run. Only Run's goroutine touches it, except
-// for results and stop, which the ack waiters use.
+// delivery is the state of one Run. Only Run's goroutine touches it.
 type delivery struct {
 	p *Publisher
 	// pods holds the queued events of each pod with any. A pod is in
-	// exactly one of: ready, in flight (one await goroutine), retries.
+	// exactly one of: ready, in flight, retries.
 	pods    map[string]*podQueue
 	ready   []*podQueue
 	retries retryHeap
@@ -299,12 +332,14 @@ type delivery struct {
 	retryTimer *time.Timer
 	armedAt    time.Time
 	inFlight   int
-	// results has room for one result per message in flight, so the ack
-	// waiters never block on it.
-	results chan ackResult
-	stop    chan struct{}
-	waiters sync.WaitGroup
-	stopped bool
+	// inflight maps each published message to its pod until its outcome
+	// comes back on Publisher.acks.
+	inflight map[*nats.Msg]inflight
+}
+
+type inflight struct {
+	pod  *podQueue
+	sent time.Time
 }
 
 // podQueue holds the undelivered events of one pod in Send order. events[0]
@@ -317,6 +352,7 @@ type podQueue struct {
 }
 
 type ackResult struct {
+	msg  *nats.Msg
 	pod  *podQueue
 	ack  *jetstream.PubAck
 	err  error
@@ -325,7 +361,6 @@ type ackResult struct {
 }
 
 func (d *delivery) run(ctx context.Context) error {
-	defer d.stopWaiters()
 	d.retryTimer = time.NewTimer(time.Hour)
 	d.retryTimer.Stop()
 	defer d.retryTimer.Stop()
@@ -344,7 +379,7 @@ func (d *delivery) run(ctx context.Context) error {
 		select {
 		case e := <-d.p.queue:
 			d.add(e)
-		case r := <-d.results:
+		case r := <-d.p.acks:
 			d.handle(r)
 		case now := <-d.retryC():
 			d.armedAt = time.Time{}
@@ -392,7 +427,7 @@ func (d *delivery) dispatch() error {
 func (d *delivery) publish(pq *podQueue) error {
 	e := pq.events[0]
 	sent := time.Now()
-	paf, err := d.p.js.PublishMsgAsync(e.msg)
+	_, err := d.p.ajs.PublishMsgAsync(e.msg)
 	if err != nil {
 		if conn := d.p.js.Conn(); conn != nil && conn.IsClosed() {
 			return fmt.Errorf("publish event: %w (%w)", nats.ErrConnectionClosed, err)
@@ -408,31 +443,17 @@ func (d *delivery) publish(pq *podQueue) error {
 	}
 	d.inFlight++
 	d.p.metrics.inFlight.Inc()
-	d.waiters.Go(func() { d.await(paf, pq, sent) })
+	d.inflight[e.msg] = inflight{pod: pq, sent: sent}
 	return nil
 }
 
-// await waits for the outcome of one publish and reports it on results.
-// After a timeout, nats.go still holds the publish until its reply comes or
-// the connection reconnects; the retry is a new publish with the same
-// Nats-Msg-Id.
-func (d *delivery) await(paf jetstream.PubAckFuture, pq *podQueue, sent time.Time) {
-	timeout := time.NewTimer(d.p.opts.AckTimeout)
-	defer timeout.Stop()
-	r := ackResult{pod: pq, sent: sent}
-	select {
-	case r.ack = <-paf.Ok():
-	case r.err = <-paf.Err():
-	case <-timeout.C:
-		r.err = fmt.Errorf("wait %s for ack: %w", d.p.opts.AckTimeout, jetstream.ErrAsyncPublishTimeout)
-	case <-d.stop:
-		return
-	}
-	r.done = time.Now()
-	d.results <- r
-}
-
 func (d *delivery) handle(r ackResult) {
+	f, ok := d.inflight[r.msg]
+	if !ok {
+		return // given up already
+	}
+	delete(d.inflight, r.msg)
+	r.pod, r.sent = f.pod, f.sent
 	d.inFlight--
 	d.p.metrics.inFlight.Dec()
 	pq := r.pod
@@ -519,21 +540,23 @@ func (d *delivery) retryDue(now time.Time) {
 	}
 }
 
-// giveUp stops waiting for acks, takes in what the waiters and Send still
-// left, and drops every undelivered event.
+// giveUp takes in the outcomes that arrived and what Send still left, stops
+// waiting for acks, and drops every undelivered event.
 func (d *delivery) giveUp(reason string) {
-	d.stopWaiters()
 	for {
 		select {
-		case r := <-d.results:
+		case r := <-d.p.acks:
 			if r.err == nil {
 				d.handle(r)
 				continue
 			}
 			// Failed, and no time is left to retry it.
-			d.inFlight--
-			d.p.metrics.inFlight.Dec()
-			d.p.metrics.failed.Inc()
+			if _, ok := d.inflight[r.msg]; ok {
+				delete(d.inflight, r.msg)
+				d.inFlight--
+				d.p.metrics.inFlight.Dec()
+				d.p.metrics.failed.Inc()
+			}
 			continue
 		default:
 		}
@@ -552,6 +575,7 @@ func (d *delivery) giveUp(reason string) {
 	// it may yet be stored, but nobody waits for the ack any more.
 	d.p.metrics.inFlight.Sub(float64(d.inFlight))
 	d.inFlight = 0
+	clear(d.inflight)
 	for _, pq := range d.pods {
 		for _, e := range pq.events {
 			d.drop(e, reason, nil)
@@ -573,15 +597,6 @@ func (d *delivery) drop(e *outboxEvent, reason string, err error) {
 		attrs = append(attrs, "err", err)
 	}
 	d.p.log.Warn("drop event", attrs...)
-}
-
-func (d *delivery) stopWaiters() {
-	if d.stopped {
-		return
-	}
-	d.stopped = true
-	close(d.stop)
-	d.waiters.Wait()
 }
 
 // retryHeap orders pods waiting for a retry by retry time.
