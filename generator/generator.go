@@ -23,10 +23,13 @@ const (
 	// containerd's replay of stale events (it keeps them up to 5 minutes).
 	DefaultTombstoneTTL = 10 * time.Minute
 	// DefaultEventedRelistPeriod is the safety-net relist in evented mode.
-	// A full relist of a 30,000-container node costs tens of milliseconds of
-	// CPU (BenchmarkRelist), so relisting every 30 s costs a large node well
-	// under 1% of a core while bounding what a silently lost stream event
-	// can delay to 30 s; the kubelet's 300 s would let such a loss linger.
+	// BenchmarkRelist measures a steady relist (nothing changed) of a
+	// 30,000-container node at ~120 ms of CPU in the bridge, ~300 ms with
+	// the runtime's side of the gRPC calls; of a 1,000-container node at
+	// ~10 ms. Every 30 s that is 0.4% of a core (1% with the runtime) on the
+	// largest node, against 12-30% when relisting every second, while it
+	// bounds how long a lost stream event can go unnoticed to 30 s; the
+	// kubelet's 300 s would let such a loss linger.
 	DefaultEventedRelistPeriod = 30 * time.Second
 	DefaultStreamFailureLimit  = 3
 	DefaultStreamBackoffMin    = 500 * time.Millisecond
