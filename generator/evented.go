@@ -147,6 +147,7 @@ func (g *Generator) runStream(ctx context.Context, mode Mode) error {
 			return nil // ctx done
 		}
 		if !ok {
+			g.logger.Info("auto mode: relisting only, no event stream", "reason", why)
 			g.setMode(ModeGeneric, why)
 			return nil
 		}
@@ -199,6 +200,9 @@ func (g *Generator) detect(ctx context.Context) (bool, string, error) {
 		if err == nil {
 			ok, why := streamSupport(v)
 			return ok, why, nil
+		}
+		if status.Code(err) == codes.Unimplemented {
+			return false, "runtime does not implement Version, so whether its event stream is safe to share is unknown", nil
 		}
 		g.logger.Warn("cannot read runtime version to choose a mode, relisting meanwhile", "err", err)
 		select {

@@ -1,10 +1,12 @@
 package generator_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -473,4 +475,49 @@ pleg_bridge_cache_suppressed_total{source="evented"} 3
 		cancel()
 		<-done
 	})
+}
+
+func TestAutoModeRelistsWhenTheRuntimeHasNoVersion(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		rt := generatortest.NewFakeRuntime(crisim.Options{})
+		rt.FailNext("Version", status.Error(codes.Unimplemented, "no Version here"))
+		var logs syncBuffer
+		gen := generator.New(rt, generatortest.NewRecorder(), generator.Options{
+			Mode: generator.ModeAuto, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- gen.Run(ctx) }()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := rt.OpenStreams(); n != 0 || gen.Mode() != generator.ModeGeneric {
+			t.Errorf("mode %s with %d streams, want generic with none", gen.Mode(), n)
+		}
+		if !strings.Contains(logs.String(), "auto mode: relisting only") || !strings.Contains(logs.String(), "does not implement Version") {
+			t.Errorf("the decision and its reason were not logged:\n%s", logs.String())
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
