@@ -22,6 +22,14 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// advance moves a synctest bubble's virtual clock on by d and returns once
+// every goroutine in the bubble is blocked again. Nothing waits in real time:
+// inside a bubble, time.Sleep is how the clock moves.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
 type fixture struct {
 	rt  *generatortest.FakeRuntime
 	rec *generatortest.Recorder
@@ -245,26 +253,22 @@ func TestHealthFollowsTheRelistThreshold(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- f.gen.Run(ctx) }()
-		time.Sleep(10 * time.Second) // virtual time: ten relist periods
-		synctest.Wait()
+		advance(10 * time.Second) // virtual time: ten relist periods
 		if err := f.gen.Healthy(time.Now()); err != nil {
 			t.Fatalf("while relisting Healthy = %v", err)
 		}
 		f.rt.Hang()
-		time.Sleep(59 * time.Second)
-		synctest.Wait()
+		advance(59 * time.Second)
 		if err := f.gen.Healthy(time.Now()); err != nil {
 			t.Fatalf("within the threshold Healthy = %v", err)
 		}
-		time.Sleep(11 * time.Second)
-		synctest.Wait()
+		advance(11 * time.Second)
 		err := f.gen.Healthy(time.Now())
 		if err == nil || err.Error() != "pleg was last seen active 1m10s ago; threshold is 1m0s" {
 			t.Fatalf("with a hung runtime Healthy = %v", err)
 		}
 		f.rt.Unhang()
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
+		advance(2 * time.Second)
 		if err := f.gen.Healthy(time.Now()); err != nil {
 			t.Fatalf("after the runtime answered again Healthy = %v", err)
 		}
@@ -307,8 +311,7 @@ func TestAutoModeDoesNotSubscribeOnContainerd17(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- f.gen.Run(ctx) }()
-		time.Sleep(time.Minute)
-		synctest.Wait()
+		advance(time.Minute)
 		if n := f.rt.OpenStreams(); n != 0 {
 			t.Errorf("auto mode on containerd 1.7 has %d event streams open", n)
 		}
@@ -335,7 +338,7 @@ func TestEventedModeReportsAContainerThatLivedBetweenRelists(t *testing.T) {
 		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
 		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
 		must(0, m.StartContainer(c))
-		time.Sleep(100 * time.Millisecond)
+		advance(100 * time.Millisecond) // it runs for a moment
 		must(0, m.StopContainer(c, 2, "Error", ""))
 		must(0, m.RemoveContainer(c))
 		evs := f.rec.Wait(t, 4, time.Second)
@@ -374,9 +377,7 @@ func TestEventedModeFallsBackAndReturns(t *testing.T) {
 		}
 		// Three connections that die at once: fall back to relisting.
 		for i := range 3 {
-			for f.rt.OpenStreams() == 0 {
-				time.Sleep(100 * time.Millisecond)
-			}
+			<-f.rt.StreamOpened() // the backoff passes in virtual time
 			if n := f.rt.EndStreams(codes.Unavailable); n != 1 {
 				t.Fatalf("round %d: ended %d streams", i, n)
 			}
@@ -390,8 +391,7 @@ func TestEventedModeFallsBackAndReturns(t *testing.T) {
 		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
 		f.rec.Wait(t, 1, 5*time.Second)
 		// The stream comes back and stays up; events make it healthy.
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
+		advance(30 * time.Second)
 		if f.gen.Mode() != generator.ModeEvented {
 			t.Fatalf("mode = %s after a healthy stream, want evented", f.gen.Mode())
 		}
@@ -489,8 +489,7 @@ func TestAutoModeRelistsWhenTheRuntimeHasNoVersion(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- gen.Run(ctx) }()
-		time.Sleep(time.Minute)
-		synctest.Wait()
+		advance(time.Minute)
 		if n := rt.OpenStreams(); n != 0 || gen.Mode() != generator.ModeGeneric {
 			t.Errorf("mode %s with %d streams, want generic with none", gen.Mode(), n)
 		}

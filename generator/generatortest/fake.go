@@ -25,13 +25,19 @@ type FakeRuntime struct {
 	streams map[int]context.CancelCauseFunc // guarded by mu; open WatchEvents calls
 	nextID  int                             // guarded by mu
 	hang    chan struct{}                   // guarded by mu; non-nil: list calls block on it
+	opened  chan struct{}                   // one signal per WatchEvents call that subscribed
 }
+
+// streamOpenedBuffer bounds the stream openings a test has not waited for
+// yet; more are not signalled.
+const streamOpenedBuffer = 64
 
 var _ generator.Runtime = (*FakeRuntime)(nil)
 
 // NewFakeRuntime returns a fake over a new model with opts.
 func NewFakeRuntime(opts crisim.Options) *FakeRuntime {
-	return &FakeRuntime{model: crisim.NewRuntime(opts), failing: map[string][]error{}, streams: map[int]context.CancelCauseFunc{}}
+	return &FakeRuntime{model: crisim.NewRuntime(opts), failing: map[string][]error{}, streams: map[int]context.CancelCauseFunc{},
+		opened: make(chan struct{}, streamOpenedBuffer)}
 }
 
 // Model is the in-memory runtime the test drives.
@@ -62,6 +68,10 @@ func (f *FakeRuntime) OpenStreams() int {
 	defer f.mu.Unlock()
 	return len(f.streams)
 }
+
+// StreamOpened receives once for every WatchEvents call that subscribed to
+// the model, in order: a test waits on it for the generator to (re)connect.
+func (f *FakeRuntime) StreamOpened() <-chan struct{} { return f.opened }
 
 // Hang makes list calls block until Unhang or their ctx ends, as a runtime
 // that stops answering.
@@ -154,6 +164,10 @@ func (f *FakeRuntime) WatchEvents(ctx context.Context, fn func(*runtimeapi.Conta
 		f.mu.Unlock()
 	}()
 	sub := f.model.Subscribe(ctx)
+	select {
+	case f.opened <- struct{}{}:
+	default:
+	}
 	for ev := range sub.Events() {
 		fn(ev)
 	}
