@@ -347,9 +347,12 @@ func (g *Generator) targetedLoop(ctx context.Context) {
 // checkMissed counts the transitions a relist found that the stream, while
 // connected, should have reported first, and demotes a silent stream.
 func (g *Generator) checkMissed(b *batch, events []Event) {
+	if !b.full {
+		return // targeted relists follow stream events; they judge nothing
+	}
 	connected := g.streamConnectedAt.Load()
 	silent := g.streamEventsSinceRelist.Swap(0) == 0
-	if !b.full || connected == 0 || g.Mode() != ModeEvented {
+	if connected == 0 || g.Mode() != ModeEvented {
 		return
 	}
 	since := time.Unix(0, connected).Add(missedGrace)

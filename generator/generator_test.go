@@ -408,6 +408,60 @@ func TestEventedModeFallsBackAndReturns(t *testing.T) {
 	})
 }
 
+func TestASilentStreamIsDemotedUntilItDeliversAgain(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Options{}, generator.Options{
+			Mode: generator.ModeEvented, EventedRelistPeriod: 10 * time.Second, StreamHealthyAfter: 5 * time.Second,
+			StreamBackoffMin: time.Second, StreamBackoffMax: time.Second,
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		advance(5 * time.Second)
+		if f.gen.Mode() != generator.ModeEvented {
+			t.Fatalf("mode = %s at start", f.gen.Mode())
+		}
+		// The stream stays connected but reports nothing; the node changes.
+		f.rt.Mute()
+		m := f.rt.Model()
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		f.rec.Wait(t, 1, 15*time.Second) // found by the safety-net relist
+		synctest.Wait()
+		if f.gen.Mode() != generator.ModeGeneric {
+			t.Fatalf("mode = %s after a relist found what a connected stream did not report, want generic", f.gen.Mode())
+		}
+		if got := f.rec.Events()[0]; got.DetectedBy != generator.SourceRelist {
+			t.Fatalf("first event %s, want it from the relist", generatortest.Line(got))
+		}
+		// Reconnected but still silent: it does not return however long.
+		advance(time.Minute)
+		if f.gen.Mode() != generator.ModeGeneric {
+			t.Fatalf("a silent stream returned to evented mode")
+		}
+		// It delivers again: evented mode returns.
+		f.rt.Unmute()
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		must(0, m.StartContainer(c))
+		advance(time.Second)
+		if f.gen.Mode() != generator.ModeEvented {
+			t.Fatalf("mode = %s after the stream delivered again, want evented", f.gen.Mode())
+		}
+		const wantMetric = `
+# HELP pleg_bridge_stream_missed_transitions_total Transitions a relist found that the event stream should have reported first.
+# TYPE pleg_bridge_stream_missed_transitions_total counter
+pleg_bridge_stream_missed_transitions_total 1
+`
+		if err := testutil.GatherAndCompare(f.reg, strings.NewReader(wantMetric), "pleg_bridge_stream_missed_transitions_total"); err != nil {
+			t.Error(err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
+
 func TestSinkFailureStopsRun(t *testing.T) {
 	t.Parallel()
 	rt := generatortest.NewFakeRuntime(crisim.Options{})

@@ -26,6 +26,7 @@ type FakeRuntime struct {
 	nextID  int                             // guarded by mu
 	hang    chan struct{}                   // guarded by mu; non-nil: list calls block on it
 	opened  chan struct{}                   // one signal per WatchEvents call that subscribed
+	muted   bool                            // guarded by mu; streams stay open but deliver nothing
 }
 
 // streamOpenedBuffer bounds the stream openings a test has not waited for
@@ -72,6 +73,19 @@ func (f *FakeRuntime) OpenStreams() int {
 // StreamOpened receives once for every WatchEvents call that subscribed to
 // the model, in order: a test waits on it for the generator to (re)connect.
 func (f *FakeRuntime) StreamOpened() <-chan struct{} { return f.opened }
+
+// Mute makes open and future streams deliver nothing while staying
+// connected, as a runtime whose event stream silently broke; Unmute ends it.
+func (f *FakeRuntime) Mute() { f.setMuted(true) }
+
+// Unmute lets streams deliver events again.
+func (f *FakeRuntime) Unmute() { f.setMuted(false) }
+
+func (f *FakeRuntime) setMuted(m bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.muted = m
+}
 
 // Hang makes list calls block until Unhang or their ctx ends, as a runtime
 // that stops answering.
@@ -169,7 +183,12 @@ func (f *FakeRuntime) WatchEvents(ctx context.Context, fn func(*runtimeapi.Conta
 	default:
 	}
 	for ev := range sub.Events() {
-		fn(ev)
+		f.mu.Lock()
+		muted := f.muted
+		f.mu.Unlock()
+		if !muted {
+			fn(ev)
+		}
 	}
 	err := sub.Err()
 	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
