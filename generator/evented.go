@@ -187,8 +187,10 @@ func (g *Generator) runStream(ctx context.Context, mode Mode) error {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(jitter(delay)):
+			delay = min(delay*2, g.opts.StreamBackoffMax)
+		case <-g.runtimeBack:
+			delay = g.opts.StreamBackoffMin // the runtime answers again: reconnect now
 		}
-		delay = min(delay*2, g.opts.StreamBackoffMax)
 	}
 }
 

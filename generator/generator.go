@@ -86,6 +86,10 @@ type Generator struct {
 	batches  chan mergeRequest
 
 	relistNow chan struct{} // capacity 1: asks the relist loop for a relist now
+	// runtimeBack (capacity 1) tells the stream supervisor that a relist
+	// succeeded after failing: the runtime is back, so waiting out the
+	// stream's reconnect backoff would only delay evented mode.
+	runtimeBack chan struct{}
 	// streamBuf carries stream messages from the connection's reader to the
 	// merge goroutine, which takes them in arrival order between relists.
 	streamBuf chan *runtimeapi.ContainerEventResponse
@@ -144,15 +148,16 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		opts.Metrics = NewMetrics(nil)
 	}
 	g := &Generator{
-		rt:        rt,
-		sink:      sink,
-		opts:      opts,
-		logger:    opts.Logger.With("component", "generator"),
-		metrics:   opts.Metrics,
-		cache:     statecache.New[*podRecord](),
-		batches:   make(chan mergeRequest),
-		relistNow: make(chan struct{}, 1),
-		streamBuf: make(chan *runtimeapi.ContainerEventResponse, streamBufferSize),
+		rt:          rt,
+		sink:        sink,
+		opts:        opts,
+		logger:      opts.Logger.With("component", "generator"),
+		metrics:     opts.Metrics,
+		cache:       statecache.New[*podRecord](),
+		batches:     make(chan mergeRequest),
+		relistNow:   make(chan struct{}, 1),
+		runtimeBack: make(chan struct{}, 1),
+		streamBuf:   make(chan *runtimeapi.ContainerEventResponse, streamBufferSize),
 	}
 	g.stream.wake = make(chan struct{}, 1)
 	g.seed(opts.Published)
@@ -313,6 +318,10 @@ func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration)
 		case failing:
 			failing = false
 			g.logger.Info("relist recovered")
+			select {
+			case g.runtimeBack <- struct{}{}:
+			default:
+			}
 		}
 		t.Reset(period())
 	}

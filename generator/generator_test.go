@@ -462,6 +462,38 @@ pleg_bridge_stream_missed_transitions_total 1
 	})
 }
 
+func TestTheStreamReconnectsAsSoonAsTheRuntimeIsBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Options{}, generator.Options{
+			Mode: generator.ModeEvented, RelistPeriod: time.Second, StreamFailureLimit: 1,
+			StreamBackoffMin: 20 * time.Second, StreamBackoffMax: time.Hour,
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		<-f.rt.StreamOpened()
+		advance(time.Second)
+		// The runtime goes away: the stream ends (the bridge falls back to
+		// relisting every second) and a relist fails.
+		f.rt.FailNext("ListPodSandbox", status.Error(codes.Unavailable, "runtime restarting"))
+		f.rt.EndStreams(codes.Unavailable)
+		advance(1500 * time.Millisecond) // the failed relist, then one that succeeds
+		if f.gen.Mode() != generator.ModeGeneric {
+			t.Fatalf("mode = %s after the stream failed, want generic", f.gen.Mode())
+		}
+		// The reconnect backoff (20 s and more) has not passed, yet the
+		// stream is back because a relist showed the runtime answering.
+		if n := f.rt.OpenStreams(); n != 1 {
+			t.Fatalf("%d streams open 1.5 s after the runtime came back, want 1", n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
+
 func TestSinkFailureStopsRun(t *testing.T) {
 	t.Parallel()
 	rt := generatortest.NewFakeRuntime(crisim.Options{})
