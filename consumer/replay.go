@@ -47,33 +47,19 @@ func Replay(ctx context.Context, js jetstream.JetStream, opts Options, fn func(E
 	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
 		return nil
 	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("consume stream %s: %w", opts.stream(), err)
-	}
-	defer it.Stop()
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("read stream %s: %w", opts.stream(), err)
-		}
+	return readMessages(ctx, cons, opts.stream(), func(msg jetstream.Msg) (bool, error) {
 		meta, err := msg.Metadata()
 		if err != nil {
-			return fmt.Errorf("read message metadata: %w", err)
+			return true, fmt.Errorf("read message metadata: %w", err)
 		}
 		if meta.Sequence.Stream > last || (!opts.EndTime.IsZero() && meta.Timestamp.After(opts.EndTime)) {
-			return nil
+			return true, nil
 		}
 		if e, ok := opts.decode(msg); ok {
 			if err := fn(e); err != nil {
-				return err
+				return true, err
 			}
 		}
-		if meta.NumPending == 0 || meta.Sequence.Stream == last {
-			return nil
-		}
-	}
+		return meta.NumPending == 0 || meta.Sequence.Stream == last, nil
+	})
 }

@@ -41,24 +41,37 @@ func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn fun
 		return fmt.Errorf("create consumer on stream %s: %w", opts.stream(), err)
 	}
 	defer deleteConsumer(ctx, js, opts.stream(), cons)
+	err = readMessages(ctx, cons, opts.stream(), func(msg jetstream.Msg) (bool, error) {
+		if e, ok := opts.decode(msg); ok {
+			if err := fn(e); err != nil {
+				return true, err
+			}
+		}
+		return false, nil
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// readMessages hands each message of cons to each, in order, until each says
+// it is done or fails, or ctx ends (then it returns ctx.Err()).
+func readMessages(ctx context.Context, cons jetstream.Consumer, stream string, each func(jetstream.Msg) (done bool, err error)) error {
 	it, err := cons.Messages()
 	if err != nil {
-		return fmt.Errorf("consume stream %s: %w", opts.stream(), err)
+		return fmt.Errorf("consume stream %s: %w", stream, err)
 	}
 	defer it.Stop()
 	for {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return ctx.Err()
 			}
-			return fmt.Errorf("read stream %s: %w", opts.stream(), err)
+			return fmt.Errorf("read stream %s: %w", stream, err)
 		}
-		e, ok := opts.decode(msg)
-		if !ok {
-			continue
-		}
-		if err := fn(e); err != nil {
+		if done, err := each(msg); done || err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -107,17 +108,9 @@ func TestRelistReportsWhatIsAlreadyRunning(t *testing.T) {
 	}
 }
 
-var cmpSorted = cmp.Transformer("sort", func(in []string) []string {
-	out := append([]string(nil), in...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
-})
+// cmpSorted compares lists of lines without regard to order, for events of
+// different containers, which have no promised order among themselves.
+var cmpSorted = cmp.Transformer("sort", func(in []string) []string { return slices.Sorted(slices.Values(in)) })
 
 func TestRelistFollowsALifecycle(t *testing.T) {
 	t.Parallel()

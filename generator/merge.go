@@ -131,7 +131,7 @@ func mergeContainer(rec *containerRecord, s *sighting, pod Pod, src Source, at t
 			// Gone before we knew anything of it (a lone DELETED event): keep
 			// a tombstone so that a late replay of its earlier events is
 			// ignored, but invent nothing.
-			return &containerRecord{info: s.info, sandboxID: s.sandboxID, state: stateGone, goneAt: at, lastSeen: at,
+			return &containerRecord{sighting: sighting{info: s.info, sandboxID: s.sandboxID, state: stateGone}, goneAt: at, lastSeen: at,
 				emitted: bit(ContainerStarted) | bit(ContainerDied) | bit(ContainerRemoved)}, nil
 		}
 		n := *rec
@@ -142,7 +142,7 @@ func mergeContainer(rec *containerRecord, s *sighting, pod Pod, src Source, at t
 	}
 	var n containerRecord
 	if rec == nil {
-		n = containerRecord{info: s.info, sandboxID: s.sandboxID, state: s.state}
+		n = containerRecord{sighting: sighting{info: s.info, sandboxID: s.sandboxID, state: s.state}}
 		n.fill(s)
 	} else {
 		n = *rec

@@ -53,21 +53,13 @@ func bit(t LifecycleEventType) emittedSet {
 
 func (e emittedSet) has(t LifecycleEventType) bool { return e&bit(t) != 0 }
 
-// containerRecord is what the cache knows of one container or sandbox.
-// Records are immutable once stored: the merge copies before changing.
+// containerRecord is what the cache knows of one container or sandbox: the
+// sighting it has merged so far (for a sandbox, sandboxID is its own ID; a
+// targeted relist of one sandbox is complete only for that sandbox's
+// records) and what the merge keeps beyond it. Records are immutable once
+// stored: the merge copies before changing.
 type containerRecord struct {
-	info Container
-	// sandboxID is the pod sandbox the container runs in (a sandbox's own ID
-	// for a sandbox); a targeted relist of one sandbox is complete only for
-	// the records of that sandbox.
-	sandboxID  string
-	state      cstate
-	createdAt  time.Time
-	startedAt  time.Time
-	finishedAt time.Time
-	exitCode   *int32
-	reason     string
-	message    string
+	sighting
 	// sawExited is set once the container was observed exited (not merely
 	// found gone), so its Died event reports state exited.
 	sawExited bool

@@ -21,7 +21,7 @@ func restore(published []Event) map[string]*podRecord {
 		}
 		rec := p.containers[ev.Container.ID]
 		if rec == nil {
-			rec = &containerRecord{info: ev.Container, state: stateCreated}
+			rec = &containerRecord{sighting: sighting{info: ev.Container, state: stateCreated}}
 			if ev.Container.Sandbox {
 				rec.sandboxID = ev.Container.ID
 			}

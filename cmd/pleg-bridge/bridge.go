@@ -36,7 +36,9 @@ type bridge struct {
 func newBridge(cfg Config, rt generator.Runtime, nc *nats.Conn, logger *slog.Logger) (*bridge, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*cfg.PublishMaxInFlight))
+	// Stream setup and readiness; the publisher makes its own context for
+	// publishing, with its ack handlers.
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("create JetStream context: %w", err)
 	}

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -113,7 +115,7 @@ func (c Config) validate() error {
 		"EVENTED_RELIST_PERIOD": c.EventedRelistPeriod, "CRI_TIMEOUT": c.CRITimeout,
 		"STREAM_DUPLICATE_WINDOW": c.StreamDuplicateWindow, "SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
 	}
-	for _, name := range sortedKeys(positive) {
+	for _, name := range slices.Sorted(maps.Keys(positive)) {
 		if positive[name] <= 0 {
 			bad(name, positive[name], "must be positive")
 		}
@@ -151,21 +153,6 @@ func (c Config) validate() error {
 		bad("LOG_FORMAT", c.LogFormat, "want auto, text or json")
 	}
 	return errors.Join(errs...)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	for i := range keys {
-		for j := i + 1; j < len(keys); j++ {
-			if keys[j] < keys[i] {
-				keys[i], keys[j] = keys[j], keys[i]
-			}
-		}
-	}
-	return keys
 }
 
 // printConfigHelp prints every variable with its default and description.
