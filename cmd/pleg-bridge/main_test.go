@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -38,7 +37,7 @@ func fetchFrom(t *testing.T, js jetstream.JetStream, stream string, n int) []con
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	waitStream(t, js, stream)
+	publishtest.WaitStream(t, js, stream)
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -63,23 +62,6 @@ func fetchFrom(t *testing.T, js jetstream.JetStream, stream string, n int) []con
 		out = append(out, e)
 	}
 	return out
-}
-
-// waitStream returns once the bridge has created the PLEG stream, waiting on
-// JetStream's advisory if it does not exist yet.
-func waitStream(t *testing.T, js jetstream.JetStream, stream string) {
-	t.Helper()
-	created, err := js.Conn().SubscribeSync("$JS.EVENT.ADVISORY.STREAM.CREATED." + stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer created.Unsubscribe()
-	if _, err := js.Stream(t.Context(), stream); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return
-	}
-	if _, err := created.NextMsg(20 * time.Second); err != nil {
-		t.Fatalf("the bridge did not create the stream: %v", err)
-	}
 }
 
 func setenv(t *testing.T, kv map[string]string) {

@@ -3,7 +3,12 @@
 package publishtest
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -52,4 +57,35 @@ func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstre
 		t.Fatalf("create jetstream handle: %v", err)
 	}
 	return nc, js
+}
+
+// WaitStream returns once stream exists and can be used, or fails the test
+// after 30 s. It waits on JetStream's API audit advisory of the create call,
+// which the server sends after answering it; the stream-created advisory
+// comes before the stream is registered, too early to use the stream.
+func WaitStream(t testing.TB, js jetstream.JetStream, stream string) {
+	t.Helper()
+	audits, err := js.Conn().SubscribeSync("$JS.EVENT.ADVISORY.API")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer audits.Unsubscribe()
+	if _, err := js.Stream(context.Background(), stream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		msg, err := audits.NextMsg(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("stream %s was not created within 30s: %v", stream, err)
+		}
+		var audit struct {
+			Subject  string `json:"subject"`
+			Response string `json:"response"`
+		}
+		if json.Unmarshal(msg.Data, &audit) == nil && audit.Subject == "$JS.API.STREAM.CREATE."+stream &&
+			!strings.Contains(audit.Response, `"error"`) {
+			return
+		}
+	}
 }

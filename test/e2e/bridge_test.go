@@ -5,7 +5,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -84,7 +83,7 @@ func startBridge(t *testing.T, mode, prefix string) *bridge {
 			b.dumpLog()
 		}
 	})
-	waitStream(t, js)
+	publishtest.WaitStream(t, js, streamName)
 	b.events = follow(t, js, prefix)
 	return b
 }
@@ -157,23 +156,6 @@ func (b *bridge) scrape(prefix string) map[string]string {
 		b.t.Fatalf("read %s: %v", b.metrics, err)
 	}
 	return out
-}
-
-// waitStream returns once the bridge has created the stream, waiting on
-// JetStream's advisory if it does not exist yet.
-func waitStream(t *testing.T, js jetstream.JetStream) {
-	t.Helper()
-	created, err := js.Conn().SubscribeSync("$JS.EVENT.ADVISORY.STREAM.CREATED." + streamName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer created.Unsubscribe()
-	if _, err := js.Stream(t.Context(), streamName); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return
-	}
-	if _, err := created.NextMsg(30 * time.Second); err != nil {
-		t.Fatalf("the bridge did not create stream %s within 30s: %v", streamName, err)
-	}
 }
 
 // event is a decoded event with the time JetStream stored it.
