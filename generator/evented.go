@@ -312,6 +312,11 @@ func (g *Generator) requestTargeted(s relistScope) {
 	if g.stream.pending == nil {
 		g.stream.pending = make(map[string]relistScope)
 	}
+	if prev, ok := g.stream.pending[s.sandboxID]; ok {
+		// A sandbox's own event needs the sandbox listed too, whatever its
+		// containers' events asked for.
+		s.containersOnly = s.containersOnly && prev.containersOnly
+	}
 	g.stream.pending[s.sandboxID] = s
 	g.stream.pendingMu.Unlock()
 	select {
@@ -326,6 +331,13 @@ func (g *Generator) targetedLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-g.stream.wake:
+		}
+		if g.opts.TargetedRelistDelay > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(g.opts.TargetedRelistDelay):
+			}
 		}
 		g.stream.pendingMu.Lock()
 		pending := g.stream.pending

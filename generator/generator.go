@@ -35,6 +35,13 @@ const (
 	DefaultStreamBackoffMin    = 500 * time.Millisecond
 	DefaultStreamBackoffMax    = 30 * time.Second
 	DefaultStreamHealthyAfter  = 30 * time.Second
+	// DefaultTargetedRelistDelay is how long the targeted relist after a
+	// STOPPED or DELETED event waits for more of the same pod's events to
+	// coalesce with. A pod's termination stops and removes each of its
+	// containers and its sandbox within a few milliseconds; one listing
+	// confirms them all. Waiting also keeps the confirming call off the CPU
+	// while the event that asked for it is still being published.
+	DefaultTargetedRelistDelay = 100 * time.Millisecond
 )
 
 // Options configure a Generator. Zero values take the defaults.
@@ -56,6 +63,9 @@ type Options struct {
 	// StreamHealthyAfter is how long a connection must last to count as
 	// healthy: to reset the failure count and to return to evented mode.
 	StreamHealthyAfter time.Duration
+	// TargetedRelistDelay is how long a targeted relist waits to coalesce
+	// with later requests for the same pod; negative means no wait.
+	TargetedRelistDelay time.Duration
 	// StatusConcurrency bounds the ContainerStatus calls in flight during
 	// one relist.
 	StatusConcurrency int
@@ -140,6 +150,9 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 	}
 	if opts.StreamHealthyAfter <= 0 {
 		opts.StreamHealthyAfter = DefaultStreamHealthyAfter
+	}
+	if opts.TargetedRelistDelay == 0 {
+		opts.TargetedRelistDelay = DefaultTargetedRelistDelay
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

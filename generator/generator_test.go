@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -352,6 +353,88 @@ func TestEventedModeReportsAContainerThatLivedBetweenRelists(t *testing.T) {
 			t.Fatalf("Run = %v", err)
 		}
 	})
+}
+
+// TestATerminatingPodIsConfirmedByOneTargetedRelist ends a pod's three
+// containers and its sandbox within a few milliseconds, as a pod deletion
+// does: their STOPPED and DELETED events ask for targeted relists of the
+// same sandbox, which coalesce into one listing of its containers and one
+// of the sandbox, asked for by the sandbox's own event whether it comes
+// before or after its containers' events.
+func TestATerminatingPodIsConfirmedByOneTargetedRelist(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		end  func(m *crisim.Runtime, sb string, cs []string) error
+		want int // events after the pod's end
+	}{{
+		name: "containers stopped, then the sandbox",
+		end: func(m *crisim.Runtime, sb string, cs []string) error {
+			for _, c := range cs {
+				if err := m.StopContainer(c, 0, "Completed", ""); err != nil {
+					return err
+				}
+				advance(time.Millisecond)
+			}
+			return m.StopPodSandbox(sb)
+		},
+		want: 4, // three containers and the sandbox died
+	}, {
+		name: "sandbox stopped, then its containers removed",
+		end: func(m *crisim.Runtime, sb string, cs []string) error {
+			if err := m.StopPodSandbox(sb); err != nil {
+				return err
+			}
+			for _, c := range cs {
+				advance(time.Millisecond)
+				if err := m.RemoveContainer(c); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		want: 7, // and three removed
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour})
+				m := f.rt.Model()
+				sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+				var cs []string
+				for i := range 3 {
+					c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: fmt.Sprintf("c%d", i)}))
+					must(0, m.StartContainer(c))
+					cs = append(cs, c)
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan error, 1)
+				go func() { done <- f.gen.Run(ctx) }()
+				synctest.Wait()
+				f.rec.Wait(t, 4, time.Second)
+				lists, sandboxLists := len(f.rt.ListCalls("ListContainers")), len(f.rt.ListCalls("ListPodSandbox"))
+
+				if err := tc.end(m, sb, cs); err != nil {
+					t.Fatal(err)
+				}
+				advance(generator.DefaultTargetedRelistDelay)
+
+				if got := f.rt.ListCalls("ListContainers")[lists:]; !slices.Equal(got, []string{sb}) {
+					t.Errorf("ListContainers calls after the pod ended filtered on %q, want one on its sandbox %q", got, sb)
+				}
+				if got := f.rt.ListCalls("ListPodSandbox")[sandboxLists:]; !slices.Equal(got, []string{sb}) {
+					t.Errorf("ListPodSandbox calls after the pod ended filtered on %q, want one on its sandbox %q", got, sb)
+				}
+				if evs := f.rec.Events()[4:]; len(evs) != tc.want {
+					t.Errorf("got %d events after the pod ended, want %d:\n%s", len(evs), tc.want, generatortest.Summary(evs))
+				}
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatalf("Run = %v", err)
+				}
+			})
+		})
+	}
 }
 
 func TestEventedModeFallsBackAndReturns(t *testing.T) {

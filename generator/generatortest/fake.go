@@ -3,6 +3,7 @@ package generatortest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/pleg-bridge/pleg-bridge/crisim"
@@ -27,6 +28,7 @@ type FakeRuntime struct {
 	hang    chan struct{}                   // guarded by mu; non-nil: list calls block on it
 	opened  chan struct{}                   // one signal per WatchEvents call that subscribed
 	muted   bool                            // guarded by mu; streams stay open but deliver nothing
+	calls   map[string][]string             // guarded by mu; the sandbox filter of each list call
 }
 
 // streamOpenedBuffer bounds the stream openings a test has not waited for
@@ -38,7 +40,7 @@ var _ generator.Runtime = (*FakeRuntime)(nil)
 // NewFakeRuntime returns a fake over a new model with opts.
 func NewFakeRuntime(opts crisim.Options) *FakeRuntime {
 	return &FakeRuntime{model: crisim.NewRuntime(opts), failing: map[string][]error{}, streams: map[int]context.CancelCauseFunc{},
-		opened: make(chan struct{}, streamOpenedBuffer)}
+		opened: make(chan struct{}, streamOpenedBuffer), calls: map[string][]string{}}
 }
 
 // Model is the in-memory runtime the test drives.
@@ -107,6 +109,21 @@ func (f *FakeRuntime) Unhang() {
 	}
 }
 
+// ListCalls returns, for each call made so far to method ("ListPodSandbox"
+// or "ListContainers"), the sandbox ID it filtered on, "" for a call that
+// listed everything: a test tells full relists from targeted ones by it.
+func (f *FakeRuntime) ListCalls(method string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls[method])
+}
+
+func (f *FakeRuntime) recordList(method, sandboxID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[method] = append(f.calls[method], sandboxID)
+}
+
 func (f *FakeRuntime) enter(ctx context.Context, method string) error {
 	f.mu.Lock()
 	hang := f.hang
@@ -138,6 +155,7 @@ func (f *FakeRuntime) Version(ctx context.Context) (*runtimeapi.VersionResponse,
 
 // ListPodSandbox implements generator.Runtime.
 func (f *FakeRuntime) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	f.recordList("ListPodSandbox", filter.GetId())
 	if err := f.enter(ctx, "ListPodSandbox"); err != nil {
 		return nil, err
 	}
@@ -146,6 +164,7 @@ func (f *FakeRuntime) ListPodSandbox(ctx context.Context, filter *runtimeapi.Pod
 
 // ListContainers implements generator.Runtime.
 func (f *FakeRuntime) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	f.recordList("ListContainers", filter.GetPodSandboxId())
 	if err := f.enter(ctx, "ListContainers"); err != nil {
 		return nil, err
 	}
