@@ -51,7 +51,8 @@ func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time) (*batch, 
 		return nil, nil, fmt.Errorf("event %s for container %s: sandbox %s has no pod UID", ev.GetContainerEventType(), ev.GetContainerId(), sbs.GetId())
 	}
 	sbID := sbs.GetId()
-	obs := podObservation{pod: pod}
+	// Room for the sandbox, every status and the event's own container.
+	obs := podObservation{pod: pod, containers: make([]sighting, 0, len(ev.GetContainersStatuses())+2)}
 	if sbID != "" {
 		s := sighting{
 			info:      Container{ID: sbID, Attempt: sbs.GetMetadata().GetAttempt(), Sandbox: true},
