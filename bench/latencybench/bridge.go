@@ -25,34 +25,23 @@ const readyTimeout = 30 * time.Second
 const readyPoll = 10 * time.Millisecond
 
 // runBridge measures one bridge mode on a new simulated node: the runtime on
-// a unix socket, the CRI client, and a generator and publisher wired as
-// cmd/pleg-bridge wires them, with the production defaults except for the
-// mode and the generic relist period.
+// a unix socket, in a process of its own or in this one (Config.Runtime),
+// the CRI client, and a generator and publisher wired as cmd/pleg-bridge
+// wires them, with the production defaults except for the mode and the
+// generic relist period.
 func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 	cfg := h.cfg
-	model := crisim.NewRuntime(crisim.Containerd24Options())
 	tr := newTracker(int(cfg.Rate * (cfg.Warmup + cfg.Duration).Seconds()))
 	slots := max(3, int(math.Ceil(cfg.Rate*cfg.Dwell.Seconds())))
-	pool, err := newPool(model, slots, cfg.ContainersPerPod, tr)
-	if err != nil {
-		return Result{}, err
-	}
-
 	sock := filepath.Join(h.dir, string(mode)+".sock")
-	lis, err := crisim.Listen(sock)
-	if err != nil {
-		return Result{}, err
-	}
-	sim := crisim.NewServer(model, crisim.ServerOptions{})
+
 	cri, err := generator.NewCRIClient("unix://"+sock, generator.CRIOptions{})
 	if err != nil {
-		lis.Close()
 		return Result{}, err
 	}
 	defer cri.Close()
 	nc, js, err := h.connect(string(mode))
 	if err != nil {
-		lis.Close()
 		return Result{}, err
 	}
 	defer nc.Close()
@@ -68,7 +57,6 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 		OnAck:        tr.onAck,
 	})
 	if err != nil {
-		lis.Close()
 		return Result{}, err
 	}
 	metrics := generator.NewMetrics(reg)
@@ -88,6 +76,48 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 		Metrics:      metrics,
 	})
 
+	// The runtime starts last: from then on only the goroutines below stop
+	// it. Either topology gives the same three things.
+	var (
+		serve      func(ctx context.Context) error          // serves CRI until ctx is done
+		drive      func(ctx context.Context) (paced, error) // makes the transitions, tracked; returns after the last
+		subscribed func() bool                              // the stream has a subscriber; nil where not visible
+	)
+	switch cfg.Runtime {
+	case RuntimeInProcess:
+		model := crisim.NewRuntime(crisim.Containerd24Options())
+		pool, err := newPool(model, slots, cfg.ContainersPerPod, tr.track)
+		if err != nil {
+			return Result{}, err
+		}
+		lis, err := crisim.Listen(sock)
+		if err != nil {
+			return Result{}, err
+		}
+		sim := crisim.NewServer(model, crisim.ServerOptions{})
+		serve = func(ctx context.Context) error { return sim.Serve(ctx, lis) }
+		drive = func(ctx context.Context) (paced, error) {
+			return pace(ctx, cfg.Rate, cfg.Warmup, cfg.Duration, pool.transition)
+		}
+		subscribed = func() bool { return model.Stats().Subscribers > 0 }
+	default: // RuntimeProcess; the process waits for the subscription itself
+		env, err := runtimeProcessEnv(runtimeSpec{
+			Socket: sock, Rate: cfg.Rate, Warmup: cfg.Warmup, Duration: cfg.Duration,
+			Slots: slots, ContainersPerPod: cfg.ContainersPerPod, WaitSubscriber: mode == ModeEvented,
+		})
+		if err != nil {
+			return Result{}, fmt.Errorf("measure %s mode: %w", mode, err)
+		}
+		proc, err := startRuntimeProcess(ctx, env, cfg.Logger)
+		if err != nil {
+			return Result{}, fmt.Errorf("measure %s mode: %w", mode, err)
+		}
+		serve = func(ctx context.Context) error { return proc.run(ctx, tr) }
+		// Pacing runs late only when the runtime's process is starved.
+		timeout := readyTimeout + 2*(cfg.Warmup+cfg.Duration)
+		drive = func(ctx context.Context) (paced, error) { return proc.drive(ctx, timeout) }
+	}
+
 	// Shutdown order as in the bridge: the generator stops first, then the
 	// publisher delivers what is pending, then the runtime goes away.
 	eg, egctx := errgroup.WithContext(ctx)
@@ -97,7 +127,7 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 	defer stopPub()
 	genCtx, stopGen := context.WithCancel(egctx)
 	defer stopGen()
-	eg.Go(func() error { return sim.Serve(simCtx, lis) })
+	eg.Go(func() error { return serve(simCtx) })
 	eg.Go(func() error {
 		defer stopSim()
 		if err := pub.Run(pubCtx); err != nil {
@@ -115,10 +145,10 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 	var res Result
 	eg.Go(func() error {
 		defer stopGen()
-		if err := waitReady(egctx, mode, model, gen, pub); err != nil {
+		if err := waitReady(egctx, mode, gen, pub, subscribed); err != nil {
 			return err
 		}
-		p, err := pace(egctx, cfg.Rate, cfg.Warmup, cfg.Duration, pool.transition)
+		p, err := drive(egctx)
 		if err != nil {
 			return err
 		}
@@ -132,6 +162,7 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 			return egctx.Err()
 		}
 		res = tr.result(mode, p)
+		res.Runtime = cfg.Runtime
 		return nil
 	})
 	if err := eg.Wait(); err != nil {
@@ -142,27 +173,33 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 
 // waitReady returns once the bridge is in its steady state: the first relist
 // merged, everything it produced acked, and in evented mode the stream
-// subscribed, so that the driver's first transitions are not queued behind
-// the setup's.
-func waitReady(ctx context.Context, mode Mode, model *crisim.Runtime, gen *generator.Generator, pub *publish.Publisher) error {
+// subscribed (as far as subscribed, if not nil, can tell), so that the
+// driver's first transitions are not queued behind the setup's.
+func waitReady(ctx context.Context, mode Mode, gen *generator.Generator, pub *publish.Publisher, subscribed func() bool) error {
+	return pollUntil(ctx, func() bool {
+		ready := gen.Synced() && pub.Pending() == 0
+		if mode == ModeEvented {
+			ready = ready && gen.Mode() == generator.ModeEvented && (subscribed == nil || subscribed())
+		}
+		return ready
+	}, "the bridge did not become ready (first relist acked, stream subscribed) within "+readyTimeout.String())
+}
+
+// pollUntil returns once cond holds, looking every readyPoll; ctx.Err() if
+// ctx is done first, and an error saying timeout after readyTimeout.
+func pollUntil(ctx context.Context, cond func() bool, timeout string) error {
 	deadline := time.NewTimer(readyTimeout)
 	defer deadline.Stop()
 	t := time.NewTicker(readyPoll)
 	defer t.Stop()
-	for {
-		ready := gen.Synced() && pub.Pending() == 0
-		if mode == ModeEvented {
-			ready = ready && gen.Mode() == generator.ModeEvented && model.Stats().Subscribers > 0
-		}
-		if ready {
-			return nil
-		}
+	for !cond() {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
-			return errors.New("the bridge did not become ready (first relist acked, stream subscribed) within " + readyTimeout.String())
+			return errors.New(timeout)
 		case <-t.C:
 		}
 	}
+	return nil
 }

@@ -3,16 +3,25 @@
 // evented and in generic mode, next to the raw JetStream publish→ack latency
 // of messages of the same size, rate and server.
 //
-// Everything runs in one process on loopback: an embedded NATS server with
-// JetStream, the simulated runtime (crisim) served over a real unix socket,
-// the real CRI client, and a generator and publisher wired as the bridge
-// wires them (production defaults but for the mode under test and the relist
-// period). A driver makes the runtime start, stop and remove containers at a
-// fixed rate; each transition is timed from just before the driver's call to
-// the moment the publisher's OnAck reports the matching event (container ID
-// and event type). With Config.Stages, each bridge event is also timed at
-// the stages visible from outside the generator and the publisher: stream
+// Everything runs on loopback: an embedded NATS server with JetStream, the
+// simulated runtime (crisim) served over a real unix socket, the real CRI
+// client, and a generator and publisher wired as the bridge wires them
+// (production defaults but for the mode under test and the relist period).
+// A driver makes the runtime start, stop and remove containers at a fixed
+// rate; each transition is timed from just before the driver's call to the
+// moment the publisher's OnAck reports the matching event (container ID and
+// event type). With Config.Stages, each bridge event is also timed at the
+// stages visible from outside the generator and the publisher: stream
 // arrival, hand-over to the publisher, queued, acked.
+//
+// The simulated runtime and its driver run in a child process by default
+// (RuntimeProcess), as containerd runs beside the bridge on a node, so that
+// their CPU use, allocations and garbage collection do not disturb the
+// bridge's latencies: the harness re-executes its own executable, which
+// takes that role in MaybeRunRuntimeProcess, and the child reports each
+// transition, stamped with the wall clock both processes share, over a pipe
+// (protocol.go). RuntimeInProcess keeps everything in one process. The NATS
+// server always runs in the harness's process, beside the bridge.
 //
 // pleg-bench (cmd/pleg-bench) prints the results as a table, and
 // BenchmarkDetectionLatency runs the same harness briefly. Nothing else may

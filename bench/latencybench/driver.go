@@ -14,6 +14,9 @@ import (
 type paced struct {
 	rate float64 // calls per second achieved
 	cpu  float64 // the process's CPU use, in cores; 0 where unknown
+	// runtimeCPU is the runtime's process's CPU use, in cores, when the
+	// calls were made there (RuntimeProcess); 0 otherwise or where unknown.
+	runtimeCPU float64
 }
 
 // pace calls op at rate per second for warmup+duration, paced by a ticker:
@@ -87,14 +90,22 @@ type pool struct {
 	model *crisim.Runtime
 	slots []slot
 	next  int
-	tr    *tracker
+	track trackFunc
 }
+
+// trackFunc makes the transition tr by calling call, the runtime call, and
+// tells whoever matches the acks about it: the tracker in the harness's
+// process (tracker.track), or the parent through a record (the runtime's
+// process, recordWriter.track). A transition whose call fails must not be
+// counted. It returns call's error, or its own.
+type trackFunc func(tr transition, measured bool, call func() error) error
 
 // newPool creates the pods of n slots, containersPerPod a pod, in model,
 // with a third of the slots holding a running container and a third an
 // exited one, so that the driver makes starts, stops and removes in equal
-// parts from the first transition on. It emits the events of that setup.
-func newPool(model *crisim.Runtime, n, containersPerPod int, tr *tracker) (*pool, error) {
+// parts from the first transition on. It emits the events of that setup,
+// which are not tracked; track is given the driver's transitions.
+func newPool(model *crisim.Runtime, n, containersPerPod int, track trackFunc) (*pool, error) {
 	pods := (n + containersPerPod - 1) / containersPerPod
 	sandboxes := make([]string, pods)
 	for i := range sandboxes {
@@ -104,12 +115,12 @@ func newPool(model *crisim.Runtime, n, containersPerPod int, tr *tracker) (*pool
 		}
 		sandboxes[i] = id
 	}
-	p := &pool{model: model, slots: make([]slot, n), tr: tr}
+	p := &pool{model: model, slots: make([]slot, n), track: track}
 	for i := range p.slots {
 		s := &p.slots[i]
 		s.sandboxID, s.name = sandboxes[i%pods], fmt.Sprintf("c%d", i/pods)
 		for range i % 3 {
-			if err := p.step(s, nil); err != nil {
+			if err := p.step(s, false, untracked); err != nil {
 				return nil, fmt.Errorf("set up slot %d: %w", i, err)
 			}
 		}
@@ -122,12 +133,14 @@ func newPool(model *crisim.Runtime, n, containersPerPod int, tr *tracker) (*pool
 func (p *pool) transition(measured bool) error {
 	s := &p.slots[p.next]
 	p.next = (p.next + 1) % len(p.slots)
-	return p.step(s, func(tr transition) { p.tr.expect(tr, measured) })
+	return p.step(s, measured, p.track)
 }
 
-// step moves s one transition on. expect, if not nil, is called right before
-// the runtime call that makes the transition.
-func (p *pool) step(s *slot, expect func(transition)) error {
+// untracked makes a transition of the pool's setup.
+func untracked(_ transition, _ bool, call func() error) error { return call() }
+
+// step moves s one transition on, made through track.
+func (p *pool) step(s *slot, measured bool, track trackFunc) error {
 	var tr transition
 	var call func() error
 	switch s.state {
@@ -148,13 +161,7 @@ func (p *pool) step(s *slot, expect func(transition)) error {
 		tr = transition{s.id, generator.ContainerRemoved}
 		call = func() error { return p.model.RemoveContainer(s.id) }
 	}
-	if expect != nil {
-		expect(tr)
-	}
-	if err := call(); err != nil {
-		if expect != nil {
-			p.tr.forget(tr)
-		}
+	if err := track(tr, measured, call); err != nil {
 		return fmt.Errorf("%s of container %s: %w", tr.typ, tr.containerID, err)
 	}
 	s.state = (s.state + 1) % 3

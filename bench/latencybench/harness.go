@@ -48,6 +48,30 @@ func ParseModes(s string) ([]Mode, error) {
 	return modes, nil
 }
 
+// RuntimeTopology is where the simulated runtime runs in the bridge modes.
+type RuntimeTopology string
+
+// Runtime topologies.
+const (
+	// RuntimeProcess runs the simulated runtime and its driver in a child
+	// process, as containerd runs beside the bridge on a node, so that their
+	// CPU use, allocations and garbage collection are not charged to the
+	// bridge's process. The default.
+	RuntimeProcess RuntimeTopology = "process"
+	// RuntimeInProcess runs them in the harness's own process, beside the
+	// bridge and the NATS server.
+	RuntimeInProcess RuntimeTopology = "inprocess"
+)
+
+// ParseRuntime reads a runtime topology: "process" or "inprocess".
+func ParseRuntime(s string) (RuntimeTopology, error) {
+	switch t := RuntimeTopology(s); t {
+	case RuntimeProcess, RuntimeInProcess:
+		return t, nil
+	}
+	return "", fmt.Errorf("unknown runtime topology %q (want process or inprocess)", s)
+}
+
 // Defaults for Config.
 const (
 	DefaultRate             = 1000
@@ -93,6 +117,11 @@ type Config struct {
 	// temporary directory that Close removes. Keep it short: a unix socket
 	// path is limited to about 100 bytes.
 	Dir string
+	// Runtime is where the simulated runtime and its driver run in the
+	// bridge modes; default RuntimeProcess. A Harness in that topology
+	// re-executes its own executable, which must call
+	// MaybeRunRuntimeProcess first thing in main (and tests in TestMain).
+	Runtime RuntimeTopology
 	// Stages times the stages of each bridge event (see Result.Stages): the
 	// generator's Runtime and Sink are then wrapped to stamp each stream
 	// event's arrival and each event's encoding, and the publisher is
@@ -128,10 +157,16 @@ func (c *Config) applyDefaults() error {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 5*time.Second + 3*c.RelistPeriod
 	}
+	if c.Runtime == "" {
+		c.Runtime = RuntimeProcess
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	var errs []error
+	if _, err := ParseRuntime(string(c.Runtime)); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Rate < 0 || c.Rate > 100_000 {
 		errs = append(errs, fmt.Errorf("rate %v: want more than 0 and at most 100000 per second", c.Rate))
 	}
@@ -163,9 +198,16 @@ type Result struct {
 	ByRelist int
 	// Rate is the rate the driver achieved while measuring, per second.
 	Rate float64
-	// CPU is the whole process's CPU use while measuring, in cores: the
-	// NATS server and the simulated runtime included. 0 where unknown.
+	// Runtime is where the simulated runtime ran; empty in raw mode.
+	Runtime RuntimeTopology
+	// CPU is the CPU use while measuring, in cores, of the harness's
+	// process: the bridge and the NATS server, and in the in-process
+	// topology the simulated runtime too. 0 where unknown.
 	CPU float64
+	// RuntimeCPU is the simulated runtime's process's CPU use while
+	// measuring, in cores, in the process topology; 0 otherwise or where
+	// unknown.
+	RuntimeCPU float64
 	// Latency summarises the acked transitions' latencies.
 	Latency Summary
 	// Stages splits the latency of the bridge modes' events into the stages

@@ -58,32 +58,40 @@ func BenchmarkDetectionLatency(b *testing.B) {
 }
 
 // TestHarnessMeasuresEveryMode runs each mode for half a second at a low rate
-// with a fast relist, and checks that every transition is acked once and
+// with a fast relist, with the simulated runtime in a process of its own and
+// in the harness's, and checks that every transition is acked once and
 // timed.
 func TestHarnessMeasuresEveryMode(t *testing.T) {
-	h, err := latencybench.Start(t.Context(), latencybench.Config{
-		Rate: 200, Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
-		RelistPeriod: 100 * time.Millisecond, Dir: t.TempDir(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	for _, mode := range []latencybench.Mode{latencybench.ModeRaw, latencybench.ModeEvented, latencybench.ModeGeneric} {
-		r, err := h.Run(t.Context(), mode)
-		if err != nil {
-			t.Fatalf("Run(%s): %v", mode, err)
-		}
-		if r.Expected != 100 || r.Acked != r.Expected || r.Duplicates != 0 || r.Latency.Count != r.Acked {
-			t.Errorf("%s: %d expected, %d acked, %d duplicates, %d timed; want 100 of each and no duplicate",
-				mode, r.Expected, r.Acked, r.Duplicates, r.Latency.Count)
-		}
-		if r.Latency.P50 <= 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.Max {
-			t.Errorf("%s: latencies out of order: %+v", mode, r.Latency)
-		}
-		if mode == latencybench.ModeGeneric && r.ByRelist != r.Acked {
-			t.Errorf("generic: %d of %d events detected by a relist, want all", r.ByRelist, r.Acked)
-		}
+	for _, runtime := range []latencybench.RuntimeTopology{latencybench.RuntimeProcess, latencybench.RuntimeInProcess} {
+		t.Run(string(runtime), func(t *testing.T) {
+			h, err := latencybench.Start(t.Context(), latencybench.Config{
+				Rate: 200, Duration: 500 * time.Millisecond, Warmup: 100 * time.Millisecond,
+				RelistPeriod: 100 * time.Millisecond, Runtime: runtime, Dir: t.TempDir(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(h.Close)
+			for _, mode := range []latencybench.Mode{latencybench.ModeRaw, latencybench.ModeEvented, latencybench.ModeGeneric} {
+				r, err := h.Run(t.Context(), mode)
+				if err != nil {
+					t.Fatalf("Run(%s): %v", mode, err)
+				}
+				if r.Expected != 100 || r.Acked != r.Expected || r.Duplicates != 0 || r.Latency.Count != r.Acked {
+					t.Errorf("%s: %d expected, %d acked, %d duplicates, %d timed; want 100 of each and no duplicate",
+						mode, r.Expected, r.Acked, r.Duplicates, r.Latency.Count)
+				}
+				if r.Latency.P50 <= 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.Max {
+					t.Errorf("%s: latencies out of order: %+v", mode, r.Latency)
+				}
+				if mode == latencybench.ModeGeneric && r.ByRelist != r.Acked {
+					t.Errorf("generic: %d of %d events detected by a relist, want all", r.ByRelist, r.Acked)
+				}
+				if want := runtime; mode != latencybench.ModeRaw && r.Runtime != want {
+					t.Errorf("%s: measured with the runtime %q, want %q", mode, r.Runtime, want)
+				}
+			}
+		})
 	}
 }
 
@@ -114,6 +122,14 @@ verdict: target evented p99 ≤ 3× raw p99 MET: evented p99 1.10ms is 2.8× raw
 `
 	if got := sb.String(); got != want {
 		t.Errorf("WriteTable wrote:\n%s\nwant:\n%s", got, want)
+	}
+	results[1].Runtime, results[1].CPU, results[1].RuntimeCPU = latencybench.RuntimeProcess, 0.5, 0.25
+	sb.Reset()
+	if err := latencybench.WriteTable(&sb, results); err != nil {
+		t.Fatal(err)
+	}
+	if want := "\nevented   1000 transitions/s achieved, bridge process cpu 0.50 cores, runtime process cpu 0.25 cores, 10000 detected"; !strings.Contains(sb.String(), want) {
+		t.Errorf("WriteTable of a run in the process topology wrote:\n%s\nwant a line containing %q", sb.String(), want)
 	}
 	results[1].Latency.P99 = 1300 * us
 	if v := latencybench.Verdict(results); !strings.Contains(v, "MISSED") {

@@ -109,7 +109,15 @@ func writeStages(w io.Writer, results []Result) error {
 
 func detail(r Result) string {
 	s := fmt.Sprintf("%.0f transitions/s achieved", r.Rate)
-	if r.CPU > 0 {
+	switch {
+	case r.Runtime == RuntimeProcess:
+		if r.CPU > 0 {
+			s += fmt.Sprintf(", bridge process cpu %.2f cores", r.CPU)
+		}
+		if r.RuntimeCPU > 0 {
+			s += fmt.Sprintf(", runtime process cpu %.2f cores", r.RuntimeCPU)
+		}
+	case r.CPU > 0:
 		s += fmt.Sprintf(", process cpu %.2f cores", r.CPU)
 	}
 	if r.Mode != ModeRaw {

@@ -7,6 +7,7 @@
 //	go run ./cmd/pleg-bench                       # raw, evented, generic; 10 s each at 1,000 events/s
 //	go run ./cmd/pleg-bench --relist              # and the relist cost table
 //	go run ./cmd/pleg-bench --modes= --relist     # the relist cost table only
+//	go run ./cmd/pleg-bench --runtime inprocess   # the simulated runtime in the bridge's process
 package main
 
 import (
@@ -25,6 +26,9 @@ import (
 )
 
 func main() {
+	// The detection latency harness re-executes this executable as the
+	// simulated runtime's process; that process must not get further.
+	latencybench.MaybeRunRuntimeProcess()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -48,6 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	duration := fs.Duration("duration", latencybench.DefaultDuration, "how long each mode is measured, after the warmup")
 	warmup := fs.Duration("warmup", latencybench.DefaultWarmup, "transitions made at the same rate before measuring (0: none)")
 	modesFlag := fs.String("modes", "raw,evented,generic", "modes to measure, comma-separated: raw, evented, generic (empty: none)")
+	runtimeFlag := fs.String("runtime", string(latencybench.RuntimeProcess),
+		"where the simulated runtime and its driver run: process (a child process, as containerd runs beside the bridge) or inprocess (the bridge's process)")
 	stages := fs.Bool("stages", false, "also time the stages of each bridge event (stream, merge, encode, ack) and print them")
 	relist := fs.Bool("relist", false, "also measure the cost of a full relist at 100, 1,000 and 30,000 containers")
 	logLevel := fs.String("log-level", "warn", "log level of the bridge under test: debug, info, warn or error")
@@ -55,7 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(fs.Output(), "Usage: pleg-bench [flags]\n\n"+
 			"Measures detection latency (runtime transition to JetStream ack) per mode, next to raw\n"+
 			"JetStream publish→ack, on an embedded NATS server and the simulated runtime over a unix\n"+
-			"socket; with --relist, also the cost of one full relist by node size.\n\nFlags:\n")
+			"socket (in a child process unless --runtime inprocess); with --relist, also the cost of\n"+
+			"one full relist by node size.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +74,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	modes, err := latencybench.ParseModes(*modesFlag)
 	if err != nil {
 		return fmt.Errorf("--modes=%q: %w", *modesFlag, err)
+	}
+	runtimeTopology, err := latencybench.ParseRuntime(*runtimeFlag)
+	if err != nil {
+		return fmt.Errorf("--runtime=%q: %w", *runtimeFlag, err)
 	}
 	if *rate <= 0 {
 		return fmt.Errorf("--rate=%v: must be positive", *rate)
@@ -86,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var lost bool
 	if len(modes) > 0 {
 		results, err := measureLatency(ctx, latencybench.Config{
-			Rate: *rate, Duration: *duration, Warmup: *warmup, Stages: *stages, Logger: logger,
+			Rate: *rate, Duration: *duration, Warmup: *warmup, Runtime: runtimeTopology, Stages: *stages, Logger: logger,
 		}, modes, stdout, stderr)
 		if err != nil {
 			return err
@@ -118,9 +129,13 @@ func measureLatency(ctx context.Context, cfg latencybench.Config, modes []latenc
 	}
 	defer h.Close()
 	cfg = h.Config()
+	topology := "the simulated runtime runs in a child process (--runtime process); the bridge process's cpu includes the NATS server"
+	if cfg.Runtime == latencybench.RuntimeInProcess {
+		topology = "the simulated runtime runs in the bridge's process (--runtime inprocess); process cpu includes it and the NATS server"
+	}
 	fmt.Fprintf(w, "detection latency: %.0f transitions/s for %v per mode after a %v warmup; pods of %d container slots, each container %v running, %v exited;\n"+
-		"runtime transition (raw: PublishMsgAsync) to JetStream ack; generic mode relists every %v\n\n",
-		cfg.Rate, cfg.Duration, cfg.Warmup, cfg.ContainersPerPod, cfg.Dwell, cfg.Dwell, cfg.RelistPeriod)
+		"runtime transition (raw: PublishMsgAsync) to JetStream ack; generic mode relists every %v;\n%s\n\n",
+		cfg.Rate, cfg.Duration, cfg.Warmup, cfg.ContainersPerPod, cfg.Dwell, cfg.Dwell, cfg.RelistPeriod, topology)
 	var results []latencybench.Result
 	for _, m := range modes {
 		start := time.Now()

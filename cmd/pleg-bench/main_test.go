@@ -1,9 +1,19 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/pleg-bridge/pleg-bridge/bench/latencybench"
 )
+
+// TestMain lets the latency harness re-execute the test binary as the
+// simulated runtime's process, as main does.
+func TestMain(m *testing.M) {
+	latencybench.MaybeRunRuntimeProcess()
+	os.Exit(m.Run())
+}
 
 func TestRunRejectsBadFlags(t *testing.T) {
 	t.Parallel()
@@ -13,6 +23,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		want string
 	}{
 		{name: "an unknown mode is named", args: []string{"--modes=raw,fast"}, want: `--modes="raw,fast": unknown mode "fast"`},
+		{name: "an unknown runtime topology is named", args: []string{"--runtime=container"},
+			want: `--runtime="container": unknown runtime topology "container" (want process or inprocess)`},
 		{name: "a rate must be positive", args: []string{"--rate=0"}, want: "--rate=0: must be positive"},
 		{name: "a duration must be positive", args: []string{"--duration=0s"}, want: "--duration=0s: must be positive"},
 		{name: "arguments are refused", args: []string{"evented"}, want: `unexpected arguments ["evented"]`},
@@ -31,18 +43,33 @@ func TestRunRejectsBadFlags(t *testing.T) {
 
 func TestRunPrintsTheLatencyTable(t *testing.T) {
 	t.Parallel()
-	var stdout, stderr strings.Builder
-	args := []string{"--modes=raw,evented", "--rate=100", "--duration=300ms", "--warmup=100ms", "--stages"}
-	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
-		t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
+	tests := []struct {
+		name     string
+		args     []string
+		topology string
+	}{
+		{name: "the runtime runs in a child process by default",
+			topology: "the simulated runtime runs in a child process (--runtime process)"},
+		{name: "the runtime runs in the bridge's process on request", args: []string{"--runtime=inprocess"},
+			topology: "the simulated runtime runs in the bridge's process (--runtime inprocess)"},
 	}
-	out := stdout.String()
-	for _, want := range []string{
-		"mode     events  acked  p50", "\nraw      30      30 ", "\nevented  30      30 ",
-		"stages, p50 / p99", "verdict: target evented p99 ≤ 3× raw p99",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr strings.Builder
+			args := append([]string{"--modes=raw,evented", "--rate=100", "--duration=300ms", "--warmup=100ms", "--stages"}, tt.args...)
+			if err := run(t.Context(), args, &stdout, &stderr); err != nil {
+				t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
+			}
+			out := stdout.String()
+			for _, want := range []string{
+				tt.topology, "mode     events  acked  p50", "\nraw      30      30 ", "\nevented  30      30 ",
+				"stages, p50 / p99", "verdict: target evented p99 ≤ 3× raw p99",
+			} {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }
