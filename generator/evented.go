@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -133,7 +134,8 @@ type streamState struct {
 	requireEvents bool // guarded by mu
 
 	pendingMu sync.Mutex
-	pending   map[string]relistScope // guarded by pendingMu; targeted relists to do
+	pending   map[string]relistScope // guarded by pendingMu; targeted relists to do, by sandbox ID
+	order     []string               // guarded by pendingMu; the keys of pending, oldest first
 	wake      chan struct{}          // signals pending work; capacity 1
 }
 
@@ -317,8 +319,11 @@ func (g *Generator) requestTargeted(s relistScope) {
 		// A sandbox's own event needs the sandbox listed too, whatever its
 		// containers' events asked for.
 		s.containersOnly = s.containersOnly && prev.containersOnly
+	} else {
+		g.stream.order = append(g.stream.order, s.sandboxID)
 	}
 	g.stream.pending[s.sandboxID] = s
+	g.metrics.targetedPending.Set(float64(len(g.stream.pending)))
 	g.stream.pendingMu.Unlock()
 	select {
 	case g.stream.wake <- struct{}{}:
@@ -326,7 +331,30 @@ func (g *Generator) requestTargeted(s relistScope) {
 	}
 }
 
+// nextTargeted takes the oldest pending targeted relist.
+func (g *Generator) nextTargeted() (relistScope, bool) {
+	g.stream.pendingMu.Lock()
+	defer g.stream.pendingMu.Unlock()
+	if len(g.stream.order) == 0 {
+		return relistScope{}, false
+	}
+	id := g.stream.order[0]
+	g.stream.order = g.stream.order[1:]
+	s := g.stream.pending[id]
+	delete(g.stream.pending, id)
+	g.metrics.targetedPending.Set(float64(len(g.stream.pending)))
+	return s, true
+}
+
+// targetedLoop runs the targeted relists, oldest request first, each after
+// waiting TargetedRelistDelay for more of its pod's events to coalesce with,
+// and no faster than TargetedRelistRate: a node-wide storm of terminations
+// must not turn into a storm of runtime calls. Requests that wait for the
+// rate keep coalescing, so under a sustained storm each pod is relisted
+// once per turn of the queue; they confirm what the stream reported, and
+// the periodic relist remains the backstop.
 func (g *Generator) targetedLoop(ctx context.Context) {
+	limit := rate.NewLimiter(rate.Limit(g.opts.TargetedRelistRate), max(1, int(g.opts.TargetedRelistRate/2)))
 	for {
 		select {
 		case <-ctx.Done():
@@ -340,11 +368,16 @@ func (g *Generator) targetedLoop(ctx context.Context) {
 			case <-time.After(g.opts.TargetedRelistDelay):
 			}
 		}
-		g.stream.pendingMu.Lock()
-		pending := g.stream.pending
-		g.stream.pending = nil
-		g.stream.pendingMu.Unlock()
-		for _, s := range pending {
+		for {
+			// The token first, then the request: whatever arrives while
+			// this waits coalesces into the queue.
+			if err := limit.Wait(ctx); err != nil {
+				return
+			}
+			s, ok := g.nextTargeted()
+			if !ok {
+				break
+			}
 			b, err := g.relister.relist(ctx, &s)
 			if err != nil {
 				g.metrics.relists.WithLabelValues("targeted", "error").Inc()

@@ -48,6 +48,22 @@ func newFixture(t *testing.T, mopts crisim.Options, gopts generator.Options) *fi
 	return f
 }
 
+// gaugeValue returns the value of the unlabelled gauge name in reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s in the registry", name)
+	return 0
+}
+
 func (f *fixture) relist(t *testing.T) {
 	t.Helper()
 	if err := f.gen.Relist(t.Context()); err != nil {
@@ -435,6 +451,62 @@ func TestATerminatingPodIsConfirmedByOneTargetedRelist(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestTargetedRelistsAreRateLimitedOldestFirst stops 20 pods at once with
+// room for 10 targeted relists a second (bursts of 5): 5 run after the
+// coalescing delay, then 10 a second, oldest request first, until every pod
+// was relisted exactly once.
+func TestTargetedRelistsAreRateLimitedOldestFirst(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour, TargetedRelistRate: 10})
+		m := f.rt.Model()
+		var sandboxes, containers []string
+		for i := range 20 {
+			sb := must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("uid-%d", i)}))
+			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+			must(0, m.StartContainer(c))
+			sandboxes, containers = append(sandboxes, sb), append(containers, c)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		synctest.Wait()
+		f.rec.Wait(t, 40, time.Second)
+		lists := len(f.rt.ListCalls("ListContainers"))
+		targeted := func() []string { return f.rt.ListCalls("ListContainers")[lists:] }
+
+		for _, c := range containers {
+			must(0, m.StopContainer(c, 0, "Completed", ""))
+		}
+		synctest.Wait()
+		if got := gaugeValue(t, f.reg, "pleg_bridge_targeted_relists_pending"); got != 20 {
+			t.Errorf("pending targeted relists = %v, want 20", got)
+		}
+		advance(generator.DefaultTargetedRelistDelay)
+		if got := targeted(); !slices.Equal(got, sandboxes[:5]) {
+			t.Fatalf("after the delay, targeted relists of %d sandboxes, want the burst of 5 oldest:\n got %q\nwant %q", len(got), got, sandboxes[:5])
+		}
+		advance(time.Second)
+		if got := len(targeted()); got != 15 {
+			t.Fatalf("a second later, %d targeted relists, want 15", got)
+		}
+		advance(time.Second)
+		if got := targeted(); !slices.Equal(got, sandboxes) {
+			t.Fatalf("two seconds later, targeted relists %q, want each sandbox once, in order %q", got, sandboxes)
+		}
+		if got := gaugeValue(t, f.reg, "pleg_bridge_targeted_relists_pending"); got != 0 {
+			t.Errorf("pending targeted relists = %v, want 0", got)
+		}
+		if n := len(f.rec.Events()); n != 60 {
+			t.Errorf("%d events, want 60 (each pod's sandbox and container started, the container died)", n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
 }
 
 func TestEventedModeFallsBackAndReturns(t *testing.T) {

@@ -26,6 +26,7 @@ type Metrics struct {
 	mode             *prometheus.GaugeVec
 	suppressed       *prometheus.CounterVec
 	streamConnected  prometheus.Gauge
+	targetedPending  prometheus.Gauge
 }
 
 // NewMetrics creates the generator's metrics and registers them on reg
@@ -87,6 +88,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "pleg_bridge_cri_stream_connected",
 			Help: "1 while a GetContainerEvents stream is open, else 0.",
 		}),
+		targetedPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pleg_bridge_targeted_relists_pending",
+			Help: "Pods waiting for the targeted relist a STOPPED or DELETED event asked for.",
+		}),
 		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pleg_bridge_mode",
 			Help: "The generator's current mode (1 for the active one).",
@@ -95,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.events,
 			m.skipped, m.criRequests, m.criDuration, m.streamReconnects, m.streamEvents,
-			m.missedByStream, m.mode, m.suppressed, m.streamConnected)
+			m.missedByStream, m.mode, m.suppressed, m.streamConnected, m.targetedPending)
 	}
 	return m
 }
