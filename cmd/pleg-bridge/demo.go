@@ -67,9 +67,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if *duration > 0 {
+		// A cancel after the duration, not a deadline: gRPC would send a
+		// deadline to the runtime with every call, and the runtime's side,
+		// which expires first, would end the calls as failures just before
+		// the demo stops.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
+		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
+		stop := time.AfterFunc(*duration, cancel)
+		defer stop.Stop()
 	}
 	dir, err := os.MkdirTemp("", "pleg-bridge-demo-")
 	if err != nil {

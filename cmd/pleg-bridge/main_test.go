@@ -310,6 +310,33 @@ func TestDemoShowsEventsAsASubscriberSeesThem(t *testing.T) {
 	}
 }
 
+// TestDemoStopsQuietlyAfterItsDuration runs the demo with --duration: it
+// ends on its own, with its summary, and the stop is not reported as a
+// failure of the runtime calls in flight.
+func TestDemoStopsQuietlyAfterItsDuration(t *testing.T) {
+	setenv(t, nil)
+	var out, logs bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(t.Context(), []string{"demo", "--duration", "2s", "--rate", "4", "--lifetime", "300ms", "--nats-listen", "127.0.0.1:-1", "--log-level", "warn"},
+			os.Getenv, &out, &logs)
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("demo: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("demo did not stop 30s after its 2s duration")
+	}
+	if !strings.Contains(out.String(), "received ") {
+		t.Errorf("demo did not print its summary:\n%s", out.String())
+	}
+	if logs.Len() > 0 {
+		t.Errorf("demo logged warnings or errors while stopping:\n%s", logs.String())
+	}
+}
+
 func containsAll(s string, subs []string) bool {
 	for _, w := range subs {
 		if !strings.Contains(s, w) {
