@@ -453,6 +453,55 @@ func TestATerminatingPodIsConfirmedByOneTargetedRelist(t *testing.T) {
 	}
 }
 
+// TestATargetedRelistWaitsItsDelayEvenWhileAnotherRuns asks for pod B's
+// relist while pod A's is still running: B's request must still wait its own
+// coalescing delay, so that B's second container, stopped 70 ms after the
+// first, is confirmed by the same single listing.
+func TestATargetedRelistWaitsItsDelayEvenWhileAnotherRuns(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour})
+		m := f.rt.Model()
+		pod := func(uid string, n int) (string, []string) {
+			sb := must(m.RunPodSandbox(crisim.PodConfig{UID: uid}))
+			var cs []string
+			for i := range n {
+				c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: fmt.Sprintf("c%d", i)}))
+				must(0, m.StartContainer(c))
+				cs = append(cs, c)
+			}
+			return sb, cs
+		}
+		sbA, a := pod("uid-a", 1)
+		sbB, b := pod("uid-b", 2)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		synctest.Wait()
+		f.rec.Wait(t, 5, time.Second)
+		lists := len(f.rt.ListCalls("ListContainers"))
+
+		must(0, m.StopContainer(a[0], 0, "Completed", ""))
+		f.rt.Hang()                                        // A's listing will take a while
+		advance(generator.DefaultTargetedRelistDelay)      // t=100ms: A's listing starts
+		advance(50 * time.Millisecond)                     // t=150ms
+		must(0, m.StopContainer(b[0], 0, "Completed", "")) // B asks; due at 250ms
+		advance(50 * time.Millisecond)                     // t=200ms
+		f.rt.Unhang()                                      // A's listing ends
+		advance(20 * time.Millisecond)                     // t=220ms
+		must(0, m.StopContainer(b[1], 0, "Completed", ""))
+		advance(time.Second)
+
+		if got, want := f.rt.ListCalls("ListContainers")[lists:], []string{sbA, sbB}; !slices.Equal(got, want) {
+			t.Errorf("targeted listings %q, want one of A then one of B %q", got, want)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
+
 // TestTargetedRelistsAreRateLimitedOldestFirst stops 20 pods at once with
 // room for 10 targeted relists a second (bursts of 5): 5 run after the
 // coalescing delay, then 10 a second, oldest request first, until every pod
