@@ -37,6 +37,7 @@ type Config struct {
 	NATSUser      string `envconfig:"PLEG_NATS_USER" desc:"NATS user name"`
 	NATSPassword  string `envconfig:"PLEG_NATS_PASSWORD" desc:"NATS password"`
 	NATSToken     string `envconfig:"PLEG_NATS_TOKEN" desc:"NATS authentication token"`
+	NATSTokenFile string `envconfig:"PLEG_NATS_TOKEN_FILE" desc:"File holding the NATS authentication token, read again at every reconnect so that a rotated Secret takes effect"`
 	NATSTLSCA     string `envconfig:"PLEG_NATS_TLS_CA" desc:"CA certificate file to verify the NATS server"`
 	NATSTLSCert   string `envconfig:"PLEG_NATS_TLS_CERT" desc:"Client certificate file for NATS mutual TLS"`
 	NATSTLSKey    string `envconfig:"PLEG_NATS_TLS_KEY" desc:"Client key file for NATS mutual TLS"`
@@ -140,6 +141,13 @@ func (c Config) validate() error {
 	}
 	if c.OutboxSize < c.PublishMaxInFlight {
 		bad("OUTBOX_SIZE", c.OutboxSize, "must be at least PLEG_PUBLISH_MAX_IN_FLIGHT")
+	}
+	if c.NATSToken != "" && c.NATSTokenFile != "" {
+		bad("NATS_TOKEN_FILE", c.NATSTokenFile, "set PLEG_NATS_TOKEN or PLEG_NATS_TOKEN_FILE, not both")
+	} else if c.NATSTokenFile != "" {
+		if _, err := readToken(c.NATSTokenFile); err != nil {
+			bad("NATS_TOKEN_FILE", c.NATSTokenFile, err.Error())
+		}
 	}
 	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
 		bad("NATS_TLS_CERT", c.NATSTLSCert, "PLEG_NATS_TLS_CERT and PLEG_NATS_TLS_KEY go together")

@@ -241,6 +241,8 @@ func TestRunRejectsBadConfigurationNamingTheVariable(t *testing.T) {
 		{map[string]string{"PLEG_CRI_ENDPOINT": "tcp://1.2.3.4:5"}, []string{`PLEG_CRI_ENDPOINT="tcp://1.2.3.4:5"`}},
 		{map[string]string{"PLEG_STREAM": "a.b"}, []string{`PLEG_STREAM="a.b"`}},
 		{map[string]string{"PLEG_STREAM_DUPLICATE_WINDOW": "1ms"}, []string{`PLEG_STREAM_DUPLICATE_WINDOW="1ms"`}},
+		{map[string]string{"PLEG_NATS_TOKEN_FILE": "/nonexistent/token"}, []string{`PLEG_NATS_TOKEN_FILE="/nonexistent/token"`, "no such file"}},
+		{map[string]string{"PLEG_NATS_TOKEN": "s3cret", "PLEG_NATS_TOKEN_FILE": "/run/token"}, []string{`PLEG_NATS_TOKEN_FILE="/run/token"`, "not both"}},
 	}
 	for _, tt := range tests {
 		setenv(t, tt.env)

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -72,6 +75,9 @@ func connectNATS(url string, cfg Config, logger *slog.Logger) (*nats.Conn, error
 	if cfg.NATSToken != "" {
 		opts = append(opts, nats.Token(cfg.NATSToken))
 	}
+	if cfg.NATSTokenFile != "" {
+		opts = append(opts, nats.TokenHandler(tokenFromFile(cfg.NATSTokenFile, log)))
+	}
 	if cfg.NATSTLSCA != "" {
 		opts = append(opts, nats.RootCAs(cfg.NATSTLSCA))
 	}
@@ -89,4 +95,39 @@ func connectNATS(url string, cfg Config, logger *slog.Logger) (*nats.Conn, error
 		log.Warn("NATS not reachable yet, retrying in the background", "url", url)
 	}
 	return nc, nil
+}
+
+// tokenFromFile returns a token handler that reads path at every connect:
+// a Kubernetes Secret mounted as a file is updated in place when it is
+// rotated, and the server drops connections whose token it no longer
+// accepts, so the reconnect must present the new one. If the file cannot be
+// read, the last token read is used and the failure logged.
+func tokenFromFile(path string, log *slog.Logger) func() string {
+	var mu sync.Mutex
+	var last string
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		tok, err := readToken(path)
+		if err != nil {
+			log.Warn("cannot read PLEG_NATS_TOKEN_FILE, connecting with the token read before", "path", path, "err", err)
+			return last
+		}
+		last = tok
+		return tok
+	}
+}
+
+// readToken reads a token file: its content without surrounding whitespace
+// (an editor's or echo's newline), which must not be empty.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", errors.New("the file is empty")
+	}
+	return tok, nil
 }
