@@ -907,19 +907,7 @@ func TestNATSAccountsWorkForTheBridgeAndTheReader(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the server refuses accounts.conf: %v", err)
 	}
-	opts.NoLog, opts.NoSigs = true, true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready")
-	}
+	s := startNATSServer(t, opts)
 
 	connect := func(kp nkeys.KeyPair) (*nats.Conn, jetstream.JetStream, chan error) {
 		t.Helper()

@@ -13,17 +13,12 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// TestTokenFileIsReadAgainAtReconnect rotates the token of a real server:
-// the server drops the bridge's connection, and the bridge reconnects with
-// the new token it reads from PLEG_NATS_TOKEN_FILE, as when a Kubernetes
-// Secret is rotated.
-func TestTokenFileIsReadAgainAtReconnect(t *testing.T) {
-	t.Parallel()
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("first-token\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, Authorization: "first-token", NoLog: true, NoSigs: true}
+// startNATSServer runs a NATS server with opts, quiet and without signal
+// handlers, until the test ends. For servers publishtest's embedded options
+// cannot describe: a config file, an authorization token.
+func startNATSServer(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.NoLog, opts.NoSigs = true, true
 	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +31,21 @@ func TestTokenFileIsReadAgainAtReconnect(t *testing.T) {
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats server not ready")
 	}
+	return s
+}
+
+// TestTokenFileIsReadAgainAtReconnect rotates the token of a real server:
+// the server drops the bridge's connection, and the bridge reconnects with
+// the new token it reads from PLEG_NATS_TOKEN_FILE, as when a Kubernetes
+// Secret is rotated.
+func TestTokenFileIsReadAgainAtReconnect(t *testing.T) {
+	t.Parallel()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("first-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, Authorization: "first-token"}
+	s := startNATSServer(t, opts)
 
 	logs := &lockedBuffer{} // written by the connection's callbacks
 	nc, err := connectNATS(s.ClientURL(), Config{NodeName: "node-1", NATSTokenFile: tokenFile}, slog.New(slog.NewTextHandler(logs, nil)))
