@@ -2,6 +2,7 @@ package generator
 
 import (
 	"context"
+	"fmt"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -24,8 +25,20 @@ type Runtime interface {
 }
 
 // Sink receives the events of one relist, or of one stream message, in order.
-// Send returns once the events are accepted for delivery (not necessarily
-// delivered); it blocks while the sink is full, until ctx is done.
+// Send returns once the events are recorded for delivery (not necessarily
+// delivered); it does not block for room. It returns *SinkFullError (match it
+// with errors.As) when some of the events were not recorded.
 type Sink interface {
 	Send(ctx context.Context, events []Event) error
+}
+
+// SinkFullError is returned by Sink.Send when the sink recorded only the
+// first Recorded events of the call and has no room for the rest (its memory
+// outbox and disk spool are full, or it has no spool). The sink never blocks
+// for room. The generator keeps the unrecorded events in its state and sends
+// them again later (a backfill).
+type SinkFullError struct{ Recorded int }
+
+func (e *SinkFullError) Error() string {
+	return fmt.Sprintf("send events: sink full after %d recorded", e.Recorded)
 }
