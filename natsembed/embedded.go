@@ -1,4 +1,4 @@
-package publish
+package natsembed
 
 import (
 	"errors"
@@ -13,9 +13,9 @@ import (
 // take a while; longer than this means something is wrong.
 const embeddedReadyTimeout = 30 * time.Second
 
-// EmbeddedOptions configures the embedded NATS server of the bridge's default
-// mode (no PLEG_NATS_URL).
-type EmbeddedOptions struct {
+// Options configures the embedded NATS server of the bridge's default mode
+// (no PLEG_NATS_URL).
+type Options struct {
 	// DataDir is where JetStream keeps its store. Required.
 	DataDir string
 	// Host is the listen address; empty means 127.0.0.1, so the embedded
@@ -28,11 +28,11 @@ type EmbeddedOptions struct {
 	ServerName string
 }
 
-// StartEmbedded starts an in-process NATS server with JetStream enabled and
-// its store in opts.DataDir, and waits until it accepts clients. The caller
-// owns the server and stops it with Shutdown (then WaitForShutdown). The
-// server logs nothing; its client URL is s.ClientURL().
-func StartEmbedded(opts EmbeddedOptions) (*server.Server, error) {
+// Start starts an in-process NATS server with JetStream enabled and its
+// store in opts.DataDir, and waits until it accepts clients. The caller owns
+// the server and stops it with Shutdown (then WaitForShutdown). The server
+// logs nothing; its client URL is s.ClientURL().
+func Start(opts Options) (*server.Server, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("start embedded nats server: data dir is empty")
 	}
@@ -57,7 +57,7 @@ func StartEmbedded(opts EmbeddedOptions) (*server.Server, error) {
 
 // embeddedServerOptions builds a fresh server.Options value on every call,
 // so nothing shared is ever modified.
-func embeddedServerOptions(opts EmbeddedOptions) *server.Options {
+func embeddedServerOptions(opts Options) *server.Options {
 	return &server.Options{
 		ServerName: opts.ServerName,
 		Host:       hostOrDefault(opts.Host),

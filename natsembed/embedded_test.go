@@ -1,18 +1,18 @@
-package publish_test
+package natsembed_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
 
-func TestStartEmbeddedServesJetStream(t *testing.T) {
+func TestStartServesJetStream(t *testing.T) {
 	t.Parallel()
-	s, err := publish.StartEmbedded(publish.EmbeddedOptions{DataDir: t.TempDir(), Port: -1, ServerName: "bridge-test"})
+	s, err := natsembed.Start(natsembed.Options{DataDir: t.TempDir(), Port: -1, ServerName: "bridge-test"})
 	if err != nil {
-		t.Fatalf("StartEmbedded: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {
 		s.Shutdown()
@@ -27,10 +27,10 @@ func TestStartEmbeddedServesJetStream(t *testing.T) {
 	}
 }
 
-func TestStartEmbeddedNamesWhatFailed(t *testing.T) {
+func TestStartNamesWhatFailed(t *testing.T) {
 	t.Parallel()
-	_, err := publish.StartEmbedded(publish.EmbeddedOptions{Port: -1})
+	_, err := natsembed.Start(natsembed.Options{Port: -1})
 	if err == nil || !strings.Contains(err.Error(), "data dir is empty") {
-		t.Errorf("StartEmbedded without a data dir: error = %v, want one about the data dir", err)
+		t.Errorf("Start without a data dir: error = %v, want one about the data dir", err)
 	}
 }

@@ -3,9 +3,7 @@
 //
 // It owns three things: the Event → CloudEvent encoding (Encoder, the wire
 // contract of DESIGN.md §4 and §5), the stream setup (EnsureStream) and the
-// asynchronous, per-pod ordered, at-least-once publishing (Publisher). It also
-// starts the embedded NATS server of the bridge's default mode
-// (StartEmbedded).
+// asynchronous, per-pod ordered, at-least-once publishing (Publisher).
 //
 // publish imports generator for the Event type and the Sink interface only,
 // and schemas for the data type and the subject encoding. It must not import

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas/schemastest"
@@ -391,7 +392,7 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 func TestPublisherRecoversFromAServerRestartInOrder(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, url := publishtest.StartServer(t, publish.EmbeddedOptions{DataDir: dir, Port: -1})
+	s, url := publishtest.StartServer(t, natsembed.Options{DataDir: dir, Port: -1})
 	port := s.Addr().(*net.TCPAddr).Port
 	_, js := publishtest.Connect(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	ensureStream(t, js)
@@ -417,7 +418,7 @@ func TestPublisherRecoversFromAServerRestartInOrder(t *testing.T) {
 	f.send(t, after...)
 	f.waitLog(t, "publish event failed")
 
-	publishtest.StartServer(t, publish.EmbeddedOptions{DataDir: dir, Port: port})
+	publishtest.StartServer(t, natsembed.Options{DataDir: dir, Port: port})
 	f.waitAcks(t, len(after))
 	checkPerPodOrder(t, fetchAll(t, f.js, len(before)+len(after)), append(before, after...))
 	if got := metricValue(t, f.reg, "pleg_bridge_events_dropped_total", nil); got != 0 {

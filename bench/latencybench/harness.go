@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 )
 
@@ -252,7 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		}
 		h.dir, h.tempDir = dir, true
 	}
-	ns, err := publish.StartEmbedded(publish.EmbeddedOptions{DataDir: filepath.Join(h.dir, "nats"), Port: -1})
+	ns, err := natsembed.Start(natsembed.Options{DataDir: filepath.Join(h.dir, "nats"), Port: -1})
 	if err != nil {
 		h.Close()
 		return nil, err

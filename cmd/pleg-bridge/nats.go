@@ -14,7 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/natsembed"
 )
 
 // startEmbeddedNATS starts the in-process NATS server with JetStream that
@@ -32,7 +32,7 @@ func startEmbeddedNATS(listen, dataDir string, logger *slog.Logger) (*server.Ser
 	if err := os.MkdirAll(store, 0o750); err != nil {
 		return nil, fmt.Errorf("create embedded NATS store (PLEG_DATA_DIR=%q): %w", dataDir, err)
 	}
-	s, err := publish.StartEmbedded(publish.EmbeddedOptions{DataDir: store, Host: host, Port: port, ServerName: "pleg-bridge-embedded"})
+	s, err := natsembed.Start(natsembed.Options{DataDir: store, Host: host, Port: port, ServerName: "pleg-bridge-embedded"})
 	if err != nil {
 		return nil, err
 	}

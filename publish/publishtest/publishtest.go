@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/natsembed"
 )
 
 // NewServer starts an in-process NATS server with JetStream on a random
@@ -23,15 +23,15 @@ import (
 // does not start.
 func NewServer(t testing.TB) (*server.Server, string) {
 	t.Helper()
-	return StartServer(t, publish.EmbeddedOptions{DataDir: t.TempDir(), Port: -1})
+	return StartServer(t, natsembed.Options{DataDir: t.TempDir(), Port: -1})
 }
 
 // StartServer starts an in-process NATS server with JetStream from opts and
 // registers its shutdown with t.Cleanup. A test that restarts a server passes
 // the same DataDir and a fixed Port both times.
-func StartServer(t testing.TB, opts publish.EmbeddedOptions) (*server.Server, string) {
+func StartServer(t testing.TB, opts natsembed.Options) (*server.Server, string) {
 	t.Helper()
-	s, err := publish.StartEmbedded(opts)
+	s, err := natsembed.Start(opts)
 	if err != nil {
 		t.Fatalf("start nats server: %v", err)
 	}
