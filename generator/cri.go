@@ -97,10 +97,11 @@ type CRIOptions struct {
 
 // CRIClient is the Runtime backed by a CRI runtime.v1 RuntimeService over a
 // unix socket. It is the only code that touches the generated gRPC client, and
-// it only calls read methods. The connection is established lazily and
-// re-established with capped backoff after the runtime restarts; calls made
-// while the runtime is down fail with codes.Unavailable. Safe for concurrent
-// use.
+// it only calls read methods; the connection's interceptors refuse any other
+// with codes.PermissionDenied before it is sent (readonly.go). The connection
+// is established lazily and re-established with capped backoff after the
+// runtime restarts; calls made while the runtime is down fail with
+// codes.Unavailable. Safe for concurrent use.
 type CRIClient struct {
 	conn    *grpc.ClientConn
 	client  runtimeapi.RuntimeServiceClient
@@ -128,6 +129,8 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MaxRecvMsgSize)),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
+		grpc.WithChainUnaryInterceptor(readOnlyUnary),
+		grpc.WithChainStreamInterceptor(readOnlyStream),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("create CRI client for %q: %w", endpoint, err)
