@@ -5,9 +5,11 @@
 // (Subscribe), reads history (Replay) and renders an event as one line of
 // text (Format).
 //
-// It owns the subscriber's view of the contract in DESIGN.md §4 and §5; the
-// encoding side lives in publish and the shared wire details (token
-// encoding, subjects, the data type) in schemas.
+// It owns the subscriber's view of the wire contract (subjects and
+// CloudEvents, as the README's Subjects and Events sections describe them);
+// the encoding side lives in publish and the shared wire details (token
+// encoding, subjects, the data type, the default stream and prefix) in
+// schemas.
 //
 // It imports only the standard library, schemas and nats.go (with its
 // jetstream package). It must not import CRI, gRPC, the CloudEvents SDK or

@@ -25,8 +25,7 @@ const (
 	binaryHeaderPrefix     = "ce-"
 )
 
-// Event is one decoded pleg-bridge CloudEvent (DESIGN.md §5) and where it was
-// read from.
+// Event is one decoded pleg-bridge CloudEvent and where it was read from.
 type Event struct {
 	// ID is derived from the container ID and the Lifecycle event type only,
 	// so the same transition always has the same ID.

@@ -21,7 +21,7 @@ type Filter struct {
 }
 
 // Subject returns the JetStream filter subject that selects the filter's
-// events under prefix (DESIGN.md §4): "pleg.>" for everything,
+// events under prefix: "pleg.>" for everything,
 // "pleg.node-1.>" for one node, "pleg.*.<uid>.>" for one pod,
 // "pleg.*.*.ContainerDied" for one type. Node and PodUID are encoded with
 // schemas.EncodeToken, so names with dots or other odd bytes match exactly
@@ -45,7 +45,8 @@ func (f Filter) Subject(prefix string) (string, error) {
 	if typ != "" {
 		tokens[3] = typ
 	}
-	// Trailing "*" tokens become one ">", the form DESIGN.md §4 documents.
+	// Trailing "*" tokens become one ">", the form the README documents for
+	// subscribers.
 	n := len(tokens)
 	for n > 1 && tokens[n-1] == "*" {
 		n--

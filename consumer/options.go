@@ -7,21 +7,17 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Defaults of Options, as pleg-bridge publishes by default (DESIGN.md §4).
-const (
-	DefaultStream        = "PLEG"
-	DefaultSubjectPrefix = "pleg"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // Options say which events Subscribe and Replay deliver. The zero value
 // follows every event published from now on to the default stream.
 type Options struct {
-	// Stream is the JetStream stream name, DefaultStream if empty.
+	// Stream is the JetStream stream name, schemas.DefaultStream if empty.
 	Stream string
-	// SubjectPrefix is the first token of every subject, DefaultSubjectPrefix
-	// if empty.
+	// SubjectPrefix is the first token of every subject,
+	// schemas.DefaultSubjectPrefix if empty.
 	SubjectPrefix string
 	Filter        Filter
 	// StartTime, if set, starts at the first message the stream stored at or
@@ -83,8 +79,8 @@ func (o Options) consumerConfig(deliverPolicy jetstream.DeliverPolicy) (jetstrea
 	return cfg, nil
 }
 
-func (o Options) stream() string        { return cmp.Or(o.Stream, DefaultStream) }
-func (o Options) subjectPrefix() string { return cmp.Or(o.SubjectPrefix, DefaultSubjectPrefix) }
+func (o Options) stream() string        { return cmp.Or(o.Stream, schemas.DefaultStream) }
+func (o Options) subjectPrefix() string { return cmp.Or(o.SubjectPrefix, schemas.DefaultSubjectPrefix) }
 
 // decode decodes msg, reporting a message that is not a pleg-bridge event
 // to OnError. ok is false for such a message.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // waitTimeout bounds every wait on the in-process server; the tests never
@@ -232,7 +233,7 @@ func TestSubscribeRefusesBadOptions(t *testing.T) {
 // (index 0 unused).
 func storedTimes(t *testing.T, js jetstream.JetStream) []time.Time {
 	t.Helper()
-	stream, err := js.Stream(t.Context(), consumer.DefaultStream)
+	stream, err := js.Stream(t.Context(), schemas.DefaultStream)
 	if err != nil {
 		t.Fatalf("look up stream: %v", err)
 	}

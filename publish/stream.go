@@ -13,15 +13,13 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
-// Stream defaults (DESIGN.md §4).
-const (
-	DefaultStreamName      = "PLEG"
-	DefaultDuplicateWindow = 2 * time.Minute
-)
+// DefaultDuplicateWindow is the stream's duplicate window when none is
+// configured (DESIGN.md §4).
+const DefaultDuplicateWindow = 2 * time.Minute
 
 // StreamOptions describes the stream EnsureStream provisions.
 type StreamOptions struct {
-	// Name is the stream name; empty means DefaultStreamName.
+	// Name is the stream name; empty means schemas.DefaultStream.
 	Name string
 	// SubjectPrefix is the subject prefix; the stream takes <prefix>.>.
 	SubjectPrefix string
@@ -51,7 +49,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, opts StreamOption
 		return nil, fmt.Errorf("ensure stream: subject prefix %q: %w", opts.SubjectPrefix, err)
 	}
 	if opts.Name == "" {
-		opts.Name = DefaultStreamName
+		opts.Name = schemas.DefaultStream
 	}
 	if opts.Replicas == 0 {
 		opts.Replicas = 1

@@ -2,8 +2,8 @@ package schemas
 
 import "time"
 
-// CloudEvent type values, versioned (DESIGN.md §5). A change to the data
-// contract bumps the version and adds a schema file.
+// CloudEvent type values, versioned: pleg.<version>.<Lifecycle event type>. A
+// change to the data contract bumps the version and adds a schema file.
 const (
 	TypeContainerStarted = "pleg.v1.ContainerStarted"
 	TypeContainerDied    = "pleg.v1.ContainerDied"

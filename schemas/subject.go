@@ -18,7 +18,7 @@ func keep(b byte) bool {
 	return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '-'
 }
 
-// EncodeToken encodes s as one NATS subject token (DESIGN.md §4): it keeps
+// EncodeToken encodes s as one NATS subject token of the contract: it keeps
 // [A-Za-z0-9-], turns '.' into '_' and every other byte into %XX (uppercase
 // hex), and encodes the empty string as "%". The result never contains '.',
 // '*', '>' or whitespace, and DecodeToken reverses it. Kubernetes node names
@@ -124,8 +124,8 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// Subject returns the NATS subject of a lifecycle event (DESIGN.md §4):
-// <prefix>.<node>.<podUID>.<eventType>, with node and podUID encoded by
+// Subject returns the NATS subject of a lifecycle event, as the contract
+// defines it: <prefix>.<node>.<podUID>.<eventType>, with node and podUID encoded by
 // EncodeToken. prefix must have passed ValidatePrefix, and eventType is a
 // lifecycle event name such as "ContainerDied"; neither is checked here.
 func Subject(prefix, node, podUID, eventType string) string {

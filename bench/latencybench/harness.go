@@ -17,6 +17,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // Mode is what one run measures.
@@ -85,7 +86,7 @@ const (
 // stream, and a node of its own.
 const (
 	nodeName      = "bench-node"
-	subjectPrefix = "pleg"
+	subjectPrefix = schemas.DefaultSubjectPrefix
 	podNamespace  = "bench"
 )
 
@@ -278,7 +279,7 @@ func (h *Harness) setUp(ctx context.Context) error {
 	}
 	defer nc.Close()
 	_, err = publish.EnsureStream(ctx, js, publish.StreamOptions{
-		Name: publish.DefaultStreamName, SubjectPrefix: subjectPrefix, Replicas: 1,
+		Name: schemas.DefaultStream, SubjectPrefix: subjectPrefix, Replicas: 1,
 		MaxAge: 168 * time.Hour, DuplicateWindow: publish.DefaultDuplicateWindow,
 	})
 	return err

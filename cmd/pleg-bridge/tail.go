@@ -37,8 +37,8 @@ type streamFlags struct {
 func addStreamFlags(fs *flag.FlagSet, getenv func(string) string) *streamFlags {
 	f := &streamFlags{}
 	fs.StringVar(&f.natsURL, "nats-url", cmp.Or(getenv("PLEG_NATS_URL"), defaultNATSURL), "NATS server URL (env PLEG_NATS_URL)")
-	fs.StringVar(&f.stream, "stream", cmp.Or(getenv("PLEG_STREAM"), consumer.DefaultStream), "JetStream stream name (env PLEG_STREAM)")
-	fs.StringVar(&f.prefix, "prefix", cmp.Or(getenv("PLEG_SUBJECT_PREFIX"), consumer.DefaultSubjectPrefix), "subject prefix (env PLEG_SUBJECT_PREFIX)")
+	fs.StringVar(&f.stream, "stream", cmp.Or(getenv("PLEG_STREAM"), schemas.DefaultStream), "JetStream stream name (env PLEG_STREAM)")
+	fs.StringVar(&f.prefix, "prefix", cmp.Or(getenv("PLEG_SUBJECT_PREFIX"), schemas.DefaultSubjectPrefix), "subject prefix (env PLEG_SUBJECT_PREFIX)")
 	fs.StringVar(&f.node, "node", "", "only events of this node (node name)")
 	fs.StringVar(&f.pod, "pod", "", "only events of this pod (pod UID)")
 	fs.StringVar(&f.typ, "type", "", "only events of this type: ContainerStarted, ContainerDied or ContainerRemoved")

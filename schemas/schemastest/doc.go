@@ -1,6 +1,8 @@
 // Package schemastest checks JSON against pleg-bridge's wire contract in
 // tests: event data against the JSON Schema of its CloudEvent type, and a
-// structured CloudEvent against the attributes DESIGN.md §5 requires.
+// structured CloudEvent against the attributes the contract requires
+// (specversion, id, source, type, subject, time, dataschema and the
+// extensions).
 //
 // It loads the schemas embedded in package schemas, never from the network.
 // Only tests import it: it pulls in a JSON Schema validator that the binary

@@ -107,7 +107,7 @@ func Validate(t testing.TB, ceType string, data []byte) {
 }
 
 // CheckCloudEvent checks a CloudEvent in structured JSON form against the
-// contract of DESIGN.md §5: specversion "1.0"; id, source, type, subject,
+// attributes of the contract (the README's Events section): specversion "1.0"; id, source, type, subject,
 // time (RFC 3339), datacontenttype "application/json", dataschema equal to
 // schemas.DataSchema(type), and the poduid, node and containerid extensions
 // all present as non-empty strings; source ending in "/nodes/<node>" (the
