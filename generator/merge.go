@@ -169,17 +169,18 @@ func mergeContainer(rec *containerRecord, s *sighting, pod Pod, src Source, at t
 	return &out, evs
 }
 
-// fillInfo completes the container's identity from a sighting without
-// overwriting what is known.
-func (r *containerRecord) fillInfo(info Container) {
-	if r.info.Name == "" {
-		r.info.Name = info.Name
+// fillInfo completes the container's description from another without
+// overwriting what is known: a record's from a later sighting, a listed
+// container's from its status.
+func (s *sighting) fillInfo(info Container) {
+	if s.info.Name == "" {
+		s.info.Name = info.Name
 	}
-	if r.info.Image == "" {
-		r.info.Image = info.Image
+	if s.info.Image == "" {
+		s.info.Image = info.Image
 	}
-	if r.info.ImageRef == "" {
-		r.info.ImageRef = info.ImageRef
+	if s.info.ImageRef == "" {
+		s.info.ImageRef = info.ImageRef
 	}
 }
 

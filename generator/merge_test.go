@@ -319,27 +319,3 @@ func TestMergePodUnchangedReturnsSameRecord(t *testing.T) {
 		t.Errorf("an identical relist changed the record (same=%v) or produced %d events", cur == old, len(evs))
 	}
 }
-
-func TestValidTime(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-	tests := []struct {
-		name string
-		ns   int64
-		want time.Time
-	}{
-		{"zero is unknown", 0, time.Time{}},
-		{"negative is unknown", -6795364578871345152, time.Time{}},
-		{"before 2000 is unknown", time.Date(1999, 12, 31, 0, 0, 0, 0, time.UTC).UnixNano(), time.Time{}},
-		{"more than a minute in the future is unknown", now.Add(2 * time.Minute).UnixNano(), time.Time{}},
-		{"a plausible time keeps its nanoseconds", now.Add(-time.Second + 7).UnixNano(), now.Add(-time.Second + 7)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := validTime(tt.ns, now); !got.Equal(tt.want) {
-				t.Errorf("validTime(%d) = %v, want %v", tt.ns, got, tt.want)
-			}
-		})
-	}
-}

@@ -13,14 +13,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Pod identity labels the kubelet puts on every sandbox and container.
-const (
-	labelPodUID        = "io.kubernetes.pod.uid"
-	labelPodNamespace  = "io.kubernetes.pod.namespace"
-	labelPodName       = "io.kubernetes.pod.name"
-	labelContainerName = "io.kubernetes.container.name"
-)
-
 // batch is one unit of work for the merge: the pods one relist or one stream
 // message observed, all at the same time.
 type batch struct {
@@ -128,19 +120,14 @@ func (r *relister) group(sandboxes []*runtimeapi.PodSandbox, containers []*runti
 			r.reportSkipped(seenBad, "sandbox", "", "sandbox without ID")
 			continue
 		}
-		pod := sandboxPod(sb.GetMetadata(), sb.GetLabels())
+		pod := sandboxPod(sb)
 		if pod.UID == "" {
 			r.reportSkipped(seenBad, "sandbox", sb.GetId(), "sandbox without pod UID in metadata or labels")
 			continue
 		}
 		bySandbox[sb.GetId()] = pod
 		o := obsFor(pod)
-		o.containers = append(o.containers, sighting{
-			info:      Container{ID: sb.GetId(), Attempt: sb.GetMetadata().GetAttempt(), Sandbox: true},
-			sandboxID: sb.GetId(),
-			state:     sandboxState(sb.GetState()),
-			createdAt: validTime(sb.GetCreatedAt(), at),
-		})
+		o.containers = append(o.containers, sandboxSighting(sb, at))
 	}
 	if scope != nil && scope.containersOnly {
 		// The sandbox was not listed: its pod is the one the event named.
@@ -160,18 +147,7 @@ func (r *relister) group(sandboxes []*runtimeapi.PodSandbox, containers []*runti
 			continue
 		}
 		o := obsFor(pod)
-		o.containers = append(o.containers, sighting{
-			info: Container{
-				ID:       c.GetId(),
-				Name:     containerName(c.GetMetadata(), c.GetLabels()),
-				Attempt:  c.GetMetadata().GetAttempt(),
-				Image:    imageName(c.GetImage()),
-				ImageRef: c.GetImageRef(),
-			},
-			sandboxID: c.GetPodSandboxId(),
-			state:     containerState(c.GetState()),
-			createdAt: validTime(c.GetCreatedAt(), at),
-		})
+		o.containers = append(o.containers, containerSighting(c, c.GetPodSandboxId(), at))
 	}
 	r.mu.Lock()
 	if scope == nil {
@@ -254,109 +230,4 @@ func (r *relister) inspect(ctx context.Context, pods map[string]*podObservation,
 		return fmt.Errorf("inspect containers: %w", err)
 	}
 	return nil
-}
-
-// applyStatus completes a listed container's sighting with its status. The
-// status was read after the listing, so a later state in it wins.
-func applyStatus(s *sighting, st *runtimeapi.ContainerStatus, now time.Time) {
-	if cs := containerState(st.GetState()); cs > s.state {
-		s.state = cs
-	}
-	s.startedAt = validTime(st.GetStartedAt(), now)
-	if s.createdAt.IsZero() {
-		s.createdAt = validTime(st.GetCreatedAt(), now)
-	}
-	if s.info.Name == "" {
-		s.info.Name = containerName(st.GetMetadata(), st.GetLabels())
-	}
-	if s.info.Image == "" {
-		s.info.Image = imageName(st.GetImage())
-	}
-	if s.info.ImageRef == "" {
-		s.info.ImageRef = st.GetImageRef()
-	}
-	if s.state == stateExited {
-		s.finishedAt = validTime(st.GetFinishedAt(), now)
-		code := st.GetExitCode()
-		s.exitCode = &code
-		s.reason = st.GetReason()
-		s.message = st.GetMessage()
-	}
-}
-
-func sandboxPod(md *runtimeapi.PodSandboxMetadata, labels map[string]string) Pod {
-	p := Pod{UID: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName()}
-	if p.UID == "" {
-		p.UID = labels[labelPodUID]
-	}
-	if p.Namespace == "" {
-		p.Namespace = labels[labelPodNamespace]
-	}
-	if p.Name == "" {
-		p.Name = labels[labelPodName]
-	}
-	return p
-}
-
-func podFromLabels(labels map[string]string) Pod {
-	return Pod{UID: labels[labelPodUID], Namespace: labels[labelPodNamespace], Name: labels[labelPodName]}
-}
-
-func containerName(md *runtimeapi.ContainerMetadata, labels map[string]string) string {
-	if n := md.GetName(); n != "" {
-		return n
-	}
-	return labels[labelContainerName]
-}
-
-// imageName is the image as the pod spec names it where the runtime keeps
-// that, else the image the runtime reports.
-func imageName(spec *runtimeapi.ImageSpec) string {
-	if u := spec.GetUserSpecifiedImage(); u != "" {
-		return u
-	}
-	return spec.GetImage()
-}
-
-func containerState(s runtimeapi.ContainerState) cstate {
-	switch s {
-	case runtimeapi.ContainerState_CONTAINER_CREATED:
-		return stateCreated
-	case runtimeapi.ContainerState_CONTAINER_RUNNING:
-		return stateRunning
-	case runtimeapi.ContainerState_CONTAINER_EXITED:
-		return stateExited
-	}
-	return stateUnknown
-}
-
-func sandboxState(s runtimeapi.PodSandboxState) cstate {
-	switch s {
-	case runtimeapi.PodSandboxState_SANDBOX_READY:
-		return stateRunning
-	case runtimeapi.PodSandboxState_SANDBOX_NOTREADY:
-		return stateExited
-	}
-	return stateUnknown
-}
-
-// earliestValid is the earliest runtime timestamp taken at face value.
-var earliestValid = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// maxClockSkew is how far in the future a runtime timestamp may lie.
-const maxClockSkew = time.Minute
-
-// validTime converts a CRI timestamp in nanoseconds to a time, or the zero
-// time (unknown) if it is zero, negative or absurd: before 2000 or more than
-// maxClockSkew after now. containerd 2.x sends a large negative created_at
-// on a sandbox's DELETED event.
-func validTime(ns int64, now time.Time) time.Time {
-	if ns <= 0 {
-		return time.Time{}
-	}
-	t := time.Unix(0, ns).UTC()
-	if t.Before(earliestValid) || t.After(now.Add(maxClockSkew)) {
-		return time.Time{}
-	}
-	return t
 }

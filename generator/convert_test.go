@@ -1,0 +1,96 @@
+package generator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// TestBothSourcesSeeAContainerAlike reads one exited container and its
+// sandbox the way a relist does (listings, then a status call) and the way
+// the stream does (the STOPPED event's payload): both must describe them
+// alike, or the merge would record whichever source came last.
+func TestBothSourcesSeeAContainerAlike(t *testing.T) {
+	t.Parallel()
+	m := crisim.NewRuntime(crisim.Containerd24Options())
+	sub := m.Subscribe(t.Context())
+	sb := must(m.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1", Attempt: 2}))
+	c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: "app", Attempt: 3, Image: "registry.example/app:1.2"}))
+	must(0, m.StartContainer(c))
+	must(0, m.StopContainer(c, 137, "OOMKilled", "out of memory"))
+	now := time.Now()
+
+	var stopped *runtimeapi.ContainerEventResponse
+	for len(sub.Events()) > 0 {
+		if ev := <-sub.Events(); ev.GetContainerId() == c && ev.GetContainerEventType() == runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
+			stopped = ev
+		}
+	}
+	if stopped == nil {
+		t.Fatal("the model emitted no STOPPED event")
+	}
+	b, _, err := streamBatch(stopped, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromStream := map[string]sighting{}
+	for _, s := range b.pods[0].containers {
+		fromStream[s.info.ID] = s
+	}
+
+	sandboxes := m.ListPodSandbox(nil)
+	containers := m.ListContainers(nil)
+	if len(sandboxes) != 1 || len(containers) != 1 {
+		t.Fatalf("listed %d sandboxes and %d containers, want 1 of each", len(sandboxes), len(containers))
+	}
+	listed := containerSighting(containers[0], containers[0].GetPodSandboxId(), now)
+	applyStatus(&listed, must(m.ContainerStatus(c)), now)
+	fromRelist := map[string]sighting{sb: sandboxSighting(sandboxes[0], now), c: listed}
+
+	if diff := cmp.Diff(fromRelist, fromStream, cmp.AllowUnexported(sighting{})); diff != "" {
+		t.Errorf("sightings (-relist +stream):\n%s", diff)
+	}
+	if got := fromRelist[c].info; got.Name != "app" || got.Attempt != 3 || got.Image != "registry.example/app:1.2" || got.ImageRef == "" {
+		t.Errorf("container described as %+v", got)
+	}
+	if got := fromRelist[sb].info; !got.Sandbox || got.Attempt != 2 {
+		t.Errorf("sandbox described as %+v", got)
+	}
+	if pod := b.pods[0].pod; pod != sandboxPod(sandboxes[0]) || pod.UID != "uid-1" {
+		t.Errorf("the stream's pod %+v, the listing's %+v", pod, sandboxPod(sandboxes[0]))
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestValidTime(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		ns   int64
+		want time.Time
+	}{
+		{"zero is unknown", 0, time.Time{}},
+		{"negative is unknown", -6795364578871345152, time.Time{}},
+		{"before 2000 is unknown", time.Date(1999, 12, 31, 0, 0, 0, 0, time.UTC).UnixNano(), time.Time{}},
+		{"more than a minute in the future is unknown", now.Add(2 * time.Minute).UnixNano(), time.Time{}},
+		{"a plausible time keeps its nanoseconds", now.Add(-time.Second + 7).UnixNano(), now.Add(-time.Second + 7)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := validTime(tt.ns, now); !got.Equal(tt.want) {
+				t.Errorf("validTime(%d) = %v, want %v", tt.ns, got, tt.want)
+			}
+		})
+	}
+}
