@@ -1,0 +1,20 @@
+// Package soak checks the bridge's delivery guarantee under churn and
+// faults, end to end: every container transition the runtime makes reaches
+// JetStream exactly once and in per-container order (Started, Died,
+// Removed), whatever fails meanwhile (DESIGN.md §7).
+//
+// Run owns a whole soak: the simulated runtime (crisim) served on a unix
+// socket, its own churn driver that records every transition it makes, NATS
+// with JetStream (one embedded server or a three-server cluster), the bridge
+// as a child process (the pleg-bridge binary's run command, so that a
+// SIGKILL is a real one), the fault schedule, a health monitor of the
+// bridge's /healthz, and at the end the accounting: each transition made
+// against the messages the stream holds, per fault window (account.go, a
+// pure function).
+//
+// The bridge is a black box here, seen only through its process, its HTTP
+// endpoint and the stream: soak must not import generator, statecache,
+// publish, the wiring package or cmd. It imports crisim (the runtime it
+// drives), natsembed (the servers it runs), consumer (to decode what was
+// stored, as any subscriber would) and nats.go.
+package soak
