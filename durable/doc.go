@@ -1,0 +1,37 @@
+// Package durable owns the bridge's node-local durable state, under the data
+// directory (PLEG_DATA_DIR): the checkpoint (what JetStream acknowledged,
+// per container and event type, so that a restart neither re-publishes
+// everything nor forgets what changed while the bridge was down) and the
+// spool (a bounded FIFO of the events that did not fit the publisher's
+// memory outbox during a NATS outage, delivered before newer events once
+// NATS is back). Both live in one bbolt file, state.db, in three buckets:
+// meta (format version and node name), checkpoint (key: container ID, NUL,
+// event type; value: the event record as JSON) and spool (key: big-endian
+// sequence number; value: the same record).
+//
+// The users never wait on the disk: Checkpoint.RecordAck and Spool.Append
+// only note in memory, and Store.Run writes what was noted in one bbolt
+// transaction per flush (the spool within 100 ms, the checkpoint within
+// 500 ms). The crash windows follow from that:
+//
+//   - Acks not yet written are lost by a crash; the restarted bridge
+//     publishes those events again, which their ids make harmless within
+//     the stream's duplicate window.
+//   - Spool appends not yet written are lost by a crash; the restarted
+//     generator derives them again from the checkpoint and the runtime, for
+//     the containers that still exist.
+//   - A spool entry Done but not yet removed is found again at the restart,
+//     marked Earlier, and its delivery checked against the stream.
+//   - A bbolt commit is all or nothing, so no crash leaves half a flush.
+//
+// Why bbolt and not the snapshot and journal the bridge kept before: the
+// same guarantees (crash-safe writes, records keyed by container and type,
+// a bounded write per flush) came from about 500 lines of hand-written
+// storage (fsync and rename, generations, compaction, torn lines); bbolt
+// gives them, and ordered keys for the spool's append and delete-from-front,
+// in one file containerd itself keeps its metadata in.
+// Measured at 30,000 containers (figures in bench_test.go's comment).
+//
+// It imports generator (for the Event type) and bbolt; it must not import
+// NATS, CRI, publish or anything under cmd.
+package durable

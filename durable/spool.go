@@ -1,0 +1,368 @@
+package durable
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
+)
+
+// SpoolEntry is an event in the spool.
+type SpoolEntry struct {
+	// Seq is the entry's sequence number: entries are taken in Seq order.
+	Seq   uint64
+	Event generator.Event
+	// Earlier is true for an entry written by an earlier process (found at
+	// Open): it may have been published already, its ack lost in the crash.
+	Earlier bool
+}
+
+// Spool is a bounded FIFO on disk of the events that did not fit the
+// publisher's memory outbox, in the order they were appended.
+//
+// Append only encodes the events and queues them in memory: it never waits
+// for the disk, because the generator's goroutine calls it. The Store's
+// Run writes the queued appends and the entries marked Done within 100 ms,
+// in one transaction (fsynced in batches, as Vector's and Fluent Bit's disk
+// buffers do). Take reads entries back in order, from the file or from the
+// queue of unwritten appends; only those, and the entries taken and not
+// yet Done, are held in memory, so the spool may be far larger than memory.
+//
+// Crash windows: appends not yet written (up to 100 ms of them) are lost
+// by a crash; the restarted generator derives them again from the
+// checkpoint and the runtime, for the containers that still exist. A Done
+// not yet written means the entry is found again at the restart, with
+// Earlier set, and delivered again: the publisher checks such an entry
+// against the stream before it re-sends it.
+//
+// It is safe for concurrent use.
+type Spool struct {
+	db     *bolt.DB
+	max    int64
+	logger *slog.Logger
+	// earlier is the first sequence number of this process: lower entries
+	// were found at Open. Never modified.
+	earlier uint64
+
+	// takeMu serialises Take, which holds it while it reads the file: only
+	// another Take waits on it, never Append, Done or a flush.
+	takeMu sync.Mutex
+
+	mu sync.Mutex
+	// The entries not yet taken are those of the file from takeNext up to
+	// inFile, then those of queued. Below openSeq the file may have gaps
+	// (entries Done out of order by an earlier process); above, it has
+	// none.
+	next     uint64           // guarded by mu; Seq of the next Append
+	takeNext uint64           // guarded by mu; every entry below it was taken
+	inFile   uint64           // guarded by mu; every entry below it is in the file (or was Done)
+	queued   []queuedEntry    // guarded by mu; appended, not yet written: Seq inFile, inFile+1, ...
+	untaken  int              // guarded by mu
+	taken    map[uint64]int64 // guarded by mu; the encoded size of each entry taken and not Done
+	bytes    int64            // guarded by mu; encoded size of the entries not Done
+	done     []uint64         // guarded by mu; Done since the last write
+}
+
+// queuedEntry is an appended entry waiting to be written.
+type queuedEntry struct {
+	seq  uint64
+	ev   generator.Event
+	data []byte // the encoded record
+}
+
+// spoolExtent is what Open finds in the file.
+type spoolExtent struct {
+	first, next uint64 // the lowest Seq in the file and the one after the highest; both 1 when empty
+	count       int
+	bytes       int64
+}
+
+// readSpoolExtent reads the extent of the spool in tx. It reads keys and
+// value sizes only, never decodes.
+func readSpoolExtent(tx *bolt.Tx, path string) (spoolExtent, error) {
+	e := spoolExtent{first: 1, next: 1}
+	c := tx.Bucket([]byte(bucketSpool)).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) != 8 {
+			return e, corrupt(fmt.Errorf("%s holds a spool key of %d bytes", path, len(k)))
+		}
+		seq := binary.BigEndian.Uint64(k)
+		if e.count == 0 {
+			e.first = seq
+		}
+		e.next = seq + 1
+		e.count++
+		e.bytes += int64(len(v))
+	}
+	return e, nil
+}
+
+func newSpool(db *bolt.DB, maxBytes int64, e spoolExtent, logger *slog.Logger) *Spool {
+	return &Spool{
+		db: db, max: maxBytes, logger: logger, earlier: e.next,
+		next: e.next, takeNext: e.first, inFile: e.next,
+		untaken: e.count, bytes: e.bytes, taken: map[uint64]int64{},
+	}
+}
+
+// Append appends the longest prefix of events that fits the spool's bound
+// and returns its length. It does no I/O: the entries are durable after
+// the Store's next write, within 100 ms. It is safe for concurrent use.
+func (s *Spool) Append(events []generator.Event) int {
+	// Encoded outside the lock: the bound counts encoded bytes. An event
+	// that does not encode (a time beyond year 9999) is not appended, nor
+	// anything after it, as if the spool were full.
+	data := make([][]byte, 0, len(events))
+	for _, ev := range events {
+		d, err := encodeRecord(toRecord(ev))
+		if err != nil {
+			s.logger.Warn("cannot spool an event", "pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", ev.Type, "err", err)
+			break
+		}
+		data = append(data, d)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, d := range data {
+		size := int64(len(d))
+		if s.bytes+size > s.max {
+			return i
+		}
+		s.queued = append(s.queued, queuedEntry{seq: s.next, ev: events[i], data: d})
+		s.next++
+		s.untaken++
+		s.bytes += size
+	}
+	return len(data)
+}
+
+// Take returns up to max of the oldest entries not yet taken, in Seq order.
+// They stay in the spool until Done; no entry is returned twice by one
+// process. It may read the file (never waiting for a write to finish) and
+// is safe for concurrent use.
+func (s *Spool) Take(max int) []SpoolEntry {
+	s.takeMu.Lock()
+	defer s.takeMu.Unlock()
+	var out []SpoolEntry
+	for len(out) < max {
+		s.mu.Lock()
+		from, inFile := s.takeNext, s.inFile
+		if from >= inFile {
+			// Everything in the file was taken: the rest is queued.
+			out = s.takeQueued(out, max)
+			s.mu.Unlock()
+			return out
+		}
+		s.mu.Unlock()
+		var ok bool
+		if out, ok = s.readFile(out, max, from, inFile); !ok {
+			return out
+		}
+	}
+	return out
+}
+
+// takeQueued appends to out, up to max, the queued entries not yet taken.
+// The caller holds mu, and has taken everything in the file.
+func (s *Spool) takeQueued(out []SpoolEntry, max int) []SpoolEntry {
+	i := int(s.takeNext - s.inFile)
+	for ; i < len(s.queued) && len(out) < max; i++ {
+		q := s.queued[i]
+		out = append(out, SpoolEntry{Seq: q.seq, Event: q.ev})
+		s.taken[q.seq] = int64(len(q.data))
+		s.untaken--
+		s.takeNext = q.seq + 1
+	}
+	return out
+}
+
+// readFile appends to out, up to max, the entries of the file from Seq
+// from up to inFile, and marks them taken. Entries below inFile stay in
+// the file until Done, and no Done comes for an entry not yet taken, so
+// none disappears under the read. An entry that does not decode is dropped
+// with a warning: it cannot be published, and the spool must not stop at
+// it. ok is false if the file could not be read. The caller holds takeMu.
+func (s *Spool) readFile(out []SpoolEntry, max int, from, inFile uint64) (_ []SpoolEntry, ok bool) {
+	next := inFile // unless max stops the read first
+	var sizes []int64
+	var bad []uint64
+	var badBytes int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket([]byte(bucketSpool)).Cursor()
+		for k, v := c.Seek(seqKey(from)); k != nil; k, v = c.Next() {
+			seq := binary.BigEndian.Uint64(k)
+			if seq >= inFile {
+				break
+			}
+			if len(out) == max {
+				next = seq
+				break
+			}
+			r, err := decodeRecord(v)
+			if err != nil {
+				s.logger.Warn("dropping a spool entry that does not decode", "seq", seq, "err", err)
+				bad = append(bad, seq)
+				badBytes += int64(len(v))
+				continue
+			}
+			out = append(out, SpoolEntry{Seq: seq, Event: r.event(), Earlier: seq < s.earlier})
+			sizes = append(sizes, int64(len(v)))
+		}
+		return nil
+	})
+	if err != nil {
+		// A read transaction fails only on a closed store: nothing is
+		// taken, and the entries stay for the next process.
+		s.logger.Warn("cannot read the spool", "err", err)
+		return out[:len(out)-len(sizes)], false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, e := range out[len(out)-len(sizes):] {
+		s.taken[e.Seq] = sizes[i]
+	}
+	s.takeNext = next
+	// A dropped entry counts as taken and Done.
+	s.untaken -= len(sizes) + len(bad)
+	s.bytes -= badBytes
+	s.done = append(s.done, bad...)
+	return out, true
+}
+
+// Done marks a taken entry delivered (acked) or given up: its bytes are
+// free at once, and it is removed from the file by the Store's next write.
+// Record the entry's ack (Checkpoint.RecordAck) before calling Done, so
+// that they reach the disk in the same transaction. Done of an entry not
+// taken, or already Done, does nothing. It is safe for concurrent use.
+func (s *Spool) Done(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	size, ok := s.taken[seq]
+	if !ok {
+		return
+	}
+	delete(s.taken, seq)
+	s.bytes -= size
+	s.done = append(s.done, seq)
+}
+
+// Untaken returns the number of entries waiting to be taken.
+func (s *Spool) Untaken() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.untaken
+}
+
+// Len returns the number of entries not Done.
+func (s *Spool) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.untaken + len(s.taken)
+}
+
+// Bytes returns the encoded size of the entries not Done, which
+// Options.SpoolMaxBytes bounds.
+func (s *Spool) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
+// Restored returns the events of the entries the spool held at Open that
+// are still in the file, in order: the generator is seeded with them, as
+// with the checkpoint, so that it does not report them again. Call it
+// before delivery starts. It reads the file.
+func (s *Spool) Restored() []generator.Event {
+	var evs []generator.Event
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket([]byte(bucketSpool)).Cursor()
+		for k, v := c.First(); k != nil && binary.BigEndian.Uint64(k) < s.earlier; k, v = c.Next() {
+			r, err := decodeRecord(v)
+			if err != nil {
+				continue // Take drops it with a warning
+			}
+			evs = append(evs, r.event())
+		}
+		return nil
+	})
+	if err != nil {
+		s.logger.Warn("cannot read the spool", "err", err)
+	}
+	return evs
+}
+
+// spoolWrites is what a flush writes for the spool.
+type spoolWrites struct {
+	appends []queuedEntry
+	done    []uint64
+}
+
+// writes returns what the next flush writes: the queued appends and the
+// entries Done since the last write.
+func (s *Spool) writes() spoolWrites {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// queued is only shortened by written, after this flush: the entries
+	// in this slice are not modified under it, and Append's appends go
+	// beyond its length.
+	w := spoolWrites{appends: s.queued[:len(s.queued):len(s.queued)], done: s.done}
+	s.done = nil
+	return w
+}
+
+// putSpool writes w in tx. An entry Done before it was written is not
+// written at all.
+func putSpool(tx *bolt.Tx, w spoolWrites) error {
+	if len(w.appends) == 0 && len(w.done) == 0 {
+		return nil
+	}
+	b := tx.Bucket([]byte(bucketSpool))
+	done := make(map[uint64]bool, len(w.done))
+	for _, seq := range w.done {
+		done[seq] = true
+	}
+	// bbolt fills pages to the brim when keys come in order, as a FIFO's
+	// appends do.
+	b.FillPercent = 1
+	for _, q := range w.appends {
+		if done[q.seq] {
+			continue
+		}
+		if err := b.Put(seqKey(q.seq), q.data); err != nil {
+			return fmt.Errorf("put spool entry: %w", err)
+		}
+	}
+	for _, seq := range w.done {
+		if err := b.Delete(seqKey(seq)); err != nil {
+			return fmt.Errorf("delete spool entry: %w", err)
+		}
+	}
+	return nil
+}
+
+// written drops the written appends from the queue.
+func (s *Spool) written(w spoolWrites) {
+	n := len(w.appends)
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.queued[:n]) // let the events go
+	s.queued = s.queued[n:]
+	s.inFile += uint64(n)
+}
+
+// writeFailed puts back the Done of a failed write, for the next one.
+func (s *Spool) writeFailed(w spoolWrites) {
+	if len(w.done) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = append(w.done, s.done...)
+}

@@ -1,0 +1,463 @@
+package durable
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
+)
+
+const (
+	// FileName is the store's file in the data directory.
+	FileName = "state.db"
+
+	// lockTimeout is how long Open waits for the file lock: long enough for
+	// a bridge that is being replaced to exit, short enough that a second
+	// bridge on the same directory fails at start, not after a while.
+	lockTimeout = time.Second
+	// tick is how often Run looks for something to write: the spool's
+	// appends and removals are written within a tick.
+	tick = 100 * time.Millisecond
+	// checkpointTicks makes the checkpoint's acks wait at most 500 ms when
+	// nothing else is written: within a second of the acks it records
+	// (DESIGN.md §7), with one fsync where a flush per tick would take five.
+	checkpointTicks = 5
+	// gcTicks is how often, in ticks, Run looks for removed containers to
+	// drop: once a minute. They are kept generator.DefaultTombstoneTTL, so a
+	// minute more or less changes nothing, and no flush pays for the search.
+	gcTicks = 600
+	// keepRemoved is how long a removed container stays in the checkpoint:
+	// as long as the generator's tombstones, so that a stale replay after a
+	// restart is recognised.
+	keepRemoved = generator.DefaultTombstoneTTL
+
+	// formatVersion is written in the meta bucket; a store of another
+	// version is set aside.
+	formatVersion = "1"
+
+	bucketMeta       = "meta"
+	bucketCheckpoint = "checkpoint"
+	bucketSpool      = "spool"
+	keyVersion       = "version"
+	keyNode          = "node"
+	// keyImported marks a store into which the earlier checkpoint files
+	// were imported (see legacy.go).
+	keyImported = "imported"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Node is the node the bridge runs on. Required: a store written for
+	// another node is set aside with a warning.
+	Node string
+	// SpoolMaxBytes bounds the spool's encoded records (entries not Done).
+	// Zero disables the spool: Store.Spool returns nil.
+	SpoolMaxBytes int64
+	// Logger receives warnings about files set aside and write errors; nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// Store is the node-local durable state of a bridge: the Checkpoint and
+// the Spool, in one bbolt file under the data directory. Open it, hand
+// Checkpoint and Spool to their users, Run it, and Close it after Run
+// returned. Its methods are safe for concurrent use.
+type Store struct {
+	path   string
+	db     *bolt.DB
+	logger *slog.Logger
+	ckpt   *Checkpoint
+	spool  *Spool // nil when disabled
+
+	// flushMu serialises writes: Run's, and Close's last one.
+	flushMu sync.Mutex
+}
+
+// Open opens the store in dir, creating dir and the file if need be, and
+// reads what it holds: the checkpoint's events (Checkpoint.Restored) and
+// the spool's extent. A data directory with the checkpoint files of an
+// earlier version (checkpoint.json, checkpoint.journal) is imported once,
+// and those files are removed.
+//
+// A store that is not a valid bbolt file, does not decode, or belongs to
+// another node is renamed aside (state.db.corrupt-<time> or
+// state.db.other-node-<time>) with a warning, and a fresh one is opened:
+// losing it costs re-publishing, which the event ids make harmless within
+// the stream's duplicate window, and a person may want to look at it.
+//
+// Open fails at once, within a second, when another process holds the
+// store (a second bridge on the same data directory), and when the
+// directory or the file cannot be created or read.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.Node == "" {
+		return nil, errors.New("open durable state: no node name")
+	}
+	if opts.SpoolMaxBytes < 0 {
+		return nil, fmt.Errorf("open durable state: negative spool bound %d", opts.SpoolMaxBytes)
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "durable")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	s := &Store{path: filepath.Join(dir, FileName), logger: logger}
+	now := time.Now()
+	// A fresh file cannot be corrupt nor another node's, so the second
+	// attempt either works or fails for a reason that is no file's fault.
+	for attempt := 0; ; attempt++ {
+		db, err := openBolt(s.path)
+		var lerr *loadError
+		if err == nil {
+			var l loaded
+			l, err = s.load(db, dir, opts, now)
+			if err == nil {
+				s.db = db
+				s.ckpt = newCheckpoint(l.checkpoint, l.removed)
+				if opts.SpoolMaxBytes > 0 {
+					s.spool = newSpool(db, opts.SpoolMaxBytes, l.spool, logger)
+				}
+				logger.Info("opened durable state", "path", s.path, "containers", l.containers,
+					"spool_entries", l.spool.count, "spool_bytes", l.spool.bytes)
+				return s, nil
+			}
+			_ = db.Close() // only read, or its writes are set aside with it
+		}
+		if !errors.As(err, &lerr) || attempt > 0 {
+			return nil, err
+		}
+		aside, rerr := setAside(s.path, lerr.reason, now)
+		if rerr != nil {
+			return nil, fmt.Errorf("set aside %s (%w): %w", s.path, lerr, rerr)
+		}
+		logger.Warn("set the durable state aside and started a fresh one; what it held will be re-published",
+			"path", s.path, "aside", aside, "err", lerr)
+	}
+}
+
+// loadError is a store that must be set aside: its reason names the
+// file it is renamed to.
+type loadError struct {
+	reason string // "corrupt" or "other-node"
+	err    error
+}
+
+func (e *loadError) Error() string { return e.err.Error() }
+func (e *loadError) Unwrap() error { return e.err }
+
+func corrupt(err error) error { return &loadError{reason: "corrupt", err: err} }
+
+// openBolt opens the bbolt file at path. A file bbolt rejects, or that
+// makes it panic (it trusts its pages), is a *loadError.
+func openBolt(path string) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			// The panicking Open may keep its descriptor and lock; the
+			// file is renamed aside, so the fresh one has neither.
+			db, err = nil, corrupt(fmt.Errorf("open %s: %v", path, r))
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("open %s: another process holds it (is another bridge using this data directory?): %w", path, err)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
+		return nil, corrupt(fmt.Errorf("open %s: %w", path, err))
+	default:
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+}
+
+// setAside renames the file at path so that nothing opens it again, and
+// returns the new name.
+func setAside(path, reason string, now time.Time) (string, error) {
+	aside := fmt.Sprintf("%s.%s-%s", path, reason, now.UTC().Format("20060102T150405.000000000Z"))
+	if err := os.Rename(path, aside); err != nil {
+		return "", err
+	}
+	return aside, syncDir(filepath.Dir(path))
+}
+
+// syncDir makes the renames and removals in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open data directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync data directory: %w", err)
+	}
+	return nil
+}
+
+// loaded is what Open reads from the file.
+type loaded struct {
+	checkpoint []generator.Event
+	removed    map[string]time.Time
+	containers int
+	spool      spoolExtent
+}
+
+// load checks that db is this node's store, creating its buckets in a
+// fresh one, imports the earlier checkpoint files of dir, and reads the
+// checkpoint and the spool's extent. Records of containers removed more
+// than keepRemoved before now are not restored; the first collection
+// deletes them.
+func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l loaded, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = corrupt(fmt.Errorf("read %s: %v", s.path, r))
+		}
+	}()
+	if err := db.Update(func(tx *bolt.Tx) error { return initBuckets(tx, opts.Node) }); err != nil {
+		return l, err
+	}
+	if err := importLegacy(db, dir, opts.Node, s.logger, now); err != nil {
+		return l, err
+	}
+	l.removed = map[string]time.Time{}
+	err = db.View(func(tx *bolt.Tx) error {
+		var last string
+		err := tx.Bucket([]byte(bucketCheckpoint)).ForEach(func(k, v []byte) error {
+			r, err := decodeRecord(v)
+			if err != nil {
+				return corrupt(fmt.Errorf("decode %s checkpoint record %q: %w", s.path, k, err))
+			}
+			if r.ID != last {
+				l.containers++
+				last = r.ID
+			}
+			if r.Type == generator.ContainerRemoved {
+				l.removed[r.ID] = r.ObservedAt
+			}
+			l.checkpoint = append(l.checkpoint, r.event())
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		l.spool, err = readSpoolExtent(tx, s.path)
+		return err
+	})
+	if err != nil {
+		return l, err
+	}
+	// Keys sort by container, so a container's records are adjacent.
+	l.checkpoint = dropExpired(l.checkpoint, l.removed, now)
+	return l, nil
+}
+
+// initBuckets creates the buckets of a fresh store and checks the node and
+// version of an existing one.
+func initBuckets(tx *bolt.Tx, node string) error {
+	meta := tx.Bucket([]byte(bucketMeta))
+	if meta == nil {
+		var err error
+		if meta, err = tx.CreateBucket([]byte(bucketMeta)); err != nil {
+			return fmt.Errorf("create meta bucket: %w", err)
+		}
+		if err := meta.Put([]byte(keyVersion), []byte(formatVersion)); err != nil {
+			return fmt.Errorf("write format version: %w", err)
+		}
+		if err := meta.Put([]byte(keyNode), []byte(node)); err != nil {
+			return fmt.Errorf("write node name: %w", err)
+		}
+	}
+	if v := string(meta.Get([]byte(keyVersion))); v != formatVersion {
+		return corrupt(fmt.Errorf("%s has format version %q, want %q", tx.DB().Path(), v, formatVersion))
+	}
+	if n := string(meta.Get([]byte(keyNode))); n != node {
+		return &loadError{reason: "other-node", err: fmt.Errorf("%s belongs to node %q, not %q", tx.DB().Path(), n, node)}
+	}
+	for _, name := range []string{bucketCheckpoint, bucketSpool} {
+		if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
+			return fmt.Errorf("create %s bucket: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// dropExpired returns evs without the events of containers removed more
+// than keepRemoved before now.
+func dropExpired(evs []generator.Event, removed map[string]time.Time, now time.Time) []generator.Event {
+	out := evs[:0]
+	for _, ev := range evs {
+		if at, ok := removed[ev.Container.ID]; ok && now.Sub(at) > keepRemoved {
+			continue
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// Checkpoint returns the store's checkpoint.
+func (s *Store) Checkpoint() *Checkpoint { return s.ckpt }
+
+// Spool returns the store's spool, or nil when Options.SpoolMaxBytes is 0.
+func (s *Store) Spool() *Spool { return s.spool }
+
+// Run writes until ctx is done: the spool's appends and removals within
+// 100 ms, the checkpoint's acks within 500 ms (sooner when the spool is
+// written anyway: one transaction carries both), and once a minute drops
+// the containers removed more than generator.DefaultTombstoneTTL ago. Each
+// write is one bbolt transaction, fsynced when it commits; without
+// anything new it does no I/O. When ctx is done it writes what is left and
+// returns nil. Write errors are logged, and what failed is retried at the
+// next tick; they are never returned.
+func (s *Store) Run(ctx context.Context) error {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	failing := false
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			if err := s.flush(time.Now(), true, false); err != nil {
+				s.logger.Warn("write durable state at shutdown; what it missed will be re-published after the restart", "path", s.path, "err", err)
+			}
+			return nil
+		case now := <-t.C:
+			// The first tick also collects: a restart may find
+			// containers whose time is up.
+			err := s.flush(now, n%checkpointTicks == 0, n%gcTicks == 1)
+			switch {
+			case err != nil && !failing:
+				s.logger.Warn("cannot write durable state; retrying", "path", s.path, "err", err)
+			case err == nil && failing:
+				s.logger.Info("durable state written again", "path", s.path)
+			}
+			failing = err != nil
+		}
+	}
+}
+
+// Close writes what Run has not (nothing, after Run returned) and closes
+// the file. Call it once, after Run returned.
+func (s *Store) Close() error {
+	if err := s.flush(time.Now(), true, false); err != nil {
+		s.logger.Warn("write durable state at close", "path", s.path, "err", err)
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// flush writes, in one transaction, the spool's appends and removals, the
+// checkpoint's acks (always with the spool's changes, so that an entry's
+// removal and its ack reach the disk together; else only when
+// withCheckpoint), and, when collect, deletes the containers removed more
+// than keepRemoved before now. It does nothing when there is nothing to
+// write. On failure everything it took is put back for the next flush.
+func (s *Store) flush(now time.Time, withCheckpoint, collect bool) error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	var w spoolWrites
+	if s.spool != nil {
+		w = s.spool.writes()
+	}
+	var acks map[string]record
+	if withCheckpoint || len(w.appends) > 0 || len(w.done) > 0 {
+		acks = s.ckpt.takePending()
+	}
+	var expired []string
+	if collect {
+		expired = s.ckpt.expired(now)
+	}
+	if len(w.appends) == 0 && len(w.done) == 0 && len(acks) == 0 && len(expired) == 0 {
+		return nil
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := putAcks(tx, acks); err != nil {
+			return err
+		}
+		if err := deleteContainers(tx, expired); err != nil {
+			return err
+		}
+		return putSpool(tx, w)
+	})
+	if err != nil {
+		s.ckpt.putBack(acks)
+		if s.spool != nil {
+			s.spool.writeFailed(w)
+		}
+		return fmt.Errorf("write %s: %w", s.path, err)
+	}
+	s.ckpt.collected(expired)
+	if s.spool != nil {
+		s.spool.written(w)
+	}
+	return nil
+}
+
+// ckptKey is a checkpoint record's key: the container ID, a NUL (which no
+// ID holds), and the event type, so that a container's records are
+// adjacent and prefixed by its ID.
+func ckptKey(id string, typ generator.LifecycleEventType) string {
+	return id + "\x00" + string(typ)
+}
+
+func putAcks(tx *bolt.Tx, acks map[string]record) error {
+	if len(acks) == 0 {
+		return nil
+	}
+	b := tx.Bucket([]byte(bucketCheckpoint))
+	for k, r := range acks {
+		data, err := encodeRecord(r)
+		if err != nil {
+			return err
+		}
+		if err := b.Put([]byte(k), data); err != nil {
+			return fmt.Errorf("put checkpoint record: %w", err)
+		}
+	}
+	return nil
+}
+
+// deleteContainers deletes the records of the containers ids.
+func deleteContainers(tx *bolt.Tx, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	b := tx.Bucket([]byte(bucketCheckpoint))
+	var keys [][]byte
+	for _, id := range ids {
+		prefix := []byte(id + "\x00")
+		c := b.Cursor()
+		// Collected first: a cursor that deletes as it goes skips keys.
+		for k, _ := c.Seek(prefix); k != nil && strings.HasPrefix(string(k), string(prefix)); k, _ = c.Next() {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return fmt.Errorf("delete checkpoint record: %w", err)
+		}
+	}
+	return nil
+}
+
+// seqKey is a spool entry's key: its sequence number, big-endian, so that
+// keys sort in append order.
+func seqKey(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
+}
+
+// isNotExist reports whether err says a file does not exist.
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
