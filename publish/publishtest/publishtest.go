@@ -42,6 +42,20 @@ func StartServer(t testing.TB, opts natsembed.Options) (*server.Server, string) 
 	return s, s.ClientURL()
 }
 
+// NewCluster starts a JetStream cluster of n in-process servers on loopback
+// (natsembed.StartCluster), their stores in t.TempDir(), and returns it once
+// a meta leader sees every server. The cluster is shut down by t.Cleanup. It
+// fails the test if the cluster does not start.
+func NewCluster(t testing.TB, n int) *natsembed.Cluster {
+	t.Helper()
+	c, err := natsembed.StartCluster(natsembed.ClusterOptions{Servers: n, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start nats cluster: %v", err)
+	}
+	t.Cleanup(c.Shutdown)
+	return c
+}
+
 // Connect connects to url with opts and returns the connection and a
 // JetStream handle on it. The connection is closed by t.Cleanup. It fails
 // the test if the connection fails.
