@@ -121,6 +121,7 @@ type Generator struct {
 
 	lastRelist  atomic.Int64 // unix ns of the start of the last good relist
 	lastGC      time.Time    // used by the merge goroutine only
+	held        heldState    // used by the merge goroutine only; see backfill.go
 	relistStart time.Time    // used by the relist loop only
 }
 
@@ -213,8 +214,9 @@ func (g *Generator) lookup(podUID, containerID string) *containerRecord {
 // merges both until ctx is done; it then returns nil after stopping every
 // goroutine it started. Runtime failures are retried (relists at the next
 // period, the stream with capped backoff) and reported through Healthy and
-// the metrics. An error is returned only if the sink fails for a reason other
-// than ctx.
+// the metrics. A full sink blocks nothing: the events it could not record are
+// kept in the state and sent later (backfill.go). An error is returned only if
+// the sink fails for a reason other than ctx or being full.
 func (g *Generator) Run(ctx context.Context) error {
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.mergeLoop(ctx) })
@@ -270,7 +272,8 @@ func (g *Generator) requestRelist() {
 }
 
 // Relist takes one full relist and merges it synchronously, sending its
-// events to the sink. It must not be called while Run is running.
+// events to the sink (or holding them, while the sink is full, for a backfill
+// that only Run does). It must not be called while Run is running.
 func (g *Generator) Relist(ctx context.Context) error {
 	b, err := g.relister.relist(ctx, nil)
 	if err != nil {
@@ -297,6 +300,8 @@ func (g *Generator) mergeLoop(ctx context.Context) error {
 			req.done <- err // buffered: the submitter may have gone
 		case ev := <-g.streamBuf:
 			err = g.applyStreamEvent(ctx, ev)
+		case <-g.held.due: // armed only while the sink left events unsent
+			err = g.backfill(ctx)
 		}
 		if err != nil && ctx.Err() == nil {
 			return err
@@ -431,10 +436,7 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 	if len(events) == 0 {
 		return nil
 	}
-	if err := g.sink.Send(ctx, events); err != nil {
-		return fmt.Errorf("send %d events: %w", len(events), err)
-	}
-	return nil
+	return g.send(ctx, events)
 }
 
 // podOf finds the cached pod that holds the first of the sightings'
@@ -503,6 +505,8 @@ func (g *Generator) collectGarbage(now time.Time) {
 		for id, rec := range e.Status.containers {
 			if rec.state != stateGone || !rec.goneAt.Before(cutoff) {
 				keep[id] = rec
+			} else if rec.unsent != 0 {
+				g.unreported(uid, rec)
 			}
 		}
 		if len(keep) == 0 {

@@ -27,6 +27,8 @@ type Metrics struct {
 	suppressed       *prometheus.CounterVec
 	streamConnected  prometheus.Gauge
 	targetedPending  prometheus.Gauge
+	unsent           prometheus.Gauge
+	unreported       *prometheus.CounterVec
 }
 
 // NewMetrics creates the generator's metrics and registers them on reg
@@ -92,6 +94,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "pleg_bridge_targeted_relists_pending",
 			Help: "Pods waiting for the targeted relist a STOPPED or DELETED event asked for.",
 		}),
+		unsent: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pleg_bridge_events_unsent",
+			Help: "Lifecycle events produced while the sink was full, kept in the generator's state for a backfill.",
+		}),
+		unreported: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_events_unreported_total",
+			Help: "Lifecycle events never sent: the sink was full until their container's record expired.",
+		}, []string{"event_type"}),
 		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pleg_bridge_mode",
 			Help: "The generator's current mode (1 for the active one).",
@@ -100,7 +110,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.events,
 			m.skipped, m.criRequests, m.criDuration, m.streamReconnects, m.streamEvents,
-			m.missedByStream, m.mode, m.suppressed, m.streamConnected, m.targetedPending)
+			m.missedByStream, m.mode, m.suppressed, m.streamConnected, m.targetedPending,
+			m.unsent, m.unreported)
 	}
 	return m
 }

@@ -70,6 +70,34 @@ type containerRecord struct {
 	// so that late stream events for it are recognised as stale.
 	goneAt  time.Time
 	emitted emittedSet
+	// unsent marks the events produced for this record that the sink did
+	// not record (it was full): the backfill rebuilds them from the record
+	// and sends them again (backfill.go). Nothing is sent while any event is
+	// unsent, so a container's unsent events are always its last ones.
+	unsent emittedSet
+	// held says when, by which source and in which order each unsent event
+	// was produced, indexed by typeIndex; nil while nothing is unsent. Like
+	// the record, it is never modified once stored.
+	held *[3]heldEvent
+}
+
+// heldEvent is what the backfill needs, beyond the record, to rebuild an
+// unsent event as it was produced.
+type heldEvent struct {
+	at  time.Time
+	src Source
+	seq uint64 // the order in which events were held, across the node
+}
+
+// typeIndex numbers the Lifecycle event types in per-container order.
+func typeIndex(t LifecycleEventType) int {
+	switch t {
+	case ContainerDied:
+		return 1
+	case ContainerRemoved:
+		return 2
+	}
+	return 0
 }
 
 // podRecord is the cache's status of one pod. It is immutable once stored in

@@ -11,25 +11,44 @@ import (
 )
 
 // Recorder is a generator.Sink that keeps every event it is sent, in order.
-// Safe for concurrent use.
+// It has room for everything unless SetRoom says otherwise. Safe for
+// concurrent use.
 type Recorder struct {
 	mu      sync.Mutex
 	events  []generator.Event // guarded by mu
 	changed chan struct{}     // guarded by mu; closed and replaced on every Send
+	room    int               // guarded by mu; events it records before it is full; <0: unbounded
 }
 
 var _ generator.Sink = (*Recorder)(nil)
 
 // NewRecorder returns an empty Recorder.
-func NewRecorder() *Recorder { return &Recorder{changed: make(chan struct{})} }
+func NewRecorder() *Recorder { return &Recorder{changed: make(chan struct{}), room: -1} }
+
+// SetRoom makes the Recorder record at most n more events; a Send beyond
+// that records what fits and returns *generator.SinkFullError, as a sink
+// whose outbox and spool are full does. A negative n means no bound.
+func (r *Recorder) SetRoom(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.room = n
+}
 
 // Send implements generator.Sink.
 func (r *Recorder) Send(_ context.Context, events []generator.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, events...)
+	n := len(events)
+	if r.room >= 0 {
+		n = min(n, r.room)
+		r.room -= n
+	}
+	r.events = append(r.events, events[:n]...)
 	close(r.changed)
 	r.changed = make(chan struct{})
+	if n < len(events) {
+		return &generator.SinkFullError{Recorded: n}
+	}
 	return nil
 }
 

@@ -1,0 +1,275 @@
+package generator
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/statecache"
+)
+
+const (
+	// backfillInterval is the least time between two backfills. While the
+	// sink stays full each one rebuilds unsent events only to have them
+	// refused, so trying more often would cost CPU without bringing NATS
+	// back sooner; once it is back, a second is little against the outage.
+	backfillInterval = time.Second
+	// backfillChunk bounds the events rebuilt for one Send of a backfill. A
+	// long outage on a busy node holds tens of thousands; a sink that is
+	// still full refuses the first chunk, and the rest is not rebuilt for
+	// nothing.
+	backfillChunk = 1024
+)
+
+// heldState is the generator's half of store-and-forward (DESIGN.md §7).
+// The sink never blocks: when its outbox and spool are full it records a
+// prefix of the events and returns *SinkFullError. The events it did not
+// record are not kept as such: their records are marked (containerRecord.
+// unsent), and so is every event produced after them, so that nothing of a
+// container overtakes an unsent event, while relisting and the stream go on
+// merging. A backfill, at most every backfillInterval while anything is
+// unsent, rebuilds the unsent events from their records in the order they
+// were produced (with what the record knows now: what the event said, or
+// more) and sends them; what the sink records is cleared, the rest waits for
+// the next backfill. When nothing is unsent, events are sent as they come.
+//
+// A record that expires (TombstoneTTL) with unsent events loses them: they
+// are counted in pleg_bridge_events_unreported_total and logged. Unsent
+// events live only in memory: after a restart the checkpoint does not have
+// them, so a container still there is reported again from the runtime's
+// view, one gone whose Started was acknowledged is reported Died and
+// Removed, and one that started and went away entirely while the sink was
+// full and before the restart is not reported at all.
+//
+// Only the merge goroutine (or Relist, when Run is not running) uses it.
+type heldState struct {
+	pods  map[string]struct{} // pods with unsent events (possibly expired since)
+	count int                 // unsent events
+	seq   uint64              // the next heldEvent.seq
+	// due fires when the next backfill may run; nil while none is armed.
+	due <-chan time.Time
+	// since, sent and lost describe the current episode of a full sink, for
+	// the log line that ends it.
+	since      time.Time
+	sent, lost int
+}
+
+// send hands events to the sink, or holds them while earlier events wait for
+// a backfill. It returns an error only if the sink failed for a reason other
+// than being full.
+func (g *Generator) send(ctx context.Context, events []Event) error {
+	if len(g.held.pods) > 0 {
+		g.hold(events)
+		return nil
+	}
+	n, err := g.sendSome(ctx, events)
+	if err != nil {
+		return err
+	}
+	g.hold(events[n:])
+	return nil
+}
+
+// sendSome sends events and returns how many the sink recorded: all of them,
+// or the prefix a *SinkFullError names.
+func (g *Generator) sendSome(ctx context.Context, events []Event) (int, error) {
+	err := g.sink.Send(ctx, events)
+	var full *SinkFullError
+	switch {
+	case err == nil:
+		return len(events), nil
+	case errors.As(err, &full):
+		return min(max(full.Recorded, 0), len(events)), nil
+	}
+	return 0, fmt.Errorf("send %d events: %w", len(events), err)
+}
+
+// hold marks events unsent on their records and arms the backfill.
+func (g *Generator) hold(events []Event) {
+	if len(events) == 0 {
+		return
+	}
+	first := len(g.held.pods) == 0
+	if g.held.pods == nil {
+		g.held.pods = make(map[string]struct{})
+	}
+	g.rewrite(events, func(uid string, rec *containerRecord, ev Event) {
+		var h [3]heldEvent
+		if rec.held != nil {
+			h = *rec.held
+		}
+		h[typeIndex(ev.Type)] = heldEvent{at: ev.ObservedAt, src: ev.DetectedBy, seq: g.held.seq}
+		g.held.seq++
+		rec.held = &h
+		rec.unsent |= bit(ev.Type)
+		g.held.pods[uid] = struct{}{}
+		g.held.count++
+	})
+	g.metrics.unsent.Set(float64(g.held.count))
+	if len(g.held.pods) == 0 {
+		return
+	}
+	if first {
+		g.held.since, g.held.sent, g.held.lost = time.Now(), 0, 0
+		g.logger.Warn("sink full: recording state only, will backfill", "events", len(events))
+	}
+	if g.held.due == nil {
+		g.held.due = time.After(backfillInterval)
+	}
+}
+
+// backfill sends the unsent events, rebuilt from their records, in the order
+// they were produced, until the sink is full again, and clears what it
+// records. It re-arms itself while anything stays unsent. It returns an error
+// only if the sink failed for a reason other than being full.
+func (g *Generator) backfill(ctx context.Context) error {
+	g.held.due = nil
+	// Every unsent event, in the order it was produced: that keeps each
+	// container's order, and the sink sees what it would have seen.
+	type waiting struct {
+		pod Pod
+		rec *containerRecord
+		t   LifecycleEventType
+		seq uint64
+	}
+	var queue []waiting
+	for uid := range g.held.pods {
+		e, ok := g.cache.Get(uid)
+		if !ok {
+			continue
+		}
+		for _, rec := range e.Status.containers {
+			for _, t := range LifecycleEventTypes {
+				if rec.unsent.has(t) {
+					queue = append(queue, waiting{pod: e.Status.pod, rec: rec, t: t, seq: rec.held[typeIndex(t)].seq})
+				}
+			}
+		}
+	}
+	slices.SortFunc(queue, func(a, b waiting) int { return cmp.Compare(a.seq, b.seq) })
+	for len(queue) > 0 {
+		events := make([]Event, 0, min(len(queue), backfillChunk))
+		for _, w := range queue[:cap(events)] {
+			events = append(events, w.rec.rebuild(w.t, w.pod))
+		}
+		queue = queue[len(events):]
+		n, err := g.sendSome(ctx, events)
+		if err != nil {
+			return err
+		}
+		g.rewrite(events[:n], func(uid string, rec *containerRecord, ev Event) {
+			rec.unsent &^= bit(ev.Type)
+			if rec.unsent == 0 {
+				rec.held = nil
+			}
+			g.held.count--
+			g.held.sent++
+		})
+		if n < len(events) {
+			break
+		}
+	}
+	// Forget the pods left with nothing unsent: sent now, or expired (and
+	// counted) since.
+	for uid := range g.held.pods {
+		if e, ok := g.cache.Get(uid); !ok || !e.Status.anyUnsent() {
+			delete(g.held.pods, uid)
+		}
+	}
+	g.metrics.unsent.Set(float64(g.held.count))
+	if len(g.held.pods) > 0 {
+		g.held.due = time.After(backfillInterval)
+		return nil
+	}
+	g.logger.Info("backfill complete: sending events as they come again", "events", g.held.sent,
+		"unreported", g.held.lost, "full_for", time.Since(g.held.since).Round(time.Millisecond))
+	return nil
+}
+
+// rewrite replaces the records the events name, pod by pod, with copies that
+// fn changed, one call per event in order. An event whose record is not
+// cached is skipped: events come from records that the merge goroutine just
+// stored or read.
+func (g *Generator) rewrite(events []Event, fn func(uid string, rec *containerRecord, ev Event)) {
+	type pod struct {
+		e          statecache.Entry[*podRecord]
+		containers map[string]*containerRecord
+	}
+	pods := make(map[string]*pod)
+	var order []string
+	for _, ev := range events {
+		uid := ev.Pod.UID
+		p, ok := pods[uid]
+		if !ok {
+			p = &pod{}
+			if e, found := g.cache.Get(uid); found {
+				p.e, p.containers = e, maps.Clone(e.Status.containers)
+			}
+			pods[uid] = p
+			order = append(order, uid)
+		}
+		rec := p.containers[ev.Container.ID]
+		if rec == nil {
+			continue
+		}
+		n := *rec
+		fn(uid, &n, ev)
+		p.containers[ev.Container.ID] = &n
+	}
+	for _, uid := range order {
+		if p := pods[uid]; p.containers != nil {
+			g.cache.Set(uid, &podRecord{pod: p.e.Status.pod, containers: p.containers}, p.e.Modified)
+		}
+	}
+}
+
+// unreported counts and logs the unsent events of a record that garbage
+// collection drops.
+func (g *Generator) unreported(uid string, rec *containerRecord) {
+	for _, t := range LifecycleEventTypes {
+		if !rec.unsent.has(t) {
+			continue
+		}
+		g.held.count--
+		g.held.lost++
+		g.metrics.unreported.WithLabelValues(string(t)).Inc()
+		g.logger.Warn("event unreported: its container's record expired while the sink was full",
+			"pod_uid", uid, "container_id", rec.info.ID, "event_type", t)
+	}
+	g.metrics.unsent.Set(float64(g.held.count))
+}
+
+// anyUnsent reports whether a record of the pod has unsent events.
+func (p *podRecord) anyUnsent() bool {
+	for _, rec := range p.containers {
+		if rec.unsent != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// rebuild makes the record's unsent event of type t again: what
+// pendingEvents produces for a copy of the record that has produced every
+// other event, in the state that produced it, with the time and source it
+// was produced with. What the record learnt since (a finished_at, an exit
+// code) is included.
+func (r *containerRecord) rebuild(t LifecycleEventType, pod Pod) Event {
+	n := *r
+	switch t {
+	case ContainerStarted:
+		// It may have exited since, without a started_at to synthesize a
+		// start from: it was running when the event was produced.
+		n.state, n.emitted = stateRunning, 0
+	case ContainerDied:
+		n.state, n.emitted = max(n.state, stateExited), bit(ContainerStarted)|bit(ContainerRemoved)
+	case ContainerRemoved:
+		n.state, n.emitted = stateGone, bit(ContainerStarted)|bit(ContainerDied)
+	}
+	h := r.held[typeIndex(t)]
+	return n.pendingEvents(pod, h.src, h.at)[0]
+}
