@@ -94,3 +94,42 @@ func TestValidTime(t *testing.T) {
 		})
 	}
 }
+
+func TestStreamEventsAskForTargetedRelists(t *testing.T) {
+	t.Parallel()
+	sandbox := &runtimeapi.PodSandboxStatus{Id: "sb", Metadata: &runtimeapi.PodSandboxMetadata{Uid: "uid-1"}}
+	const (
+		created = runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT
+		started = runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT
+		stopped = runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT
+		deleted = runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT
+	)
+	tests := []struct {
+		name      string
+		container string
+		typ       runtimeapi.ContainerEventType
+		sandbox   *runtimeapi.PodSandboxStatus
+		want      *relistScope
+	}{
+		{"a container's stop asks for its sandbox's containers", "c", stopped, sandbox, &relistScope{podUID: "uid-1", sandboxID: "sb", containersOnly: true}},
+		{"a container's removal asks for its sandbox's containers", "c", deleted, sandbox, &relistScope{podUID: "uid-1", sandboxID: "sb", containersOnly: true}},
+		{"a sandbox's stop asks for the sandbox too", "sb", stopped, sandbox, &relistScope{podUID: "uid-1", sandboxID: "sb"}},
+		{"a sandbox's removal asks for the sandbox too", "sb", deleted, sandbox, &relistScope{podUID: "uid-1", sandboxID: "sb"}},
+		{"a creation asks for nothing", "c", created, sandbox, nil},
+		{"a start asks for nothing", "c", started, sandbox, nil},
+		{"a removal without a sandbox status (containerd 1.7) asks for nothing", "sb", deleted, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ev := &runtimeapi.ContainerEventResponse{ContainerId: tt.container, ContainerEventType: tt.typ, PodSandboxStatus: tt.sandbox}
+			_, got, err := streamBatch(ev, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(relistScope{})); diff != "" {
+				t.Errorf("targeted relist (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

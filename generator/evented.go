@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -33,10 +32,6 @@ type streamState struct {
 	// evented mode only once a connection has delivered events.
 	requireEvents bool // guarded by mu
 
-	pendingMu sync.Mutex
-	pending   map[string]*targetedRequest // guarded by pendingMu; targeted relists to do, by sandbox ID
-	order     []string                    // guarded by pendingMu; the keys of pending, oldest first
-	wake      chan struct{}               // signals a new request; capacity 1
 }
 
 // runStream is the evented source's supervisor: it decides (in auto mode)
@@ -56,9 +51,6 @@ func (g *Generator) runStream(ctx context.Context, mode Mode) error {
 		}
 		g.logger.Info("runtime supports the event stream", "reason", why)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { g.targetedLoop(ctx) })
-	defer wg.Wait()
 	g.setMode(ModeEvented, "event stream opening")
 	failures := 0
 	delay := g.opts.StreamBackoffMin
@@ -203,112 +195,9 @@ func (g *Generator) applyStreamEvent(ctx context.Context, ev *runtimeapi.Contain
 		return err
 	}
 	if scope != nil {
-		g.requestTargeted(*scope)
+		g.targeted.Request(*scope)
 	}
 	return nil
-}
-
-// targetedRequest is a pending targeted relist of one sandbox: what to list,
-// and when it was first asked for.
-type targetedRequest struct {
-	scope relistScope
-	since time.Time
-}
-
-// requestTargeted asks for a relist of one sandbox; requests for the same
-// sandbox coalesce until the targeted loop takes them.
-func (g *Generator) requestTargeted(s relistScope) {
-	g.stream.pendingMu.Lock()
-	if g.stream.pending == nil {
-		g.stream.pending = make(map[string]*targetedRequest)
-	}
-	if r, ok := g.stream.pending[s.sandboxID]; ok {
-		// A sandbox's own event needs the sandbox listed too, whatever its
-		// containers' events asked for.
-		r.scope.containersOnly = r.scope.containersOnly && s.containersOnly
-	} else {
-		g.stream.pending[s.sandboxID] = &targetedRequest{scope: s, since: time.Now()}
-		g.stream.order = append(g.stream.order, s.sandboxID)
-	}
-	g.metrics.targetedPending.Set(float64(len(g.stream.pending)))
-	g.stream.pendingMu.Unlock()
-	select {
-	case g.stream.wake <- struct{}{}:
-	default:
-	}
-}
-
-// oldestTargeted returns when the oldest pending targeted relist was first
-// asked for.
-func (g *Generator) oldestTargeted() (time.Time, bool) {
-	g.stream.pendingMu.Lock()
-	defer g.stream.pendingMu.Unlock()
-	if len(g.stream.order) == 0 {
-		return time.Time{}, false
-	}
-	return g.stream.pending[g.stream.order[0]].since, true
-}
-
-// nextTargeted takes the oldest pending targeted relist.
-func (g *Generator) nextTargeted() (relistScope, bool) {
-	g.stream.pendingMu.Lock()
-	defer g.stream.pendingMu.Unlock()
-	if len(g.stream.order) == 0 {
-		return relistScope{}, false
-	}
-	id := g.stream.order[0]
-	g.stream.order = g.stream.order[1:]
-	r := g.stream.pending[id]
-	delete(g.stream.pending, id)
-	g.metrics.targetedPending.Set(float64(len(g.stream.pending)))
-	return r.scope, true
-}
-
-// targetedLoop runs the targeted relists, oldest request first, each once
-// TargetedRelistDelay has passed since it was first asked for, so that the
-// rest of its pod's events coalesce with it, and no faster than
-// TargetedRelistRate: a node-wide storm of terminations must not turn into
-// a storm of runtime calls. Requests that wait keep coalescing, so under a
-// sustained storm each pod is relisted once per turn of the queue; they
-// confirm what the stream reported, and the periodic relist remains the
-// backstop.
-func (g *Generator) targetedLoop(ctx context.Context) {
-	limit := rate.NewLimiter(rate.Limit(g.opts.TargetedRelistRate), max(1, int(g.opts.TargetedRelistRate/2)))
-	for {
-		since, ok := g.oldestTargeted()
-		if !ok {
-			select {
-			case <-ctx.Done():
-				return
-			case <-g.stream.wake:
-			}
-			continue
-		}
-		if wait := time.Until(since.Add(g.opts.TargetedRelistDelay)); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-		}
-		if err := limit.Wait(ctx); err != nil {
-			return
-		}
-		s, ok := g.nextTargeted()
-		if !ok {
-			continue
-		}
-		b, err := g.relister.relist(ctx, &s)
-		if err != nil {
-			g.metrics.relists.WithLabelValues("targeted", "error").Inc()
-			g.logger.Debug("targeted relist failed; the next full relist covers it", "pod_uid", s.podUID, "err", err)
-			continue
-		}
-		if err := g.submit(ctx, b); err != nil {
-			return
-		}
-		g.metrics.relists.WithLabelValues("targeted", "ok").Inc()
-	}
 }
 
 // checkMissed counts the transitions a relist found that the stream, while

@@ -103,6 +103,7 @@ type Generator struct {
 	metrics  *Metrics
 	cache    *statecache.Cache[*podRecord]
 	relister *relister
+	targeted *targetedQueue
 	batches  chan mergeRequest
 
 	relistNow chan struct{} // capacity 1: asks the relist loop for a relist now
@@ -186,7 +187,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		runtimeBack: make(chan struct{}, 1),
 		streamBuf:   make(chan *runtimeapi.ContainerEventResponse, streamBufferSize),
 	}
-	g.stream.wake = make(chan struct{}, 1)
+	g.targeted = newTargetedQueue(opts.TargetedRelistDelay, opts.TargetedRelistRate, opts.Metrics.targetedPending)
 	g.seed(opts.Published)
 	g.opts.Published = nil // only needed once
 	g.mode.Store(string(ModeGeneric))
@@ -226,6 +227,7 @@ func (g *Generator) Run(ctx context.Context) error {
 		g.setMode(ModeGeneric, "configured")
 	default:
 		eg.Go(func() error { return g.runStream(ctx, g.opts.Mode) })
+		eg.Go(func() error { return g.runTargeted(ctx) })
 	}
 	err := eg.Wait()
 	if errors.Is(err, context.Canceled) {

@@ -376,7 +376,10 @@ func TestEventedModeReportsAContainerThatLivedBetweenRelists(t *testing.T) {
 // does: their STOPPED and DELETED events ask for targeted relists of the
 // same sandbox, which coalesce into one listing of its containers and one
 // of the sandbox, asked for by the sandbox's own event whether it comes
-// before or after its containers' events.
+// before or after its containers' events. It counts runtime calls because
+// the load is the behaviour here: coalescing exists to spare the runtime,
+// and only the calls show that the events, the queue and the relister
+// together list one sandbox once (TestTargetedQueue covers the queue alone).
 func TestATerminatingPodIsConfirmedByOneTargetedRelist(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -453,103 +456,40 @@ func TestATerminatingPodIsConfirmedByOneTargetedRelist(t *testing.T) {
 	}
 }
 
-// TestATargetedRelistWaitsItsDelayEvenWhileAnotherRuns asks for pod B's
-// relist while pod A's is still running: B's request must still wait its own
-// coalescing delay, so that B's second container, stopped 70 ms after the
-// first, is confirmed by the same single listing.
-func TestATargetedRelistWaitsItsDelayEvenWhileAnotherRuns(t *testing.T) {
+// TestAStopAsksForATargetedRelistThatFindsTheRemoval mutes the stream after
+// a container's STOPPED event, so that it does not report the removal that
+// follows: the targeted relist the stop asked for finds it once
+// TargetedRelistDelay has passed, not the safety-net relist an hour later.
+// How the queue delays, coalesces and paces requests is TestTargetedQueue's.
+func TestAStopAsksForATargetedRelistThatFindsTheRemoval(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour})
-		m := f.rt.Model()
-		pod := func(uid string, n int) (string, []string) {
-			sb := must(m.RunPodSandbox(crisim.PodConfig{UID: uid}))
-			var cs []string
-			for i := range n {
-				c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: fmt.Sprintf("c%d", i)}))
-				must(0, m.StartContainer(c))
-				cs = append(cs, c)
-			}
-			return sb, cs
-		}
-		sbA, a := pod("uid-a", 1)
-		sbB, b := pod("uid-b", 2)
+		const delay = time.Second
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour, TargetedRelistDelay: delay})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- f.gen.Run(ctx) }()
 		synctest.Wait()
-		f.rec.Wait(t, 5, time.Second)
-		lists := len(f.rt.ListCalls("ListContainers"))
-
-		must(0, m.StopContainer(a[0], 0, "Completed", ""))
-		f.rt.Hang()                                        // A's listing will take a while
-		advance(generator.DefaultTargetedRelistDelay)      // t=100ms: A's listing starts
-		advance(50 * time.Millisecond)                     // t=150ms
-		must(0, m.StopContainer(b[0], 0, "Completed", "")) // B asks; due at 250ms
-		advance(50 * time.Millisecond)                     // t=200ms
-		f.rt.Unhang()                                      // A's listing ends
-		advance(20 * time.Millisecond)                     // t=220ms
-		must(0, m.StopContainer(b[1], 0, "Completed", ""))
-		advance(time.Second)
-
-		if got, want := f.rt.ListCalls("ListContainers")[lists:], []string{sbA, sbB}; !slices.Equal(got, want) {
-			t.Errorf("targeted listings %q, want one of A then one of B %q", got, want)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("Run = %v", err)
-		}
-	})
-}
-
-// TestTargetedRelistsAreRateLimitedOldestFirst stops 20 pods at once with
-// room for 10 targeted relists a second (bursts of 5): 5 run after the
-// coalescing delay, then 10 a second, oldest request first, until every pod
-// was relisted exactly once.
-func TestTargetedRelistsAreRateLimitedOldestFirst(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour, TargetedRelistRate: 10})
 		m := f.rt.Model()
-		var sandboxes, containers []string
-		for i := range 20 {
-			sb := must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("uid-%d", i)}))
-			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
-			must(0, m.StartContainer(c))
-			sandboxes, containers = append(sandboxes, sb), append(containers, c)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- f.gen.Run(ctx) }()
-		synctest.Wait()
-		f.rec.Wait(t, 40, time.Second)
-		lists := len(f.rt.ListCalls("ListContainers"))
-		targeted := func() []string { return f.rt.ListCalls("ListContainers")[lists:] }
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		must(0, m.StartContainer(c))
+		f.rec.Wait(t, 2, time.Second)
 
-		for _, c := range containers {
-			must(0, m.StopContainer(c, 0, "Completed", ""))
+		must(0, m.StopContainer(c, 0, "Completed", ""))
+		synctest.Wait() // the STOPPED event is merged and asks for a targeted relist
+		f.rt.Mute()
+		must(0, m.RemoveContainer(c))
+		advance(delay - time.Millisecond)
+		names := map[string]string{sb: "sb", c: "c"}
+		want := []string{"ContainerStarted sb running - evented", "ContainerStarted c running - evented", "ContainerDied c exited 0 evented"}
+		if diff := cmp.Diff(want, lines(f.rec.Events(), names), cmpSorted); diff != "" {
+			t.Fatalf("events before the delay passed (-want +got):\n%s", diff)
 		}
-		synctest.Wait()
-		if got := gaugeValue(t, f.reg, "pleg_bridge_targeted_relists_pending"); got != 20 {
-			t.Errorf("pending targeted relists = %v, want 20", got)
-		}
-		advance(generator.DefaultTargetedRelistDelay)
-		if got := targeted(); !slices.Equal(got, sandboxes[:5]) {
-			t.Fatalf("after the delay, targeted relists of %d sandboxes, want the burst of 5 oldest:\n got %q\nwant %q", len(got), got, sandboxes[:5])
-		}
-		advance(time.Second)
-		if got := len(targeted()); got != 15 {
-			t.Fatalf("a second later, %d targeted relists, want 15", got)
-		}
-		advance(time.Second)
-		if got := targeted(); !slices.Equal(got, sandboxes) {
-			t.Fatalf("two seconds later, targeted relists %q, want each sandbox once, in order %q", got, sandboxes)
-		}
-		if got := gaugeValue(t, f.reg, "pleg_bridge_targeted_relists_pending"); got != 0 {
-			t.Errorf("pending targeted relists = %v, want 0", got)
-		}
-		if n := len(f.rec.Events()); n != 60 {
-			t.Errorf("%d events, want 60 (each pod's sandbox and container started, the container died)", n)
+		advance(time.Millisecond)
+		want = append(want, "ContainerRemoved c removed 0 relist")
+		if diff := cmp.Diff(want, lines(f.rec.Events(), names), cmpSorted); diff != "" {
+			t.Fatalf("events once the delay passed (-want +got):\n%s", diff)
 		}
 		cancel()
 		if err := <-done; err != nil {

@@ -1,0 +1,205 @@
+package generator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// scopeOf is a targeted relist of sandbox id, of its containers only or of
+// the sandbox too.
+func scopeOf(id string, containersOnly bool) relistScope {
+	return relistScope{podUID: "uid-" + id, sandboxID: id, containersOnly: containersOnly}
+}
+
+// served is what Next returned, and when, counted from the test's start.
+type served struct {
+	Scope relistScope
+	At    time.Duration
+}
+
+// queueTest runs fn in a synctest bubble with a new queue: time is virtual,
+// so the times Next returns at are exact.
+func queueTest(t *testing.T, delay time.Duration, perSecond float64, fn func(t *testing.T, q *targetedQueue, pending prometheus.Gauge, next func() served)) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
+		q := newTargetedQueue(delay, perSecond, pending)
+		start := time.Now()
+		next := func() served {
+			t.Helper()
+			s, err := q.Next(t.Context())
+			if err != nil {
+				t.Fatalf("Next: %v", err)
+			}
+			return served{s, time.Since(start)}
+		}
+		fn(t, q, pending, next)
+		// Nothing else is waiting: Next blocks until its ctx gives up.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		if s, err := q.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("after the test, Next = %+v, %v; want the queue empty", s, err)
+		}
+		if got := testutil.ToFloat64(pending); got != 0 {
+			t.Errorf("pending gauge = %v with the queue empty", got)
+		}
+	})
+}
+
+var cmpServed = cmp.AllowUnexported(relistScope{})
+
+func TestTargetedQueue(t *testing.T) {
+	t.Parallel()
+	const delay = 100 * time.Millisecond
+	t.Run("a request waits its delay", func(t *testing.T) {
+		t.Parallel()
+		queueTest(t, delay, 100, func(t *testing.T, q *targetedQueue, pending prometheus.Gauge, next func() served) {
+			q.Request(scopeOf("a", true))
+			if got := testutil.ToFloat64(pending); got != 1 {
+				t.Errorf("pending gauge = %v with one request waiting", got)
+			}
+			if diff := cmp.Diff(served{scopeOf("a", true), delay}, next(), cmpServed); diff != "" {
+				t.Errorf("Next (-want +got):\n%s", diff)
+			}
+		})
+	})
+	t.Run("a negative delay does not wait", func(t *testing.T) {
+		t.Parallel()
+		queueTest(t, -1, 100, func(t *testing.T, q *targetedQueue, _ prometheus.Gauge, next func() served) {
+			q.Request(scopeOf("a", true))
+			if diff := cmp.Diff(served{scopeOf("a", true), 0}, next(), cmpServed); diff != "" {
+				t.Errorf("Next (-want +got):\n%s", diff)
+			}
+		})
+	})
+	t.Run("a pod's requests coalesce into one at the first one's time", func(t *testing.T) {
+		t.Parallel()
+		queueTest(t, delay, 100, func(t *testing.T, q *targetedQueue, pending prometheus.Gauge, next func() served) {
+			q.Request(scopeOf("a", true))
+			time.Sleep(30 * time.Millisecond)
+			q.Request(scopeOf("a", true))
+			time.Sleep(30 * time.Millisecond)
+			q.Request(scopeOf("a", true))
+			if got := testutil.ToFloat64(pending); got != 1 {
+				t.Errorf("pending gauge = %v with one sandbox asked for three times", got)
+			}
+			if diff := cmp.Diff(served{scopeOf("a", true), delay}, next(), cmpServed); diff != "" {
+				t.Errorf("Next (-want +got):\n%s", diff)
+			}
+		})
+	})
+	for _, order := range [][]bool{{true, false, true}, {false, true}} {
+		t.Run(fmt.Sprintf("a sandbox's own request lists the sandbox whatever its containers' ask (containers only: %v)", order), func(t *testing.T) {
+			t.Parallel()
+			queueTest(t, delay, 100, func(t *testing.T, q *targetedQueue, _ prometheus.Gauge, next func() served) {
+				for _, containersOnly := range order {
+					q.Request(scopeOf("a", containersOnly))
+					time.Sleep(10 * time.Millisecond)
+				}
+				if diff := cmp.Diff(served{scopeOf("a", false), delay}, next(), cmpServed); diff != "" {
+					t.Errorf("Next (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+	t.Run("the oldest request goes first and a repeated one keeps its place", func(t *testing.T) {
+		t.Parallel()
+		queueTest(t, delay, 100, func(t *testing.T, q *targetedQueue, _ prometheus.Gauge, next func() served) {
+			for _, id := range []string{"a", "b", "c", "a"} {
+				q.Request(scopeOf(id, true))
+				time.Sleep(10 * time.Millisecond)
+			}
+			got := []served{next(), next(), next()}
+			want := []served{{scopeOf("a", true), delay}, {scopeOf("b", true), delay + 10*time.Millisecond}, {scopeOf("c", true), delay + 20*time.Millisecond}}
+			if diff := cmp.Diff(want, got, cmpServed); diff != "" {
+				t.Errorf("Next (-want +got):\n%s", diff)
+			}
+		})
+	})
+	// The bug this guards against: a request that arrived while another was
+	// being relisted went out as soon as that relist ended, before the rest
+	// of its pod's events could join it.
+	t.Run("a request waits its own delay even when asked for while another is relisted", func(t *testing.T) {
+		t.Parallel()
+		queueTest(t, delay, 100, func(t *testing.T, q *targetedQueue, _ prometheus.Gauge, next func() served) {
+			q.Request(scopeOf("a", true))
+			go func() {
+				time.Sleep(150 * time.Millisecond)
+				q.Request(scopeOf("b", true))
+			}()
+			first := next()
+			time.Sleep(100 * time.Millisecond) // a's relist takes until 200 ms
+			got := []served{first, next()}
+			want := []served{{scopeOf("a", true), delay}, {scopeOf("b", true), 150*time.Millisecond + delay}}
+			if diff := cmp.Diff(want, got, cmpServed); diff != "" {
+				t.Errorf("Next (-want +got):\n%s", diff)
+			}
+		})
+	})
+	t.Run("a request after its sandbox was served waits anew", func(t *testing.T) {
+		t.Parallel()
+		queueTest(t, delay, 100, func(t *testing.T, q *targetedQueue, _ prometheus.Gauge, next func() served) {
+			q.Request(scopeOf("a", true))
+			first := next()
+			q.Request(scopeOf("a", false))
+			got := []served{first, next()}
+			want := []served{{scopeOf("a", true), delay}, {scopeOf("a", false), 2 * delay}}
+			if diff := cmp.Diff(want, got, cmpServed); diff != "" {
+				t.Errorf("Next (-want +got):\n%s", diff)
+			}
+		})
+	})
+	t.Run("a storm goes out in a burst of half a second's worth, then at the rate, oldest first", func(t *testing.T) {
+		t.Parallel()
+		queueTest(t, delay, 10, func(t *testing.T, q *targetedQueue, pending prometheus.Gauge, next func() served) {
+			var want []served
+			for i := range 20 {
+				s := scopeOf(fmt.Sprint("sb-", i), true)
+				q.Request(s)
+				at := delay // the burst of 5
+				if i >= 5 {
+					at += time.Duration(i-4) * 100 * time.Millisecond // then 10 a second
+				}
+				want = append(want, served{s, at})
+			}
+			if got := testutil.ToFloat64(pending); got != 20 {
+				t.Errorf("pending gauge = %v with 20 sandboxes waiting", got)
+			}
+			var got []served
+			for range 20 {
+				got = append(got, next())
+			}
+			if diff := cmp.Diff(want, got, cmpServed); diff != "" {
+				t.Errorf("Next (-want +got):\n%s", diff)
+			}
+		})
+	})
+	t.Run("Next gives up when its ctx ends and leaves the request waiting", func(t *testing.T) {
+		t.Parallel()
+		queueTest(t, delay, 100, func(t *testing.T, q *targetedQueue, pending prometheus.Gauge, next func() served) {
+			q.Request(scopeOf("a", true))
+			ctx, cancel := context.WithCancel(t.Context())
+			go func() {
+				time.Sleep(50 * time.Millisecond)
+				cancel()
+			}()
+			if s, err := q.Next(ctx); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Next with its ctx canceled = %+v, %v", s, err)
+			}
+			if got := testutil.ToFloat64(pending); got != 1 {
+				t.Errorf("pending gauge = %v after Next gave up", got)
+			}
+			if diff := cmp.Diff(served{scopeOf("a", true), delay}, next(), cmpServed); diff != "" {
+				t.Errorf("Next (-want +got):\n%s", diff)
+			}
+		})
+	})
+}
