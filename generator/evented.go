@@ -3,8 +3,10 @@ package generator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -23,77 +25,109 @@ const (
 	missedGrace = 2 * time.Second
 )
 
-// streamState is what the stream supervisor shares with the rest of the
-// generator.
-type streamState struct {
+// streamSupervisor is the evented source. It decides (in auto mode) whether
+// to subscribe at all, then keeps a GetContainerEvents stream open and hands
+// each message to the merge without ever blocking the runtime. It falls back
+// to generic relisting after repeated connection failures, or when a relist
+// shows a connected stream silent, and returns to evented mode once a
+// connection has been healthy for StreamHealthyAfter (after a silent stream,
+// and has delivered again).
+//
+// It owns the connection state; the generator owns the mode, which the
+// supervisor drives through its hooks. Run is called once; checkMissed and
+// the hooks are safe for concurrent use with it.
+type streamSupervisor struct {
+	rt      Runtime
+	opts    Options
+	logger  *slog.Logger
+	metrics *Metrics
+
+	// Hooks into the generator, called from the supervisor's goroutines and,
+	// for checkMissed, from the merge goroutine.
+	mode    func() Mode
+	setMode func(Mode, string)
+	relist  func() // asks for a full relist soon
+	// messages carries stream messages to the merge goroutine, which takes
+	// them in arrival order between relists.
+	messages chan<- *runtimeapi.ContainerEventResponse
+	// runtimeBack receives when a relist succeeded after failing: the runtime
+	// answers again, so waiting out the reconnect backoff would only delay
+	// evented mode.
+	runtimeBack <-chan struct{}
+
+	connectedAt atomic.Int64 // unix ns when the current connection opened; 0 while none is open
+	// eventsSinceRelist counts the messages received since the last full
+	// relist was judged: none at all makes a stream that missed transitions
+	// silent rather than lossy.
+	eventsSinceRelist atomic.Int64
+
 	mu          sync.Mutex
 	cancelWatch context.CancelFunc // guarded by mu; ends the current connection
 	// requireEvents is set after a silent stream was demoted: it returns to
 	// evented mode only once a connection has delivered events.
 	requireEvents bool // guarded by mu
-
 }
 
-// runStream is the evented source's supervisor: it decides (in auto mode)
-// whether to subscribe at all, then keeps a GetContainerEvents stream open,
-// falls back to generic relisting after repeated failures, and returns to
-// evented mode once a connection has been healthy for StreamHealthyAfter.
-func (g *Generator) runStream(ctx context.Context, mode Mode) error {
+// Run supervises the stream until ctx is done, or until it settles on
+// relisting only (auto mode on a runtime without a safe stream, or a runtime
+// that does not implement GetContainerEvents). It returns nil; connection
+// failures are logged, counted and retried with capped, jittered backoff.
+func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 	if mode == ModeAuto {
-		ok, why, err := g.detect(ctx)
+		ok, why, err := s.detect(ctx)
 		if err != nil {
 			return nil // ctx done
 		}
 		if !ok {
-			g.logger.Info("auto mode: relisting only, no event stream", "reason", why)
-			g.setMode(ModeGeneric, why)
+			s.logger.Info("auto mode: relisting only, no event stream", "reason", why)
+			s.setMode(ModeGeneric, why)
 			return nil
 		}
-		g.logger.Info("runtime supports the event stream", "reason", why)
+		s.logger.Info("runtime supports the event stream", "reason", why)
 	}
-	g.setMode(ModeEvented, "event stream opening")
+	s.setMode(ModeEvented, "event stream opening")
 	failures := 0
-	delay := g.opts.StreamBackoffMin
+	delay := s.opts.StreamBackoffMin
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			g.metrics.streamReconnects.Inc()
+			s.metrics.streamReconnects.Inc()
 		}
-		up, events, err := g.watchOnce(ctx)
+		up, events, err := s.watchOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if up >= g.opts.StreamHealthyAfter && events > 0 {
-			failures, delay = 0, g.opts.StreamBackoffMin
+		if up >= s.opts.StreamHealthyAfter && events > 0 {
+			failures, delay = 0, s.opts.StreamBackoffMin
 		} else {
 			failures++
 		}
-		g.logger.Warn("event stream ended", "err", err, "connected_for", up.Round(time.Millisecond),
+		s.logger.Warn("event stream ended", "err", err, "connected_for", up.Round(time.Millisecond),
 			"events", events, "consecutive_failures", failures)
 		if status.Code(err) == codes.Unimplemented {
-			g.setMode(ModeGeneric, "runtime does not implement GetContainerEvents")
+			s.setMode(ModeGeneric, "runtime does not implement GetContainerEvents")
 			return nil
 		}
-		if failures >= g.opts.StreamFailureLimit && g.Mode() == ModeEvented {
-			g.setMode(ModeGeneric, fmt.Sprintf("event stream failed %d times in a row: %v", failures, err))
+		if failures >= s.opts.StreamFailureLimit && s.mode() == ModeEvented {
+			s.setMode(ModeGeneric, fmt.Sprintf("event stream failed %d times in a row: %v", failures, err))
 		}
 		// Whatever happened while the stream was down is found by a relist.
-		g.requestRelist()
+		s.relist()
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(jitter(delay)):
-			delay = min(delay*2, g.opts.StreamBackoffMax)
-		case <-g.runtimeBack:
-			delay = g.opts.StreamBackoffMin // the runtime answers again: reconnect now
+			delay = min(delay*2, s.opts.StreamBackoffMax)
+		case <-s.runtimeBack:
+			delay = s.opts.StreamBackoffMin // the runtime answers again: reconnect now
 		}
 	}
 }
 
 // detect asks the runtime its version until it answers or ctx is done.
-func (g *Generator) detect(ctx context.Context) (bool, string, error) {
-	delay := g.opts.StreamBackoffMin
+func (s *streamSupervisor) detect(ctx context.Context) (bool, string, error) {
+	delay := s.opts.StreamBackoffMin
 	for {
-		v, err := g.rt.Version(ctx)
+		v, err := s.rt.Version(ctx)
 		if err == nil {
 			ok, why := streamSupport(v)
 			return ok, why, nil
@@ -101,56 +135,54 @@ func (g *Generator) detect(ctx context.Context) (bool, string, error) {
 		if status.Code(err) == codes.Unimplemented {
 			return false, "runtime does not implement Version, so whether its event stream is safe to share is unknown", nil
 		}
-		g.logger.Warn("cannot read runtime version to choose a mode, relisting meanwhile", "err", err)
-		select {
-		case <-ctx.Done():
-			return false, "", ctx.Err()
-		case <-time.After(jitter(delay)):
+		s.logger.Warn("cannot read runtime version to choose a mode, relisting meanwhile", "err", err)
+		if err := sleep(ctx, jitter(delay)); err != nil {
+			return false, "", err
 		}
-		delay = min(delay*2, g.opts.StreamBackoffMax)
+		delay = min(delay*2, s.opts.StreamBackoffMax)
 	}
 }
 
 // watchOnce holds one stream connection open until it ends, feeding the
 // merge's stream buffer without ever blocking. It returns how long the
 // connection lasted and how many messages it delivered.
-func (g *Generator) watchOnce(ctx context.Context) (time.Duration, int, error) {
+func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	g.stream.mu.Lock()
-	g.stream.cancelWatch = cancel
-	requireEvents := g.stream.requireEvents
-	g.stream.mu.Unlock()
+	s.mu.Lock()
+	s.cancelWatch = cancel
+	requireEvents := s.requireEvents
+	s.mu.Unlock()
 
 	start := time.Now()
-	g.streamConnectedAt.Store(start.UnixNano())
-	g.metrics.streamConnected.Set(1)
+	s.connectedAt.Store(start.UnixNano())
+	s.metrics.streamConnected.Set(1)
 	defer func() {
-		g.streamConnectedAt.Store(0)
-		g.metrics.streamConnected.Set(0)
+		s.connectedAt.Store(0)
+		s.metrics.streamConnected.Set(0)
 	}()
-	g.requestRelist() // the relist after every connect
+	s.relist() // the relist after every connect
 
 	var events int
 	gotEvent := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() { g.promoteWhenHealthy(wctx, requireEvents, gotEvent) })
-	err := g.rt.WatchEvents(wctx, func(ev *runtimeapi.ContainerEventResponse) {
+	wg.Go(func() { s.promoteWhenHealthy(wctx, requireEvents, gotEvent) })
+	err := s.rt.WatchEvents(wctx, func(ev *runtimeapi.ContainerEventResponse) {
 		events++
-		g.streamEventsSinceRelist.Add(1)
+		s.eventsSinceRelist.Add(1)
 		select {
 		case gotEvent <- struct{}{}:
 		default:
 		}
 		select {
-		case g.streamBuf <- ev:
+		case s.messages <- ev:
 		default:
-			g.metrics.streamEvents.WithLabelValues("dropped").Inc()
-			g.logger.Warn("event stream buffer full, dropping an event and resyncing by relist",
+			s.metrics.streamEvents.WithLabelValues("dropped").Inc()
+			s.logger.Warn("event stream buffer full, dropping an event and resyncing by relist",
 				"container_id", ev.GetContainerId(), "event_type", ev.GetContainerEventType().String())
-			g.requestRelist()
+			s.relist()
 		}
 	})
 	return time.Since(start), events, err
@@ -159,11 +191,9 @@ func (g *Generator) watchOnce(ctx context.Context) (time.Duration, int, error) {
 // promoteWhenHealthy returns the generator to evented mode once the current
 // connection has lasted StreamHealthyAfter (and, after a silent stream, has
 // delivered an event).
-func (g *Generator) promoteWhenHealthy(ctx context.Context, requireEvents bool, gotEvent <-chan struct{}) {
-	select {
-	case <-ctx.Done():
+func (s *streamSupervisor) promoteWhenHealthy(ctx context.Context, requireEvents bool, gotEvent <-chan struct{}) {
+	if sleep(ctx, s.opts.StreamHealthyAfter) != nil {
 		return
-	case <-time.After(g.opts.StreamHealthyAfter):
 	}
 	if requireEvents {
 		select {
@@ -172,11 +202,50 @@ func (g *Generator) promoteWhenHealthy(ctx context.Context, requireEvents bool, 
 		case <-gotEvent:
 		}
 	}
-	if g.Mode() != ModeEvented {
-		g.stream.mu.Lock()
-		g.stream.requireEvents = false
-		g.stream.mu.Unlock()
-		g.setMode(ModeEvented, fmt.Sprintf("event stream healthy for %v", g.opts.StreamHealthyAfter))
+	if s.mode() != ModeEvented {
+		s.mu.Lock()
+		s.requireEvents = false
+		s.mu.Unlock()
+		s.setMode(ModeEvented, fmt.Sprintf("event stream healthy for %v", s.opts.StreamHealthyAfter))
+	}
+}
+
+// checkMissed judges the stream by a relist's outcome: it counts the
+// transitions the relist found that the stream, while connected, should have
+// reported first, and demotes a stream that delivered nothing at all since
+// the previous full relist. The merge goroutine calls it for relist batches.
+func (s *streamSupervisor) checkMissed(b *batch, events []Event) {
+	if !b.full {
+		return // targeted relists follow stream events; they judge nothing
+	}
+	connected := s.connectedAt.Load()
+	silent := s.eventsSinceRelist.Swap(0) == 0
+	if connected == 0 || s.mode() != ModeEvented {
+		return
+	}
+	since := time.Unix(0, connected).Add(missedGrace)
+	until := b.at.Add(-missedGrace)
+	missed := 0
+	for _, ev := range events {
+		if ev.DetectedBy == SourceRelist && ev.Type != ContainerRemoved && ev.Time.After(since) && ev.Time.Before(until) {
+			missed++
+		}
+	}
+	if missed == 0 {
+		return
+	}
+	s.metrics.missedByStream.Add(float64(missed))
+	if !silent {
+		s.logger.Warn("relist found transitions the event stream did not report", "missed", missed)
+		return
+	}
+	s.mu.Lock()
+	s.requireEvents = true
+	cancel := s.cancelWatch
+	s.mu.Unlock()
+	s.setMode(ModeGeneric, fmt.Sprintf("event stream is silent: a relist found %d transitions it did not report", missed))
+	if cancel != nil {
+		cancel() // reconnect; it returns to evented mode only once it delivers
 	}
 }
 
@@ -198,43 +267,6 @@ func (g *Generator) applyStreamEvent(ctx context.Context, ev *runtimeapi.Contain
 		g.targeted.Request(*scope)
 	}
 	return nil
-}
-
-// checkMissed counts the transitions a relist found that the stream, while
-// connected, should have reported first, and demotes a silent stream.
-func (g *Generator) checkMissed(b *batch, events []Event) {
-	if !b.full {
-		return // targeted relists follow stream events; they judge nothing
-	}
-	connected := g.streamConnectedAt.Load()
-	silent := g.streamEventsSinceRelist.Swap(0) == 0
-	if connected == 0 || g.Mode() != ModeEvented {
-		return
-	}
-	since := time.Unix(0, connected).Add(missedGrace)
-	until := b.at.Add(-missedGrace)
-	missed := 0
-	for _, ev := range events {
-		if ev.DetectedBy == SourceRelist && ev.Type != ContainerRemoved && ev.Time.After(since) && ev.Time.Before(until) {
-			missed++
-		}
-	}
-	if missed == 0 {
-		return
-	}
-	g.metrics.missedByStream.Add(float64(missed))
-	if !silent {
-		g.logger.Warn("relist found transitions the event stream did not report", "missed", missed)
-		return
-	}
-	g.stream.mu.Lock()
-	g.stream.requireEvents = true
-	cancel := g.stream.cancelWatch
-	g.stream.mu.Unlock()
-	g.setMode(ModeGeneric, fmt.Sprintf("event stream is silent: a relist found %d transitions it did not report", missed))
-	if cancel != nil {
-		cancel() // reconnect; it returns to evented mode only once it delivers
-	}
 }
 
 // jitter spreads d by ±20% so that many nodes do not reconnect in step.

@@ -115,10 +115,7 @@ type Generator struct {
 	// merge goroutine, which takes them in arrival order between relists.
 	streamBuf chan *runtimeapi.ContainerEventResponse
 	mode      atomic.Value // string: the active Mode, evented or generic
-	stream    streamState
-
-	streamConnectedAt       atomic.Int64 // unix ns; 0 while not connected
-	streamEventsSinceRelist atomic.Int64
+	stream    *streamSupervisor
 
 	lastRelist  atomic.Int64 // unix ns of the start of the last good relist
 	lastGC      time.Time    // used by the merge goroutine only
@@ -200,6 +197,17 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		statusConcurrency: opts.StatusConcurrency,
 		lookup:            g.lookup,
 	}
+	g.stream = &streamSupervisor{
+		rt:          rt,
+		opts:        g.opts,
+		logger:      g.logger,
+		metrics:     g.metrics,
+		mode:        g.Mode,
+		setMode:     g.setMode,
+		relist:      g.requestRelist,
+		messages:    g.streamBuf,
+		runtimeBack: g.runtimeBack,
+	}
 	return g
 }
 
@@ -226,7 +234,7 @@ func (g *Generator) Run(ctx context.Context) error {
 	case ModeGeneric:
 		g.setMode(ModeGeneric, "configured")
 	default:
-		eg.Go(func() error { return g.runStream(ctx, g.opts.Mode) })
+		eg.Go(func() error { return g.stream.Run(ctx, g.opts.Mode) })
 		eg.Go(func() error { return g.runTargeted(ctx) })
 	}
 	err := eg.Wait()
@@ -427,7 +435,7 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 		g.collectGarbage(b.at)
 	}
 	if b.source == SourceRelist {
-		g.checkMissed(b, events)
+		g.stream.checkMissed(b, events)
 	}
 	if b.subject != "" && !slices.ContainsFunc(events, func(e Event) bool { return e.Container.ID == b.subject }) {
 		g.metrics.suppressed.WithLabelValues(string(b.source)).Inc()
