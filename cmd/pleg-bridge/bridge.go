@@ -43,7 +43,7 @@ func newBridge(cfg Config, rt generator.Runtime, nc *nats.Conn, logger *slog.Log
 		return nil, fmt.Errorf("create JetStream context: %w", err)
 	}
 	enc, err := publish.NewEncoder(publish.EncoderOptions{
-		Node: cfg.NodeName, ClusterName: cfg.ClusterName, SubjectPrefix: cfg.SubjectPrefix, Mode: publish.Mode(cfg.CEMode),
+		Node: cfg.NodeName, ClusterName: cfg.ClusterName, SubjectPrefix: cfg.SubjectPrefix, Mode: cfg.CEMode,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configure CloudEvents: %w", err)
@@ -67,10 +67,9 @@ func newBridge(cfg Config, rt generator.Runtime, nc *nats.Conn, logger *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	mode, _ := generator.ParseMode(cfg.Mode)
 	metrics := generator.NewMetrics(reg)
 	gen := generator.New(generator.InstrumentRuntime(rt, metrics), pub, generator.Options{
-		Mode:                mode,
+		Mode:                cfg.Mode,
 		RelistPeriod:        cfg.RelistPeriod,
 		RelistThreshold:     cfg.RelistThreshold,
 		EventedRelistPeriod: cfg.EventedRelistPeriod,

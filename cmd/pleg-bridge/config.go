@@ -4,80 +4,146 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // envPrefix is the prefix of every configuration variable. The tags carry
-// the full names and Process runs without a prefix: with a prefix, envconfig
-// falls back to the bare tag name (MODE, STREAM, NODE_NAME), which would
-// pick up unrelated variables of a container's environment.
+// the full names: a bare name (MODE, STREAM, NODE_NAME) would pick up
+// unrelated variables of a container's environment.
 const envPrefix = "PLEG_"
 
+// lookupFunc reads one environment variable, as os.LookupEnv does: a
+// variable set to the empty string is set (PLEG_LISTEN_ADDRESS= turns the
+// endpoint off), one that is absent takes its default. Tests pass their own,
+// so they never touch the process environment and can run in parallel.
+type lookupFunc func(name string) (string, bool)
+
+// logFormat is PLEG_LOG_FORMAT.
+type logFormat string
+
+// Log formats.
+const (
+	// logAuto is tint with colour on a terminal, JSON otherwise.
+	logAuto logFormat = "auto"
+	logText logFormat = "text"
+	logJSON logFormat = "json"
+)
+
 // Config is the bridge's whole configuration, read once from PLEG_*
-// environment variables. The names are contract (DESIGN.md §8).
+// environment variables into typed values. The variable names are contract:
+// deployments set them, and the README documents them.
+//
+// Each field's env tag names its variable and its desc tag describes it for
+// --help; the defaults are defaultConfig's, in Go, so that they are typed
+// and the stream name and subject prefix come from schemas.
 type Config struct {
-	NodeName          string        `envconfig:"PLEG_NODE_NAME" desc:"Node name in subjects and events (default: the host name)"`
-	CRIEndpoint       string        `envconfig:"PLEG_CRI_ENDPOINT" desc:"CRI socket, unix:///path or a bare path (default: the first of containerd's and CRI-O's sockets that exists)"`
-	CRITimeout        time.Duration `envconfig:"PLEG_CRI_TIMEOUT" default:"30s" desc:"Timeout of each unary CRI call"`
-	CRIMaxRecvMsgSize int           `envconfig:"PLEG_CRI_MAX_RECV_MSG_SIZE" default:"67108864" desc:"Largest CRI response accepted, in bytes (gRPC's 4 MiB default breaks at about 4,250 containers)"`
+	NodeName          string        `env:"PLEG_NODE_NAME" desc:"Node name in subjects and events (default: the host name)"`
+	CRIEndpoint       string        `env:"PLEG_CRI_ENDPOINT" desc:"CRI socket, unix:///path or a bare path (default: the first of containerd's and CRI-O's sockets that exists)"`
+	CRITimeout        time.Duration `env:"PLEG_CRI_TIMEOUT" desc:"Timeout of each unary CRI call"`
+	CRIMaxRecvMsgSize int           `env:"PLEG_CRI_MAX_RECV_MSG_SIZE" desc:"Largest CRI response accepted, in bytes (gRPC's 4 MiB default breaks at about 4,250 containers)"`
 
-	NATSURL       string `envconfig:"PLEG_NATS_URL" desc:"NATS server URL(s), comma-separated; unset: run an embedded NATS server with JetStream"`
-	NATSCreds     string `envconfig:"PLEG_NATS_CREDS" desc:"NATS credentials file (JWT and NKey seed)"`
-	NATSNKeySeed  string `envconfig:"PLEG_NATS_NKEY_SEED" desc:"NATS NKey seed file"`
-	NATSUser      string `envconfig:"PLEG_NATS_USER" desc:"NATS user name"`
-	NATSPassword  string `envconfig:"PLEG_NATS_PASSWORD" desc:"NATS password"`
-	NATSToken     string `envconfig:"PLEG_NATS_TOKEN" desc:"NATS authentication token"`
-	NATSTokenFile string `envconfig:"PLEG_NATS_TOKEN_FILE" desc:"File holding the NATS authentication token, read again at every reconnect so that a rotated Secret takes effect"`
-	NATSTLSCA     string `envconfig:"PLEG_NATS_TLS_CA" desc:"CA certificate file to verify the NATS server"`
-	NATSTLSCert   string `envconfig:"PLEG_NATS_TLS_CERT" desc:"Client certificate file for NATS mutual TLS"`
-	NATSTLSKey    string `envconfig:"PLEG_NATS_TLS_KEY" desc:"Client key file for NATS mutual TLS"`
-	DataDir       string `envconfig:"PLEG_DATA_DIR" default:"/var/lib/pleg-bridge" desc:"Data directory (the embedded NATS server's JetStream store)"`
-	EmbeddedNATS  string `envconfig:"PLEG_EMBEDDED_NATS_LISTEN" default:"127.0.0.1:4222" desc:"Listen address of the embedded NATS server"`
-	SubjectPrefix string `envconfig:"PLEG_SUBJECT_PREFIX" default:"pleg" desc:"First subject token(s): <prefix>.<node>.<podUID>.<eventType>"`
+	NATSURL       string `env:"PLEG_NATS_URL" desc:"NATS server URL(s), comma-separated; unset: run an embedded NATS server with JetStream"`
+	NATSCreds     string `env:"PLEG_NATS_CREDS" desc:"NATS credentials file (JWT and NKey seed)"`
+	NATSNKeySeed  string `env:"PLEG_NATS_NKEY_SEED" desc:"NATS NKey seed file"`
+	NATSUser      string `env:"PLEG_NATS_USER" desc:"NATS user name"`
+	NATSPassword  string `env:"PLEG_NATS_PASSWORD" desc:"NATS password"`
+	NATSToken     string `env:"PLEG_NATS_TOKEN" desc:"NATS authentication token"`
+	NATSTokenFile string `env:"PLEG_NATS_TOKEN_FILE" desc:"File holding the NATS authentication token, read again at every reconnect so that a rotated Secret takes effect"`
+	NATSTLSCA     string `env:"PLEG_NATS_TLS_CA" desc:"CA certificate file to verify the NATS server"`
+	NATSTLSCert   string `env:"PLEG_NATS_TLS_CERT" desc:"Client certificate file for NATS mutual TLS"`
+	NATSTLSKey    string `env:"PLEG_NATS_TLS_KEY" desc:"Client key file for NATS mutual TLS"`
+	DataDir       string `env:"PLEG_DATA_DIR" desc:"Data directory: the checkpoint and the spool, and the embedded NATS server's store; empty: memory only (needs PLEG_NATS_URL)"`
+	SpoolMaxBytes int64  `env:"PLEG_SPOOL_MAX_BYTES" desc:"Bound of the disk spool under PLEG_DATA_DIR that takes the events the outbox has no room for, in bytes (0: no spool)"`
+	EmbeddedNATS  string `env:"PLEG_EMBEDDED_NATS_LISTEN" desc:"Listen address of the embedded NATS server"`
+	SubjectPrefix string `env:"PLEG_SUBJECT_PREFIX" desc:"First subject token(s): <prefix>.<node>.<podUID>.<eventType>"`
 
-	Stream                string        `envconfig:"PLEG_STREAM" default:"PLEG" desc:"JetStream stream name"`
-	StreamReplicas        int           `envconfig:"PLEG_STREAM_REPLICAS" default:"1" desc:"Stream replicas (1 on a single server, 3 in a cluster)"`
-	StreamMaxAge          time.Duration `envconfig:"PLEG_STREAM_MAX_AGE" default:"168h" desc:"How long the stream keeps events (0: forever)"`
-	StreamDuplicateWindow time.Duration `envconfig:"PLEG_STREAM_DUPLICATE_WINDOW" default:"2m" desc:"Window in which JetStream drops a repeated event ID"`
-	StreamManage          bool          `envconfig:"PLEG_STREAM_MANAGE" default:"true" desc:"Create the stream if it is missing (false: leave it to the operator)"`
+	Stream                string        `env:"PLEG_STREAM" desc:"JetStream stream name"`
+	StreamReplicas        int           `env:"PLEG_STREAM_REPLICAS" desc:"Stream replicas (1 on a single server, 3 in a cluster)"`
+	StreamMaxAge          time.Duration `env:"PLEG_STREAM_MAX_AGE" desc:"How long the stream keeps events (0: forever)"`
+	StreamDuplicateWindow time.Duration `env:"PLEG_STREAM_DUPLICATE_WINDOW" desc:"Window in which JetStream drops a repeated event ID"`
+	StreamManage          bool          `env:"PLEG_STREAM_MANAGE" desc:"Create the stream if it is missing (false: leave it to the operator)"`
 
-	CEMode      string `envconfig:"PLEG_CE_MODE" default:"structured" desc:"CloudEvents content mode: structured or binary"`
-	ClusterName string `envconfig:"PLEG_CLUSTER_NAME" desc:"Cluster name; sets the CloudEvent source to /clusters/<cluster>/nodes/<node>"`
+	CEMode      publish.Mode `env:"PLEG_CE_MODE" desc:"CloudEvents content mode: structured or binary"`
+	ClusterName string       `env:"PLEG_CLUSTER_NAME" desc:"Cluster name; sets the CloudEvent source to /clusters/<cluster>/nodes/<node>"`
 
-	Mode                string        `envconfig:"PLEG_MODE" default:"auto" desc:"auto, evented or generic"`
-	RelistPeriod        time.Duration `envconfig:"PLEG_RELIST_PERIOD" default:"1s" desc:"Relist period in generic mode"`
-	RelistThreshold     time.Duration `envconfig:"PLEG_RELIST_THRESHOLD" default:"3m" desc:"/healthz fails when the last relist is older than this"`
-	EventedRelistPeriod time.Duration `envconfig:"PLEG_EVENTED_RELIST_PERIOD" default:"30s" desc:"Safety-net relist period while the event stream is healthy"`
+	Mode                generator.Mode `env:"PLEG_MODE" desc:"auto, evented or generic"`
+	RelistPeriod        time.Duration  `env:"PLEG_RELIST_PERIOD" desc:"Relist period in generic mode"`
+	RelistThreshold     time.Duration  `env:"PLEG_RELIST_THRESHOLD" desc:"/healthz fails when the last relist is older than this"`
+	EventedRelistPeriod time.Duration  `env:"PLEG_EVENTED_RELIST_PERIOD" desc:"Safety-net relist period while the event stream is healthy"`
 
-	PublishMaxInFlight int           `envconfig:"PLEG_PUBLISH_MAX_IN_FLIGHT" default:"256" desc:"Published events awaiting a JetStream ack, at most"`
-	OutboxSize         int           `envconfig:"PLEG_OUTBOX_SIZE" default:"16384" desc:"Events waiting for delivery, at most; the generator waits when it is full"`
-	ShutdownTimeout    time.Duration `envconfig:"PLEG_SHUTDOWN_TIMEOUT" default:"10s" desc:"How long pending publishes may take to be acked at shutdown"`
+	PublishMaxInFlight int           `env:"PLEG_PUBLISH_MAX_IN_FLIGHT" desc:"Published events awaiting a JetStream ack, at most"`
+	OutboxSize         int           `env:"PLEG_OUTBOX_SIZE" desc:"Events waiting for delivery in memory, at most; more spill to the spool (the generator never waits)"`
+	ShutdownTimeout    time.Duration `env:"PLEG_SHUTDOWN_TIMEOUT" desc:"How long pending publishes may take to be acked at shutdown"`
 
-	ListenAddress string `envconfig:"PLEG_LISTEN_ADDRESS" default:":9470" desc:"Address of /metrics, /healthz and /readyz (empty: off)"`
-	LogLevel      string `envconfig:"PLEG_LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
-	LogFormat     string `envconfig:"PLEG_LOG_FORMAT" default:"auto" desc:"auto (colour on a terminal, JSON otherwise), text or json"`
+	ListenAddress string     `env:"PLEG_LISTEN_ADDRESS" desc:"Address of /metrics, /healthz and /readyz (empty: off)"`
+	LogLevel      slog.Level `env:"PLEG_LOG_LEVEL" desc:"debug, info, warn or error"`
+	LogFormat     logFormat  `env:"PLEG_LOG_FORMAT" desc:"auto (colour on a terminal, JSON otherwise), text or json"`
 }
 
-// loadConfig reads the configuration from the process environment and
-// validates it. Errors name the variable at fault and the value it got.
-func loadConfig() (Config, error) {
-	var c Config
-	if err := envconfig.Process("", &c); err != nil {
-		var pe *envconfig.ParseError
-		if errors.As(err, &pe) {
-			return c, fmt.Errorf("%s=%q: %v", pe.KeyName, pe.Value, pe.Err)
+// defaultConfig is the configuration of an empty environment, but for the
+// node name, which loadConfig takes from the host.
+func defaultConfig() Config {
+	return Config{
+		CRITimeout:            generator.DefaultCRITimeout,
+		CRIMaxRecvMsgSize:     generator.DefaultMaxRecvMsgSize,
+		DataDir:               "/var/lib/pleg-bridge",
+		SpoolMaxBytes:         256 << 20,
+		EmbeddedNATS:          "127.0.0.1:4222",
+		SubjectPrefix:         schemas.DefaultSubjectPrefix,
+		Stream:                schemas.DefaultStream,
+		StreamReplicas:        1,
+		StreamMaxAge:          7 * 24 * time.Hour,
+		StreamDuplicateWindow: publish.DefaultDuplicateWindow,
+		StreamManage:          true,
+		CEMode:                publish.ModeStructured,
+		Mode:                  generator.ModeAuto,
+		RelistPeriod:          generator.DefaultRelistPeriod,
+		RelistThreshold:       generator.DefaultRelistThreshold,
+		EventedRelistPeriod:   generator.DefaultEventedRelistPeriod,
+		PublishMaxInFlight:    publish.DefaultMaxInFlight,
+		OutboxSize:            publish.DefaultOutboxSize,
+		ShutdownTimeout:       publish.DefaultDrainTimeout,
+		ListenAddress:         ":9470",
+		LogLevel:              slog.LevelInfo,
+		LogFormat:             logAuto,
+	}
+}
+
+// loadConfig reads the configuration through lookup and validates it. Every
+// error names the variable at fault and the value it got, and all of them
+// are reported together; a variable that does not parse keeps its default,
+// so that it is reported once.
+func loadConfig(lookup lookupFunc) (Config, error) {
+	c := defaultConfig()
+	var errs []error
+	v := reflect.ValueOf(&c).Elem()
+	for _, f := range reflect.VisibleFields(v.Type()) {
+		name := f.Tag.Get("env")
+		value, ok := lookup(name)
+		if !ok {
+			continue
 		}
-		return c, fmt.Errorf("read configuration: %w", err)
+		if err := setField(v.FieldByIndex(f.Index).Addr().Interface(), value); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", name, value, err))
+		}
+	}
+	if err := c.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return c, errors.Join(errs...)
 	}
 	if c.NodeName == "" {
 		h, err := os.Hostname()
@@ -86,19 +152,79 @@ func loadConfig() (Config, error) {
 		}
 		c.NodeName = h
 	}
-	return c, c.validate()
+	return c, nil
 }
 
+// setField parses s into the field p points to, by the field's type.
+func setField(p any, s string) error {
+	switch p := p.(type) {
+	case *string:
+		*p = s
+	case *bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return errors.New("want true or false")
+		}
+		*p = b
+	case *int:
+		// Base 0, as envconfig read them: 0x, 0o and 0b prefixes and
+		// underscores (268_435_456) are accepted.
+		n, err := strconv.ParseInt(s, 0, strconv.IntSize)
+		if err != nil {
+			return errors.New("not an integer")
+		}
+		*p = int(n)
+	case *int64:
+		n, err := strconv.ParseInt(s, 0, 64)
+		if err != nil {
+			return errors.New("not an integer")
+		}
+		*p = n
+	case *time.Duration:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return errors.New("not a duration (like 500ms, 30s or 3m)")
+		}
+		*p = d
+	case *generator.Mode:
+		m, err := generator.ParseMode(s)
+		if err != nil {
+			return errors.New("want auto, evented or generic")
+		}
+		*p = m
+	case *publish.Mode:
+		switch m := publish.Mode(s); m {
+		case publish.ModeStructured, publish.ModeBinary:
+			*p = m
+		default:
+			return errors.New("want structured or binary")
+		}
+	case *slog.Level:
+		if err := p.UnmarshalText([]byte(s)); err != nil {
+			return errors.New("want debug, info, warn or error")
+		}
+	case *logFormat:
+		switch f := logFormat(s); f {
+		case logAuto, logText, logJSON:
+			*p = f
+		default:
+			return errors.New("want auto, text or json")
+		}
+	default:
+		// A field of a type added without a case here; the tests set every
+		// variable, so this does not reach a user.
+		return fmt.Errorf("cannot be read into a %T", p)
+	}
+	return nil
+}
+
+// validate checks the values against each other and against what the
+// components accept. The parsed types (modes, level, format) are valid by
+// construction.
 func (c Config) validate() error {
 	var errs []error
 	bad := func(name string, value any, why string) {
 		errs = append(errs, fmt.Errorf("PLEG_%s=%q: %s", name, fmt.Sprint(value), why))
-	}
-	if _, err := generator.ParseMode(c.Mode); err != nil {
-		bad("MODE", c.Mode, "want auto, evented or generic")
-	}
-	if m := publish.Mode(c.CEMode); m != publish.ModeStructured && m != publish.ModeBinary {
-		bad("CE_MODE", c.CEMode, "want structured or binary")
 	}
 	if err := schemas.ValidatePrefix(c.SubjectPrefix); err != nil {
 		bad("SUBJECT_PREFIX", c.SubjectPrefix, "not a valid subject prefix: "+err.Error())
@@ -142,6 +268,12 @@ func (c Config) validate() error {
 	if c.OutboxSize < c.PublishMaxInFlight {
 		bad("OUTBOX_SIZE", c.OutboxSize, "must be at least PLEG_PUBLISH_MAX_IN_FLIGHT")
 	}
+	if c.SpoolMaxBytes < 0 {
+		bad("SPOOL_MAX_BYTES", c.SpoolMaxBytes, "must not be negative (0: no spool)")
+	}
+	if c.DataDir == "" && c.NATSURL == "" {
+		bad("DATA_DIR", c.DataDir, "the embedded NATS server (PLEG_NATS_URL unset) keeps its store there; set both or PLEG_NATS_URL")
+	}
 	if c.NATSToken != "" && c.NATSTokenFile != "" {
 		bad("NATS_TOKEN_FILE", c.NATSTokenFile, "set PLEG_NATS_TOKEN or PLEG_NATS_TOKEN_FILE, not both")
 	} else if c.NATSTokenFile != "" {
@@ -152,14 +284,6 @@ func (c Config) validate() error {
 	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
 		bad("NATS_TLS_CERT", c.NATSTLSCert, "PLEG_NATS_TLS_CERT and PLEG_NATS_TLS_KEY go together")
 	}
-	if _, err := parseLevel(c.LogLevel); err != nil {
-		bad("LOG_LEVEL", c.LogLevel, "want debug, info, warn or error")
-	}
-	switch c.LogFormat {
-	case "auto", "text", "json":
-	default:
-		bad("LOG_FORMAT", c.LogFormat, "want auto, text or json")
-	}
 	return errors.Join(errs...)
 }
 
@@ -167,10 +291,28 @@ func (c Config) validate() error {
 func printConfigHelp(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VARIABLE\tDEFAULT\tDESCRIPTION")
-	const format = `{{range .}}{{usage_key .}}	{{usage_default .}}	{{usage_description .}}
-{{end}}`
-	if err := envconfig.Usagef("", &Config{}, tw, format); err != nil {
-		return err
+	defaults := reflect.ValueOf(defaultConfig())
+	for _, f := range reflect.VisibleFields(defaults.Type()) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Tag.Get("env"), formatDefault(defaults.FieldByIndex(f.Index).Interface()), f.Tag.Get("desc"))
 	}
 	return tw.Flush()
+}
+
+// formatDefault writes a default as a user would set it: 168h rather than
+// 168h0m0s, info rather than INFO.
+func formatDefault(v any) string {
+	switch v := v.(type) {
+	case time.Duration:
+		s := v.String()
+		if strings.HasSuffix(s, "m0s") {
+			s = strings.TrimSuffix(s, "0s")
+		}
+		if strings.HasSuffix(s, "h0m") {
+			s = strings.TrimSuffix(s, "0m")
+		}
+		return s
+	case slog.Level:
+		return strings.ToLower(v.String())
+	}
+	return fmt.Sprint(v)
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -23,8 +24,8 @@ import (
 // demoConfig is the bridge configuration of the demo: the defaults, with the
 // PLEG_* tuning variables honoured (PLEG_MODE=generic, say). Where things
 // are (NATS, the runtime, the data, the node name) is the demo's own.
-func demoConfig() (Config, error) {
-	c, err := loadConfig()
+func demoConfig(lookup lookupFunc) (Config, error) {
+	c, err := loadConfig(lookup)
 	if err != nil {
 		return c, fmt.Errorf("invalid configuration:\n%w", err)
 	}
@@ -38,7 +39,7 @@ func demoConfig() (Config, error) {
 // server with JetStream, the simulated CRI runtime on a unix socket with pod
 // churn, the bridge between them, and a JetStream subscriber that prints
 // every event as it arrives.
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until Ctrl-C)")
@@ -47,7 +48,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	containers := fs.Int("containers", 2, "containers per simulated pod")
 	listen := fs.String("nats-listen", "127.0.0.1:4222", "listen address of the embedded NATS server (a random port if it is taken)")
 	metrics := fs.String("listen", "", "serve /metrics, /healthz and /readyz on this address (empty: off)")
-	logLevel := fs.String("log-level", "warn", "log level of the bridge: debug, info, warn or error")
+	var logLevel slog.Level
+	fs.TextVar(&logLevel, "log-level", slog.LevelWarn, "log level of the bridge: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,15 +59,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *rate <= 0 {
 		return fmt.Errorf("demo: --rate=%v must be positive", *rate)
 	}
-	cfg, err := demoConfig()
+	cfg, err := demoConfig(lookup)
 	if err != nil {
 		return err
 	}
 	cfg.ListenAddress = *metrics
-	logger, err := newLogger(stderr, "auto", *logLevel)
-	if err != nil {
-		return err
-	}
+	logger := newLogger(stderr, logAuto, logLevel)
 	if *duration > 0 {
 		// A cancel after the duration, not a deadline: gRPC would send a
 		// deadline to the runtime with every call, and the runtime's side,

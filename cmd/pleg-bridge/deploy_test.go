@@ -52,16 +52,16 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// configVariables is the set of variable names Config reads: the envconfig
-// tag of each field.
+// configVariables is the set of variable names Config reads: the env tag of
+// each field.
 func configVariables(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
 	typ := reflect.TypeFor[Config]()
 	for f := range typ.Fields() {
-		tag := f.Tag.Get("envconfig")
+		tag := f.Tag.Get("env")
 		if tag == "" {
-			t.Fatalf("Config.%s has no envconfig tag", f.Name)
+			t.Fatalf("Config.%s has no env tag", f.Name)
 		}
 		if !strings.HasPrefix(tag, envPrefix) {
 			t.Fatalf("Config.%s reads %s, which lacks the %s prefix", f.Name, tag, envPrefix)
@@ -81,7 +81,7 @@ func isSubcommand(t *testing.T, cmd string) bool {
 	if strings.HasPrefix(cmd, "-") || cmd == "help" {
 		return false
 	}
-	err := run(t.Context(), []string{cmd, "--help"}, func(string) string { return "" }, io.Discard, io.Discard)
+	err := run(t.Context(), []string{cmd, "--help"}, envFrom(t, nil), io.Discard, io.Discard)
 	return err == nil || !strings.Contains(err.Error(), "unknown command")
 }
 
@@ -122,8 +122,7 @@ func validateEnv(t *testing.T, where string, env map[string]*string) {
 		}
 		set[name] = value
 	}
-	setenv(t, set)
-	if _, err := loadConfig(); err != nil {
+	if _, err := loadConfig(envFrom(t, set)); err != nil {
 		t.Errorf("%s: pleg-bridge run would refuse its configuration:\n%v", where, err)
 	}
 }
@@ -354,8 +353,7 @@ func TestDockerfileBuildsTheBinaryAndRunsItAsNonRoot(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(repoRoot(t), "cmd", "pleg-bridge", "main.go")); err != nil {
 		t.Errorf("the Dockerfile builds ./cmd/pleg-bridge: %v", err)
 	}
-	f, _ := reflect.TypeFor[Config]().FieldByName("ListenAddress")
-	if port := listenPort(t, f.Tag.Get("default")); !strings.Contains(df, "EXPOSE "+port) {
+	if port := listenPort(t, defaultConfig().ListenAddress); !strings.Contains(df, "EXPOSE "+port) {
 		t.Errorf("the Dockerfile does not expose the default PLEG_LISTEN_ADDRESS port %s", port)
 	}
 	ignore, err := os.ReadFile(filepath.Join(repoRoot(t), ".dockerignore"))
@@ -663,7 +661,7 @@ func TestKubernetesDaemonSetIsWiredAndLockedDown(t *testing.T) {
 	}) {
 		t.Errorf("tolerations %+v do not tolerate every taint", pod.Tolerations)
 	}
-	shutdown := configDefault(t, "ShutdownTimeout")
+	shutdown := defaultConfig().ShutdownTimeout
 	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= shutdown {
 		t.Errorf("terminationGracePeriodSeconds %v is not longer than PLEG_SHUTDOWN_TIMEOUT %s", g, shutdown)
 	}
@@ -714,19 +712,6 @@ func TestKubernetesDaemonSetIsWiredAndLockedDown(t *testing.T) {
 	}
 }
 
-// configDefault is the default of Config's field, as run would parse it.
-func configDefault(t *testing.T, field string) time.Duration {
-	t.Helper()
-	f, ok := reflect.TypeFor[Config]().FieldByName(field)
-	if !ok {
-		t.Fatalf("Config has no field %s", field)
-	}
-	d, err := time.ParseDuration(f.Tag.Get("default"))
-	if err != nil {
-		t.Fatalf("Config.%s default: %v", field, err)
-	}
-	return d
-}
 
 // --- deploy/nats ---
 
@@ -955,7 +940,7 @@ func TestNATSAccountsWorkForTheBridgeAndTheReader(t *testing.T) {
 	}
 	stream, err := publish.EnsureStream(t.Context(), jsB, publish.StreamOptions{
 		Name: cfg.Name, SubjectPrefix: "pleg", Replicas: 1,
-		MaxAge: configDefault(t, "StreamMaxAge"), DuplicateWindow: configDefault(t, "StreamDuplicateWindow"),
+		MaxAge: defaultConfig().StreamMaxAge, DuplicateWindow: defaultConfig().StreamDuplicateWindow,
 	})
 	if err != nil {
 		t.Fatalf("the bridge user cannot ensure the stream: %v", err)
@@ -1014,18 +999,17 @@ func readStreamJSON(t *testing.T) jetstream.StreamConfig {
 	if err := dec.Decode(&cfg); err != nil {
 		t.Fatalf("stream.json: %v", err)
 	}
-	stream, _ := reflect.TypeFor[Config]().FieldByName("Stream")
-	prefix, _ := reflect.TypeFor[Config]().FieldByName("SubjectPrefix")
+	def := defaultConfig()
 	switch {
-	case cfg.Name != stream.Tag.Get("default"):
-		t.Errorf("stream.json name %q, want PLEG_STREAM's default %q", cfg.Name, stream.Tag.Get("default"))
-	case !slices.Equal(cfg.Subjects, []string{prefix.Tag.Get("default") + ".>"}):
+	case cfg.Name != def.Stream:
+		t.Errorf("stream.json name %q, want PLEG_STREAM's default %q", cfg.Name, def.Stream)
+	case !slices.Equal(cfg.Subjects, []string{def.SubjectPrefix + ".>"}):
 		t.Errorf("stream.json subjects %q", cfg.Subjects)
 	case cfg.Storage != jetstream.FileStorage || cfg.Retention != jetstream.LimitsPolicy:
 		t.Errorf("stream.json storage %v retention %v, want file and limits", cfg.Storage, cfg.Retention)
 	case cfg.Replicas != 3:
 		t.Errorf("stream.json replicas %d, want 3", cfg.Replicas)
-	case cfg.MaxAge != configDefault(t, "StreamMaxAge") || cfg.Duplicates != configDefault(t, "StreamDuplicateWindow"):
+	case cfg.MaxAge != def.StreamMaxAge || cfg.Duplicates != def.StreamDuplicateWindow:
 		t.Errorf("stream.json max age %s and duplicate window %s differ from the bridge's defaults, which would rewrite them",
 			cfg.MaxAge, cfg.Duplicates)
 	}

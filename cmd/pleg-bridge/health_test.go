@@ -30,12 +30,10 @@ func newHealthFixture(t *testing.T) *healthFixture {
 	t.Helper()
 	model, _, endpoint := startSim(t, crisim.Options{})
 	srv, url := publishtest.NewServer(t)
-	setenv(t, map[string]string{
+	cfg, err := loadConfig(envFrom(t, map[string]string{
 		"PLEG_NODE_NAME": "node-1",
 		"PLEG_MODE":      "generic",
-		"PLEG_DATA_DIR":  t.TempDir(),
-	})
-	cfg, err := loadConfig()
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
@@ -29,10 +29,9 @@ func main() {
 
 var errUsage = errors.New("usage")
 
-// run is the whole program. The bridge's configuration comes from the
-// process environment (envconfig reads it directly); getenv serves the
-// defaults of the tail and replay flags.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// run is the whole program. lookup reads the environment: the bridge's
+// configuration (run, demo) and the defaults of the tail and replay flags.
+func run(ctx context.Context, args []string, lookup lookupFunc, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		printUsage(stderr)
 		return errUsage
@@ -46,23 +45,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 			return fmt.Errorf("run takes no arguments (configure it with PLEG_* variables; see pleg-bridge --help), got %q", rest)
 		}
-		cfg, err := loadConfig()
+		cfg, err := loadConfig(lookup)
 		if err != nil {
 			return fmt.Errorf("invalid configuration:\n%w", err)
 		}
-		logger, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
-		if err != nil {
-			return err
-		}
-		return runAgent(ctx, cfg, logger)
+		return runAgent(ctx, cfg, newLogger(stderr, cfg.LogFormat, cfg.LogLevel))
 	case "demo":
-		return runDemo(ctx, rest, stdout, stderr)
+		return runDemo(ctx, rest, lookup, stdout, stderr)
 	case "simulate":
 		return runSimulate(ctx, rest, stdout, stderr)
 	case "tail":
-		return runTail(ctx, rest, getenv, stdout, stderr)
+		return runTail(ctx, rest, getenv(lookup), stdout, stderr)
 	case "replay":
-		return runReplay(ctx, rest, getenv, stdout, stderr)
+		return runReplay(ctx, rest, getenv(lookup), stdout, stderr)
 	case "version", "--version":
 		printVersion(stdout)
 		return nil
@@ -71,4 +66,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	printUsage(stderr)
 	return fmt.Errorf("unknown command %q", cmd)
+}
+
+// getenv reads a variable through lookup, empty when it is unset.
+func getenv(lookup lookupFunc) func(string) string {
+	return func(name string) string {
+		v, _ := lookup(name)
+		return v
+	}
 }

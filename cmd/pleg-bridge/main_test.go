@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -64,18 +64,15 @@ func fetchFrom(t *testing.T, js jetstream.JetStream, stream string, n int) []con
 	return out
 }
 
-func setenv(t *testing.T, kv map[string]string) {
+// envFrom returns a lookup over kv alone, never the process environment,
+// with PLEG_DATA_DIR in a new temporary directory unless kv sets it.
+func envFrom(t *testing.T, kv map[string]string) lookupFunc {
 	t.Helper()
-	for _, k := range os.Environ() {
-		if strings.HasPrefix(k, "PLEG_") {
-			name, _, _ := strings.Cut(k, "=")
-			t.Setenv(name, "")
-			os.Unsetenv(name)
-		}
-	}
-	t.Setenv("PLEG_DATA_DIR", t.TempDir())
-	for k, v := range kv {
-		t.Setenv(k, v)
+	env := map[string]string{"PLEG_DATA_DIR": t.TempDir()}
+	maps.Copy(env, kv)
+	return func(name string) (string, bool) {
+		v, ok := env[name]
+		return v, ok
 	}
 }
 
@@ -85,7 +82,7 @@ func setenv(t *testing.T, kv map[string]string) {
 func TestRunEndToEnd(t *testing.T) {
 	model, sim, endpoint := startSim(t, crisim.Options{})
 	_, url := publishtest.NewServer(t)
-	setenv(t, map[string]string{
+	env := envFrom(t, map[string]string{
 		"PLEG_NODE_NAME":      "node-1.example.com",
 		"PLEG_CRI_ENDPOINT":   endpoint,
 		"PLEG_NATS_URL":       url,
@@ -99,7 +96,7 @@ func TestRunEndToEnd(t *testing.T) {
 	defer cancel()
 	var stderr lockedBuffer
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"run"}, os.Getenv, &bytes.Buffer{}, &stderr) }()
+	go func() { done <- run(ctx, []string{"run"}, env, &bytes.Buffer{}, &stderr) }()
 
 	// A pod whose UID is not a valid subject token.
 	sb, err := model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "odd.uid*with>chars"})
@@ -164,10 +161,10 @@ func TestRunEndToEnd(t *testing.T) {
 func TestRunRestartsFromItsCheckpoint(t *testing.T) {
 	model, _, endpoint := startSim(t, crisim.Options{})
 	_, url := publishtest.NewServer(t)
-	setenv(t, map[string]string{
+	vars := map[string]string{
 		"PLEG_NODE_NAME": "node-1", "PLEG_CRI_ENDPOINT": endpoint, "PLEG_NATS_URL": url, "PLEG_MODE": "generic",
-		"PLEG_RELIST_PERIOD": "100ms", "PLEG_LISTEN_ADDRESS": "",
-	})
+		"PLEG_RELIST_PERIOD": "100ms", "PLEG_LISTEN_ADDRESS": "", "PLEG_DATA_DIR": t.TempDir(),
+	}
 	_, js := publishtest.Connect(t, url)
 	sb, _ := model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1"})
 	keep, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "keep"})
@@ -181,11 +178,12 @@ func TestRunRestartsFromItsCheckpoint(t *testing.T) {
 	// there, stops it, and returns the stream's contents.
 	runOnce := func(stream string, want int) []string {
 		t.Helper()
-		t.Setenv("PLEG_STREAM", stream)
-		t.Setenv("PLEG_SUBJECT_PREFIX", strings.ToLower(stream))
+		vars["PLEG_STREAM"] = stream
+		vars["PLEG_SUBJECT_PREFIX"] = strings.ToLower(stream)
+		env := envFrom(t, vars)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
-		go func() { done <- run(ctx, []string{"run"}, os.Getenv, &bytes.Buffer{}, &bytes.Buffer{}) }()
+		go func() { done <- run(ctx, []string{"run"}, env, &bytes.Buffer{}, &bytes.Buffer{}) }()
 		var got []string
 		for _, e := range fetchFrom(t, js, stream, want) {
 			got = append(got, e.LifecycleType()+" "+e.Subject)
@@ -245,8 +243,7 @@ func TestRunRejectsBadConfigurationNamingTheVariable(t *testing.T) {
 		{map[string]string{"PLEG_NATS_TOKEN": "s3cret", "PLEG_NATS_TOKEN_FILE": "/run/token"}, []string{`PLEG_NATS_TOKEN_FILE="/run/token"`, "not both"}},
 	}
 	for _, tt := range tests {
-		setenv(t, tt.env)
-		err := run(t.Context(), []string{"run"}, os.Getenv, &bytes.Buffer{}, &bytes.Buffer{})
+		err := run(t.Context(), []string{"run"}, envFrom(t, tt.env), &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil {
 			t.Errorf("%v: run accepted it", tt.env)
 			continue
@@ -261,7 +258,7 @@ func TestRunRejectsBadConfigurationNamingTheVariable(t *testing.T) {
 
 func TestHelpListsEveryVariableWithItsDefault(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(t.Context(), []string{"--help"}, os.Getenv, &out, &bytes.Buffer{}); err != nil {
+	if err := run(t.Context(), []string{"--help"}, envFrom(t, nil), &out, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, v := range []string{"PLEG_NODE_NAME", "PLEG_CRI_ENDPOINT", "PLEG_NATS_URL", "PLEG_DATA_DIR", "PLEG_SUBJECT_PREFIX",
@@ -278,14 +275,13 @@ func TestHelpListsEveryVariableWithItsDefault(t *testing.T) {
 }
 
 func TestDemoShowsEventsAsASubscriberSeesThem(t *testing.T) {
-	setenv(t, nil)
 	out := &lockedBuffer{changed: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"demo", "--rate", "4", "--lifetime", "500ms", "--nats-listen", "127.0.0.1:-1"},
-			os.Getenv, out, &bytes.Buffer{})
+			envFrom(t, nil), out, &bytes.Buffer{})
 	}()
 	want := []string{"ContainerStarted", "ContainerDied", "ContainerRemoved", "exit=", "(sandbox)"}
 	deadline := time.After(30 * time.Second)
@@ -316,12 +312,11 @@ func TestDemoShowsEventsAsASubscriberSeesThem(t *testing.T) {
 // ends on its own, with its summary, and the stop is not reported as a
 // failure of the runtime calls in flight.
 func TestDemoStopsQuietlyAfterItsDuration(t *testing.T) {
-	setenv(t, nil)
 	var out, logs bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(t.Context(), []string{"demo", "--duration", "2s", "--rate", "4", "--lifetime", "300ms", "--nats-listen", "127.0.0.1:-1", "--log-level", "warn"},
-			os.Getenv, &out, &logs)
+			envFrom(t, nil), &out, &logs)
 	}()
 	select {
 	case err := <-done:
