@@ -40,6 +40,10 @@ const (
 	StateRemoved State = "removed"
 )
 
+// StateCreated is a container that exists and has not run. A PodStatus
+// reports it; an Event never does, since creation is not a Lifecycle event.
+const StateCreated State = "created"
+
 // Pod identifies the pod a container belongs to.
 type Pod struct {
 	UID       string

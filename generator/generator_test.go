@@ -296,9 +296,12 @@ func TestGenericModeNeverOpensTheStream(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- f.gen.Run(ctx) }()
-		m := f.rt.Model()
-		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
-		f.rec.Wait(t, 1, 5*time.Second)
+		since := time.Now()
+		sb := must(f.rt.Model().RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		st, ok, err := f.gen.PodStatusNewerThan(ctx, "uid-1", since) // a relist after the sandbox ran
+		if err != nil || !ok || len(st.Containers) != 1 || st.Containers[0].Container.ID != sb || st.Containers[0].State != generator.StateRunning {
+			t.Fatalf("PodStatusNewerThan = %+v, %v, %v; want the sandbox running", st, ok, err)
+		}
 		synctest.Wait()
 		if n := f.rt.OpenStreams(); n != 0 {
 			t.Errorf("generic mode has %d event streams open", n)
@@ -310,7 +313,6 @@ func TestGenericModeNeverOpensTheStream(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("Run = %v", err)
 		}
-		_ = sb
 	})
 }
 
@@ -523,10 +525,13 @@ func TestEventedModeFallsBackAndReturns(t *testing.T) {
 		if f.gen.Mode() != generator.ModeGeneric {
 			t.Fatalf("mode = %s after three failures, want generic", f.gen.Mode())
 		}
-		// While in generic mode a container changes: the relist reports it.
+		// While in generic mode a container changes: the relist finds it.
+		since := time.Now()
 		m := f.rt.Model()
 		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
-		f.rec.Wait(t, 1, 5*time.Second)
+		if st, ok, err := f.gen.PodStatusNewerThan(ctx, "uid-1", since); err != nil || !ok || len(st.Containers) != 1 || st.Containers[0].State != generator.StateRunning {
+			t.Fatalf("PodStatusNewerThan = %+v, %v, %v; want the sandbox running", st, ok, err)
+		}
 		// The stream comes back and stays up; events make it healthy.
 		advance(30 * time.Second)
 		if f.gen.Mode() != generator.ModeEvented {

@@ -142,14 +142,6 @@ func (c *Cache[S]) UpdateTime(t time.Time) {
 	}
 }
 
-// Time returns the global timestamp set by UpdateTime, the zero time if it
-// was never set. It is safe for concurrent use.
-func (c *Cache[S]) Time() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.timestamp
-}
-
 // Range calls fn for each entry of a snapshot taken when Range starts, in no
 // particular order, and stops early when fn returns false. The lock is not
 // held while fn runs, so fn may call the cache. It is safe for concurrent
@@ -171,13 +163,6 @@ func (c *Cache[S]) Range(fn func(podUID string, e Entry[S]) bool) {
 			return
 		}
 	}
-}
-
-// Len returns the number of pods in the cache. It is safe for concurrent use.
-func (c *Cache[S]) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pods)
 }
 
 // newerLocked reports whether a GetNewerThan(podUID, minTime) call is

@@ -106,9 +106,6 @@ func TestSet(t *testing.T) {
 			if diff := cmp.Diff(tt.want, contents(t, c)); diff != "" {
 				t.Errorf("cache contents (-want +got):\n%s", diff)
 			}
-			if got, want := c.Len(), len(tt.want); got != want {
-				t.Errorf("Len() = %d, want %d", got, want)
-			}
 		})
 	}
 }
@@ -138,11 +135,14 @@ func TestGetOfAnAbsentPodReportsFalse(t *testing.T) {
 	if e, ok := c.Get("a"); ok || e != (Entry[string]{}) {
 		t.Errorf("Get after Delete = %v, %v; want the zero Entry, false", e, ok)
 	}
-	if n := c.Len(); n != 0 {
-		t.Errorf("Len after Delete = %d, want 0", n)
+	if got := contents(t, c); len(got) != 0 {
+		t.Errorf("cache after Delete holds %v, want nothing", got)
 	}
 }
 
+// TestUpdateTime reads the global timestamp the way callers see it: a
+// GetNewerThan for a pod the cache does not hold returns at once exactly
+// when the timestamp is after its minTime.
 func TestUpdateTime(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -161,11 +161,23 @@ func TestUpdateTime(t *testing.T) {
 			for _, u := range tt.updates {
 				c.UpdateTime(u)
 			}
-			if got := c.Time(); !got.Equal(tt.want) {
-				t.Errorf("Time() = %v, want %v", got, tt.want)
+			if !tt.want.IsZero() && !newerThan(c, tt.want.Add(-time.Nanosecond)) {
+				t.Errorf("the timestamp is not after %v, want %v", tt.want.Add(-time.Nanosecond), tt.want)
+			}
+			if newerThan(c, tt.want) {
+				t.Errorf("the timestamp is after %v, want %v", tt.want, tt.want)
 			}
 		})
 	}
+}
+
+// newerThan reports whether c's global timestamp is after minTime, without
+// waiting.
+func newerThan[S any](c *Cache[S], minTime time.Time) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a done context: GetNewerThan answers only what already holds
+	_, _, err := c.GetNewerThan(ctx, "a pod the cache does not hold", minTime)
+	return err == nil
 }
 
 func TestRange(t *testing.T) {
@@ -502,8 +514,6 @@ func TestConcurrentUse(t *testing.T) {
 					last[id] = e.Modified
 				}
 				c.Range(func(string, Entry[int]) bool { return true })
-				_ = c.Len()
-				_ = c.Time()
 				c.UpdateTime(at(r))
 			}
 		})
