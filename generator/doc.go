@@ -2,12 +2,23 @@
 // state from the node's CRI runtime and produces Lifecycle events
 // (ContainerStarted, ContainerDied, ContainerRemoved).
 //
-// It owns the Event type, the Runtime and Sink interfaces, the CRI gRPC
-// client (cri.go, the only code that touches the generated client), the
-// relist source (relist.go), the evented source (evented.go), the merge of
-// both into the pod-status cache (merge.go), the modes and their fallback
-// (mode.go, evented.go), and the restoration of state from a checkpoint
-// (restore.go).
+// It owns the Event type, the Runtime and Sink interfaces, and:
+//   - the CRI gRPC client (cri.go, the only code that touches the generated
+//     client; readonly.go keeps it to read methods);
+//   - the conversion of CRI data into observations (convert.go): one
+//     constructor per kind of object, used by both sources, so that they
+//     describe a container alike;
+//   - the relist source (relist.go);
+//   - the evented source (evented.go): the stream supervisor, which owns the
+//     connection, falls back to relisting and returns, and demotes a silent
+//     stream;
+//   - the targeted relists that stream events ask for (targeted.go): a queue
+//     that delays, coalesces and paces them, with its own lock;
+//   - the modes (mode.go);
+//   - the merge of both sources into the pod-status cache (merge.go), and
+//     the reader of that cache (status.go: PodStatusNewerThan);
+//   - the backfill of what a full sink could not record (backfill.go), and
+//     the restoration of state from a checkpoint (restore.go).
 //
 // One goroutine merges. Relists and stream messages become observations;
 // each is applied per container, forward only (created, running, exited,
