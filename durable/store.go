@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -162,8 +163,10 @@ func (e *loadError) Unwrap() error { return e.err }
 func corrupt(err error) error { return &loadError{reason: "corrupt", err: err} }
 
 // openBolt opens the bbolt file at path. A file bbolt rejects, or that
-// makes it panic (it trusts its pages), is a *loadError.
+// makes it panic (it trusts its pages) or fault (a file cut short is mapped
+// beyond its end), is a *loadError.
 func openBolt(path string) (db *bolt.DB, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			// The panicking Open may keep its descriptor and lock; the
@@ -221,6 +224,7 @@ type loaded struct {
 // than keepRemoved before now are not restored; the first collection
 // deletes them.
 func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l loaded, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			err = corrupt(fmt.Errorf("read %s: %v", s.path, r))

@@ -1,40 +1,318 @@
 package durable_test
 
 import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
-func TestSmoke(t *testing.T) {
+func TestStoreRestoresTheCheckpointAfterCloseAndOpen(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	s, err := durable.Open(dir, durable.Options{Node: "n1", SpoolMaxBytes: 1 << 20})
+	s, _ := open(t, dir, durable.Options{})
+	if got := s.Checkpoint().Restored(); len(got) != 0 {
+		t.Fatalf("a fresh store restored %v", got)
+	}
+	acked := []generator.Event{
+		event("u1", "a", generator.ContainerStarted, t0),
+		event("u1", "a", generator.ContainerDied, t0.Add(time.Second)),
+		event("u1", "sb", generator.ContainerStarted, t0),
+		event("u2", "b", generator.ContainerStarted, t0),
+		event("u2", "b", generator.ContainerDied, t0.Add(time.Second)),
+		event("u2", "b", generator.ContainerRemoved, time.Now()),
+	}
+	acked[2].Container = generator.Container{ID: "sb", Sandbox: true}
+	for _, ev := range acked {
+		s.Checkpoint().RecordAck(ev)
+	}
+	// Recorded twice, as a retry acks it twice: restored once.
+	s.Checkpoint().RecordAck(acked[0])
+	closeStore(t, s)
+
+	s, logs := open(t, dir, durable.Options{})
+	defer closeStore(t, s)
+	checkEvents(t, "restored", s.Checkpoint().Restored(), acked...)
+	if w := logs.records(t, "WARN"); len(w) != 0 {
+		t.Errorf("warnings opening a good store: %v", w)
+	}
+}
+
+// TestStoreRunWritesWithinItsIntervalsAndIdlesWithoutIO takes crash images
+// of the file while Run runs: what they hold is what a crash at that moment
+// leaves.
+func TestStoreRunWritesWithinItsIntervalsAndIdlesWithoutIO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		s, _ := open(t, dir, durable.Options{SpoolMaxBytes: 1 << 20})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		synctest.Wait()
+		// Five ticks, the first of which collects (nothing here), and
+		// nothing to write: the next checkpoint tick is 500 ms away.
+		advance(500 * time.Millisecond)
+
+		a := event("u1", "a", generator.ContainerStarted, t0)
+		s.Checkpoint().RecordAck(a)
+		advance(400 * time.Millisecond)
+		if got := restoredAfterCrash(t, dir); len(got) != 0 {
+			t.Errorf("the checkpoint was written before its interval (%v): acks alone should wait for it", got)
+		}
+		advance(100 * time.Millisecond)
+		checkEvents(t, "restored 500 ms after the ack", restoredAfterCrash(t, dir), a)
+
+		// Idle: ticks come and go, and the file does not change.
+		before := fileHash(t, dir)
+		advance(3 * time.Second)
+		if fileHash(t, dir) != before {
+			t.Error("the file changed while nothing was recorded")
+		}
+
+		// A spool append is written within a tick, with the acks recorded
+		// so far.
+		b := event("u1", "b", generator.ContainerStarted, t0)
+		s.Checkpoint().RecordAck(b)
+		spooled := event("u2", "c", generator.ContainerStarted, t0)
+		if n := s.Spool().Append([]generator.Event{spooled}); n != 1 {
+			t.Fatalf("appended %d of 1", n)
+		}
+		advance(100 * time.Millisecond)
+		img := crashImage(t, dir)
+		s2, _ := open(t, img, durable.Options{SpoolMaxBytes: 1 << 20})
+		checkEvents(t, "restored with the spool's write", s2.Checkpoint().Restored(), a, b)
+		checkEvents(t, "spooled", s2.Spool().Restored(), spooled)
+		closeStore(t, s2)
+
+		// Acks after the last write are lost by a crash; the final write
+		// at shutdown keeps them.
+		c := event("u1", "c", generator.ContainerStarted, t0)
+		s.Checkpoint().RecordAck(c)
+		checkEvents(t, "restored after a crash", restoredAfterCrash(t, dir), a, b)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		checkEvents(t, "restored after Run returned", restoredAfterCrash(t, dir), a, b, c)
+		closeStore(t, s)
+	})
+}
+
+// advance moves a synctest bubble's virtual clock on by d and returns once
+// every goroutine in it is blocked again.
+func advance(d time.Duration) {
+	time.Sleep(d) // inside a bubble, sleeping is how the clock moves
+	synctest.Wait()
+}
+
+func fileHash(t *testing.T, dir string) [32]byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, durable.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := generator.Event{Type: generator.ContainerStarted, Pod: generator.Pod{UID: "u"}, Container: generator.Container{ID: "c"}, State: generator.StateRunning, ObservedAt: time.Now()}
-	s.Checkpoint().RecordAck(ev)
-	if n := s.Spool().Append([]generator.Event{ev, ev}); n != 2 {
-		t.Fatal(n)
+	return sha256.Sum256(data)
+}
+
+func TestStoreDropsRemovedContainersAfterTheTombstoneTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		s, _ := open(t, dir, durable.Options{})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+
+		now := time.Now() // the bubble's clock
+		removed := []generator.Event{
+			event("u1", "gone", generator.ContainerStarted, now.Add(-time.Hour)),
+			event("u1", "gone", generator.ContainerDied, now.Add(-time.Hour)),
+			event("u1", "gone", generator.ContainerRemoved, now),
+		}
+		running := event("u1", "running", generator.ContainerStarted, now.Add(-time.Hour))
+		// An ID that the removed one is a prefix of stays.
+		longer := event("u1", "gone2", generator.ContainerStarted, now.Add(-time.Hour))
+		for _, ev := range append(removed, running, longer) {
+			s.Checkpoint().RecordAck(ev)
+		}
+		advance(generator.DefaultTombstoneTTL)
+		checkEvents(t, "restored within the TTL", restoredAfterCrash(t, dir), append(removed, running, longer)...)
+		// Collected at the first collection after the TTL: within a minute.
+		advance(time.Minute + time.Second)
+		checkEvents(t, "restored after the TTL", restoredAfterCrash(t, dir), running, longer)
+
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		closeStore(t, s)
+	})
+}
+
+// TestOpenDoesNotRestoreContainersRemovedLongAgo: a bridge that was down
+// longer than the TTL does not restore what it would have dropped.
+func TestOpenDoesNotRestoreContainersRemovedLongAgo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		s, _ := open(t, dir, durable.Options{})
+		now := time.Now()
+		old := event("u1", "old", generator.ContainerRemoved, now.Add(-generator.DefaultTombstoneTTL-time.Second))
+		recent := event("u1", "recent", generator.ContainerRemoved, now.Add(-generator.DefaultTombstoneTTL+time.Minute))
+		s.Checkpoint().RecordAck(old)
+		s.Checkpoint().RecordAck(recent)
+		closeStore(t, s)
+
+		s, _ = open(t, dir, durable.Options{})
+		checkEvents(t, "restored", s.Checkpoint().Restored(), recent)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		advance(100 * time.Millisecond) // the first tick collects
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		closeStore(t, s)
+		// Deleted from the file too: a later Open at a time when it would
+		// not have expired yet (a clock set back) does not find it.
+		s, _ = open(t, dir, durable.Options{})
+		defer closeStore(t, s)
+		checkEvents(t, "restored after the collection", s.Checkpoint().Restored(), recent)
+	})
+}
+
+func TestOpenSetsAnotherNodesStoreAside(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, _ := open(t, dir, durable.Options{})
+	a := event("u1", "a", generator.ContainerStarted, t0)
+	s.Checkpoint().RecordAck(a)
+	closeStore(t, s)
+
+	s, logs := open(t, dir, durable.Options{Node: "node-2"})
+	if got := s.Checkpoint().Restored(); len(got) != 0 {
+		t.Errorf("node-2 restored node-1's %v", got)
 	}
-	if got := s.Spool().Take(1); len(got) != 1 || got[0].Seq != 1 {
-		t.Fatal(got)
+	w := logs.records(t, "WARN")
+	aside := glob(t, dir, durable.FileName+".other-node-*")
+	if len(w) != 1 || len(aside) != 1 || w[0]["aside"] != aside[0] || !strings.Contains(w[0]["err"].(string), `"node-1"`) {
+		t.Fatalf("want one warning naming the file set aside (%v) and node-1, got %v", aside, w)
 	}
-	if err := s.Close(); err != nil {
+	b := event("u1", "b", generator.ContainerStarted, t0)
+	s.Checkpoint().RecordAck(b)
+	closeStore(t, s)
+	s, _ = open(t, dir, durable.Options{Node: "node-2"})
+	checkEvents(t, "node-2's store", s.Checkpoint().Restored(), b)
+	closeStore(t, s)
+
+	// Set aside, not deleted: it is node-1's store still.
+	if err := os.Rename(aside[0], filepath.Join(dir, durable.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	s, err = durable.Open(dir, durable.Options{Node: "n1", SpoolMaxBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
+	s, _ = open(t, dir, durable.Options{})
+	defer closeStore(t, s)
+	checkEvents(t, "the store set aside", s.Checkpoint().Restored(), a)
+}
+
+func TestOpenSetsACorruptStoreAside(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		spoil func(data []byte) []byte
+	}{
+		{"when it is not a bbolt file", func([]byte) []byte { return []byte("not a database\n") }},
+		{"when a record does not decode", func(data []byte) []byte {
+			return bytes.Replace(data, []byte(`{"type":"ContainerStarted"`), []byte(`{"type":ContainerStarted"`), 1)
+		}},
+		{"when a page is overwritten", func(data []byte) []byte {
+			// The pages after the two meta pages: the freelist and the
+			// buckets' pages.
+			for i := 2 * 4096; i < len(data); i++ {
+				data[i] = 0xff
+			}
+			return data
+		}},
+		{"when it is cut short", func(data []byte) []byte { return data[:2*4096+100] }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			s, _ := open(t, dir, durable.Options{})
+			s.Checkpoint().RecordAck(event("u1", "a", generator.ContainerStarted, t0))
+			closeStore(t, s)
+			path := filepath.Join(dir, durable.FileName)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spoiled := tt.spoil(data)
+			writeFile(t, path, spoiled)
+
+			s, logs := open(t, dir, durable.Options{})
+			if got := s.Checkpoint().Restored(); len(got) != 0 {
+				t.Errorf("restored %v from a corrupt store", got)
+			}
+			w := logs.records(t, "WARN")
+			aside := glob(t, dir, durable.FileName+".corrupt-*")
+			if len(w) != 1 || len(aside) != 1 || w[0]["aside"] != aside[0] || w[0]["path"] != path {
+				t.Fatalf("want one warning naming %s and the file set aside (%v), got %v", path, aside, w)
+			}
+			if kept, err := os.ReadFile(aside[0]); err != nil || !bytes.Equal(kept, spoiled) {
+				t.Errorf("the file set aside is not the corrupt one (read: %v)", err)
+			}
+			// The fresh store works.
+			b := event("u1", "b", generator.ContainerStarted, t0)
+			s.Checkpoint().RecordAck(b)
+			closeStore(t, s)
+			s, logs = open(t, dir, durable.Options{})
+			defer closeStore(t, s)
+			checkEvents(t, "the fresh store", s.Checkpoint().Restored(), b)
+			if w := logs.records(t, "WARN"); len(w) != 0 {
+				t.Errorf("warnings opening the fresh store: %v", w)
+			}
+		})
 	}
-	defer s.Close()
-	if got := s.Checkpoint().Restored(); len(got) != 1 {
-		t.Fatal(got)
+}
+
+func TestOpenFailsAtOnceWhenAnotherProcessHoldsTheStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, _ := open(t, dir, durable.Options{})
+	defer closeStore(t, s)
+	// bbolt's lock is an flock of the file, which a second open file in
+	// the same process contends for as another process does.
+	start := time.Now()
+	_, err := durable.Open(dir, durable.Options{Node: "node-1"})
+	path := filepath.Join(dir, durable.FileName)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "another process holds it") {
+		t.Fatalf("second Open: %v, want an error naming %s and saying another process holds it", err, path)
 	}
-	got := s.Spool().Take(5)
-	if len(got) != 2 || !got[0].Earlier || got[1].Seq != 2 {
-		t.Fatal(got)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the second Open took %v to fail", d)
+	}
+	if aside := glob(t, dir, durable.FileName+".*"); len(aside) != 0 {
+		t.Errorf("a held store was set aside: %v", aside)
+	}
+}
+
+func TestOpenRejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	for _, opts := range []durable.Options{{}, {Node: "node-1", SpoolMaxBytes: -1}} {
+		if _, err := durable.Open(t.TempDir(), opts); err == nil {
+			t.Errorf("Open(%+v) succeeded", opts)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	writeFile(t, file, nil)
+	if _, err := durable.Open(file, durable.Options{Node: "node-1"}); err == nil || errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Open of a data directory that is a file: %v", err)
 	}
 }

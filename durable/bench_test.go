@@ -1,0 +1,131 @@
+package durable_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+)
+
+// benchContainers is the node size the checkpoint is measured at: ten
+// times a busy node, to show the cost of a write does not grow with it.
+const benchContainers = 30000
+
+// benchEvent is a Lifecycle event with the fields a real one carries, so
+// that the encoded sizes are representative.
+func benchEvent(i int, typ generator.LifecycleEventType, at time.Time) generator.Event {
+	ev := generator.Event{
+		Type: typ,
+		Pod:  generator.Pod{UID: fmt.Sprintf("7d3f0c2e-5b1a-4f7e-9c0d-%012d", i/3), Namespace: "team-payments", Name: fmt.Sprintf("checkout-api-7f9c8d6b5-%05d", i/3)},
+		Container: generator.Container{
+			ID: fmt.Sprintf("%064x", i), Name: "app", Attempt: 1,
+			Image:    "registry.example.com/payments/checkout-api:v1.42.3",
+			ImageRef: "registry.example.com/payments/checkout-api@sha256:3b1f0c9e8d7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c",
+		},
+		State: generator.StateRunning, StartedAt: at, Time: at, DetectedBy: generator.SourceRelist, ObservedAt: at,
+	}
+	switch typ {
+	case generator.ContainerDied:
+		code := int32(137)
+		ev.State, ev.ExitCode, ev.Reason, ev.FinishedAt = generator.StateExited, &code, "OOMKilled", at
+	case generator.ContainerRemoved:
+		ev.State = generator.StateRemoved
+	}
+	return ev
+}
+
+// benchStore returns a store in a fresh directory that has written a
+// ContainerStarted of benchContainers containers.
+func benchStore(b *testing.B, now time.Time) (*durable.Store, string) {
+	b.Helper()
+	dir := b.TempDir()
+	s, err := durable.Open(dir, durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	for i := range benchContainers {
+		s.Checkpoint().RecordAck(benchEvent(i, generator.ContainerStarted, now))
+	}
+	if err := durable.Flush(s, now, false); err != nil {
+		b.Fatal(err)
+	}
+	return s, dir
+}
+
+func fileSize(b *testing.B, dir string) float64 {
+	b.Helper()
+	st, err := os.Stat(filepath.Join(dir, durable.FileName))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return float64(st.Size())
+}
+
+// BenchmarkCheckpointFlush measures one write of a checkpoint that tracks
+// 30,000 containers: after 100 new acks (containers dying), and after 100
+// new acks (containers removed long ago) that the same write collects,
+// with 100 new containers to keep the size steady.
+func BenchmarkCheckpointFlush(b *testing.B) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	b.Run("acks", func(b *testing.B) {
+		s, dir := benchStore(b, now)
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			for range 100 {
+				s.Checkpoint().RecordAck(benchEvent(n%benchContainers, generator.ContainerDied, now))
+				n++
+			}
+			if err := durable.Flush(s, now, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(fileSize(b, dir), "file-bytes")
+	})
+	b.Run("acks+collect", func(b *testing.B) {
+		s, dir := benchStore(b, now)
+		removedAt := now.Add(-generator.DefaultTombstoneTTL - time.Minute)
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			for range 100 {
+				s.Checkpoint().RecordAck(benchEvent(n, generator.ContainerRemoved, removedAt))
+				s.Checkpoint().RecordAck(benchEvent(n+benchContainers, generator.ContainerStarted, now))
+				n++
+			}
+			if err := durable.Flush(s, now, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(fileSize(b, dir), "file-bytes")
+	})
+}
+
+// BenchmarkOpen measures the restore at Open of a checkpoint of 30,000
+// containers.
+func BenchmarkOpen(b *testing.B) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	s, dir := benchStore(b, now)
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := durable.Open(dir, durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if n := len(s.Checkpoint().Restored()); n != benchContainers {
+			b.Fatalf("restored %d events", n)
+		}
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(fileSize(b, dir), "file-bytes")
+}
