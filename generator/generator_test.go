@@ -468,9 +468,7 @@ func TestAStopAsksForATargetedRelistThatFindsTheRemoval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const delay = time.Second
 		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour, TargetedRelistDelay: delay})
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- f.gen.Run(ctx) }()
+		stop := f.start(t)
 		synctest.Wait()
 		m := f.rt.Model()
 		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
@@ -493,10 +491,7 @@ func TestAStopAsksForATargetedRelistThatFindsTheRemoval(t *testing.T) {
 		if diff := cmp.Diff(want, lines(f.rec.Events(), names), cmpSorted); diff != "" {
 			t.Fatalf("events once the delay passed (-want +got):\n%s", diff)
 		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("Run = %v", err)
-		}
+		stop()
 	})
 }
 

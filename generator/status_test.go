@@ -52,9 +52,7 @@ func TestPodStatusNewerThan(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
 			f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour})
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan error, 1)
-			go func() { done <- f.gen.Run(ctx) }()
+			ctx, stop := t.Context(), f.start(t)
 			synctest.Wait()
 			since := time.Now()
 			got := podStatusNewerThan(ctx, f.gen, "uid-1", since)
@@ -90,19 +88,14 @@ func TestPodStatusNewerThan(t *testing.T) {
 			if diff := cmp.Diff([]string{"sb running -", "c removed 3"}, summary(r.status, names)); diff != "" {
 				t.Errorf("status after the container's removal (-want +got):\n%s", diff)
 			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatalf("Run = %v", err)
-			}
+			stop()
 		})
 	})
 	t.Run("a relist after the time answers for a pod it did not find", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
 			f := newFixture(t, crisim.Options{}, generator.Options{Mode: generator.ModeGeneric, RelistPeriod: time.Second})
-			ctx, cancel := context.WithCancel(t.Context())
-			done := make(chan error, 1)
-			go func() { done <- f.gen.Run(ctx) }()
+			ctx, stop := t.Context(), f.start(t)
 			synctest.Wait()
 			since := time.Now()
 			got := podStatusNewerThan(ctx, f.gen, "uid-none", since)
@@ -121,10 +114,7 @@ func TestPodStatusNewerThan(t *testing.T) {
 			default:
 				t.Fatal("PodStatusNewerThan still blocked after the next relist")
 			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatalf("Run = %v", err)
-			}
+			stop()
 		})
 	})
 	t.Run("gives up when its ctx ends", func(t *testing.T) {

@@ -54,7 +54,13 @@ func queueTest(t *testing.T, delay time.Duration, perSecond float64, fn func(t *
 	})
 }
 
-var cmpServed = cmp.AllowUnexported(relistScope{})
+// checkServed compares what Next returned with what it should have.
+func checkServed(t *testing.T, want []served, got ...served) {
+	t.Helper()
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(relistScope{})); diff != "" {
+		t.Errorf("Next (-want +got):\n%s", diff)
+	}
+}
 
 func TestTargetedQueue(t *testing.T) {
 	t.Parallel()
@@ -66,18 +72,14 @@ func TestTargetedQueue(t *testing.T) {
 			if got := testutil.ToFloat64(pending); got != 1 {
 				t.Errorf("pending gauge = %v with one request waiting", got)
 			}
-			if diff := cmp.Diff(served{scopeOf("a", true), delay}, next(), cmpServed); diff != "" {
-				t.Errorf("Next (-want +got):\n%s", diff)
-			}
+			checkServed(t, []served{{scopeOf("a", true), delay}}, next())
 		})
 	})
 	t.Run("a negative delay does not wait", func(t *testing.T) {
 		t.Parallel()
 		queueTest(t, -1, 100, func(t *testing.T, q *targetedQueue, _ prometheus.Gauge, next func() served) {
 			q.Request(scopeOf("a", true))
-			if diff := cmp.Diff(served{scopeOf("a", true), 0}, next(), cmpServed); diff != "" {
-				t.Errorf("Next (-want +got):\n%s", diff)
-			}
+			checkServed(t, []served{{scopeOf("a", true), 0}}, next())
 		})
 	})
 	t.Run("a pod's requests coalesce into one at the first one's time", func(t *testing.T) {
@@ -91,9 +93,7 @@ func TestTargetedQueue(t *testing.T) {
 			if got := testutil.ToFloat64(pending); got != 1 {
 				t.Errorf("pending gauge = %v with one sandbox asked for three times", got)
 			}
-			if diff := cmp.Diff(served{scopeOf("a", true), delay}, next(), cmpServed); diff != "" {
-				t.Errorf("Next (-want +got):\n%s", diff)
-			}
+			checkServed(t, []served{{scopeOf("a", true), delay}}, next())
 		})
 	})
 	for _, order := range [][]bool{{true, false, true}, {false, true}} {
@@ -104,9 +104,7 @@ func TestTargetedQueue(t *testing.T) {
 					q.Request(scopeOf("a", containersOnly))
 					time.Sleep(10 * time.Millisecond)
 				}
-				if diff := cmp.Diff(served{scopeOf("a", false), delay}, next(), cmpServed); diff != "" {
-					t.Errorf("Next (-want +got):\n%s", diff)
-				}
+				checkServed(t, []served{{scopeOf("a", false), delay}}, next())
 			})
 		})
 	}
@@ -117,11 +115,8 @@ func TestTargetedQueue(t *testing.T) {
 				q.Request(scopeOf(id, true))
 				time.Sleep(10 * time.Millisecond)
 			}
-			got := []served{next(), next(), next()}
 			want := []served{{scopeOf("a", true), delay}, {scopeOf("b", true), delay + 10*time.Millisecond}, {scopeOf("c", true), delay + 20*time.Millisecond}}
-			if diff := cmp.Diff(want, got, cmpServed); diff != "" {
-				t.Errorf("Next (-want +got):\n%s", diff)
-			}
+			checkServed(t, want, next(), next(), next())
 		})
 	})
 	// The bug this guards against: a request that arrived while another was
@@ -137,11 +132,7 @@ func TestTargetedQueue(t *testing.T) {
 			}()
 			first := next()
 			time.Sleep(100 * time.Millisecond) // a's relist takes until 200 ms
-			got := []served{first, next()}
-			want := []served{{scopeOf("a", true), delay}, {scopeOf("b", true), 150*time.Millisecond + delay}}
-			if diff := cmp.Diff(want, got, cmpServed); diff != "" {
-				t.Errorf("Next (-want +got):\n%s", diff)
-			}
+			checkServed(t, []served{{scopeOf("a", true), delay}, {scopeOf("b", true), 150*time.Millisecond + delay}}, first, next())
 		})
 	})
 	t.Run("a request after its sandbox was served waits anew", func(t *testing.T) {
@@ -150,11 +141,7 @@ func TestTargetedQueue(t *testing.T) {
 			q.Request(scopeOf("a", true))
 			first := next()
 			q.Request(scopeOf("a", false))
-			got := []served{first, next()}
-			want := []served{{scopeOf("a", true), delay}, {scopeOf("a", false), 2 * delay}}
-			if diff := cmp.Diff(want, got, cmpServed); diff != "" {
-				t.Errorf("Next (-want +got):\n%s", diff)
-			}
+			checkServed(t, []served{{scopeOf("a", true), delay}, {scopeOf("a", false), 2 * delay}}, first, next())
 		})
 	})
 	t.Run("a storm goes out in a burst of half a second's worth, then at the rate, oldest first", func(t *testing.T) {
@@ -177,9 +164,7 @@ func TestTargetedQueue(t *testing.T) {
 			for range 20 {
 				got = append(got, next())
 			}
-			if diff := cmp.Diff(want, got, cmpServed); diff != "" {
-				t.Errorf("Next (-want +got):\n%s", diff)
-			}
+			checkServed(t, want, got...)
 		})
 	})
 	t.Run("Next gives up when its ctx ends and leaves the request waiting", func(t *testing.T) {
@@ -197,9 +182,7 @@ func TestTargetedQueue(t *testing.T) {
 			if got := testutil.ToFloat64(pending); got != 1 {
 				t.Errorf("pending gauge = %v after Next gave up", got)
 			}
-			if diff := cmp.Diff(served{scopeOf("a", true), delay}, next(), cmpServed); diff != "" {
-				t.Errorf("Next (-want +got):\n%s", diff)
-			}
+			checkServed(t, []served{{scopeOf("a", true), delay}}, next())
 		})
 	})
 }
