@@ -3,9 +3,19 @@
 //
 // It owns three things: the Event → CloudEvent encoding (Encoder, the wire
 // contract of DESIGN.md §4 and §5), the stream setup (EnsureStream) and the
-// asynchronous, per-pod ordered, at-least-once publishing (Publisher).
+// delivery (Publisher): asynchronous, in order per pod, and exactly once in
+// the stream. The Publisher never blocks its caller for room: events wait in
+// a bounded memory outbox, then in the disk spool (durable.Spool) while NATS
+// is away, and what fits in neither is refused with a
+// generator.SinkFullError, for the generator to send again. A retry that
+// could come after the stream's duplicate window, and a spool entry of an
+// earlier run, is checked against the stream before it is published
+// (verify.go). A stalled publication (a leader election, a server or
+// cluster that is down) is logged once when it starts and once when acks
+// resume.
 //
-// publish imports generator for the Event type and the Sink interface only,
-// and schemas for the data type and the subject encoding. It must not import
-// CRI, gRPC or any other generator internals.
+// publish imports generator for the Event type, the Sink interface and
+// SinkFullError only, schemas for the data type and the subject encoding,
+// and durable for the spool. It must not import CRI, gRPC or any other
+// generator internals, and it starts no NATS server (natsembed does).
 package publish

@@ -4,13 +4,18 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pleg-bridge/pleg-bridge/durable"
 )
 
-// Results of a publish attempt, the values of the result label.
+// Results of a publish attempt or of a check against the stream, the
+// values of the result label.
 const (
 	resultAcked     = "acked"
 	resultDuplicate = "duplicate"
 	resultError     = "error"
+	resultStored    = "stored"
+	resultMissing   = "missing"
 )
 
 // metrics are the Publisher's collectors. They exist, unregistered, when no
@@ -24,9 +29,20 @@ type metrics struct {
 	dropped     prometheus.Counter
 	outbox      prometheus.GaugeFunc
 	inFlight    prometheus.Gauge
+
+	spooled      prometheus.Counter
+	refused      prometheus.Counter
+	spoolEvents  prometheus.GaugeFunc
+	spoolBytes   prometheus.GaugeFunc
+	checks       *prometheus.CounterVec
+	checkStored  prometheus.Counter
+	checkMissing prometheus.Counter
+	checkError   prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, pending func() int) (*metrics, error) {
+// newMetrics creates the collectors and registers them on reg. pending
+// reports the memory outbox's fill; spool (nil: none) its own.
+func newMetrics(reg prometheus.Registerer, pending func() int, spool *durable.Spool) (*metrics, error) {
 	m := &metrics{
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pleg_bridge_publish_total",
@@ -51,14 +67,48 @@ func newMetrics(reg prometheus.Registerer, pending func() int) (*metrics, error)
 			Name: "pleg_bridge_publish_in_flight",
 			Help: "Messages published to JetStream and waiting for their ack.",
 		}),
+		spooled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pleg_bridge_events_spooled_total",
+			Help: "Lifecycle events written to the disk spool because the memory outbox was full.",
+		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pleg_bridge_events_refused_total",
+			Help: "Lifecycle events the publisher refused for want of room in the outbox and the spool; the generator keeps them and sends them again.",
+		}),
+		spoolEvents: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pleg_bridge_spool_events",
+			Help: "Lifecycle events in the disk spool, not yet delivered.",
+		}, func() float64 {
+			if spool == nil {
+				return 0
+			}
+			return float64(spool.Len())
+		}),
+		spoolBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pleg_bridge_spool_bytes",
+			Help: "Encoded size of the events in the disk spool, which the spool's size limit bounds.",
+		}, func() float64 {
+			if spool == nil {
+				return 0
+			}
+			return float64(spool.Bytes())
+		}),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_publish_checks_total",
+			Help: "Checks against the stream of an event that may be stored already (a retry near the end of the duplicate window, or a spool entry of an earlier run), by result: stored (delivered, not published again), missing (published), error (retried).",
+		}, []string{"result"}),
 	}
 	m.acked = m.published.WithLabelValues(resultAcked)
 	m.duplicate = m.published.WithLabelValues(resultDuplicate)
 	m.failed = m.published.WithLabelValues(resultError)
+	m.checkStored = m.checks.WithLabelValues(resultStored)
+	m.checkMissing = m.checks.WithLabelValues(resultMissing)
+	m.checkError = m.checks.WithLabelValues(resultError)
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.published, m.ackDuration, m.dropped, m.outbox, m.inFlight} {
+	for _, c := range []prometheus.Collector{m.published, m.ackDuration, m.dropped, m.outbox, m.inFlight,
+		m.spooled, m.refused, m.spoolEvents, m.spoolBytes, m.checks} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register publisher metrics: %w", err)
 		}

@@ -14,7 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // Publisher defaults.
@@ -24,8 +26,9 @@ const (
 	// nats.go's async pending limit (4000), so PublishMsgAsync never stalls.
 	DefaultMaxInFlight = 256
 	// DefaultOutboxSize holds minutes of heavy pod churn on a full node
-	// (110 pods, a few events each per restart) while NATS is unreachable,
-	// at about 1-2 KiB per event: some 30 MiB at worst.
+	// (110 pods, a few events each per restart) in memory while NATS is
+	// unreachable, at about 1-2 KiB per event: some 30 MiB at worst. What
+	// does not fit goes to the spool.
 	DefaultOutboxSize = 16384
 	// DefaultRetryBackoffMin and DefaultRetryBackoffMax bound the wait
 	// before a failed publish is retried: soon enough to hide a leader
@@ -39,6 +42,14 @@ const (
 	DefaultAckTimeout = 5 * time.Second
 )
 
+// refillBatch bounds the spool entries taken in one read: large enough
+// that a read (one bbolt view) is worth it, small enough that the delivery
+// loop answers acks between reads of a large backlog.
+const refillBatch = 1024
+
+// errReconnecting fails an attempt made while the NATS connection is down.
+var errReconnecting = errors.New("nats connection is reconnecting")
+
 // ErrClosed is returned (wrapped) by Send once the Publisher no longer accepts
 // events: after Run's ctx is done.
 var ErrClosed = errors.New("publisher closed")
@@ -50,9 +61,23 @@ type Options struct {
 	// MaxInFlight bounds the published, not yet acked messages, over all
 	// pods. Keep it below the JetStream handle's async pending limit.
 	MaxInFlight int
-	// OutboxSize bounds the accepted, not yet acked events; Send blocks
-	// while it is full.
+	// OutboxSize bounds the events held in memory, queued or in flight.
+	// When it is full, Send spools events (Spool), or refuses them.
 	OutboxSize int
+	// Spool holds, on disk, the events that do not fit the outbox, until
+	// there is room; nil: memory only. It survives a restart: a Publisher
+	// over the same spool delivers what an earlier one left, before
+	// anything newer.
+	Spool *durable.Spool
+	// Stream is the name of the stream the events land in, asked before a
+	// retry that could be stored twice (see DuplicateWindow); empty means
+	// schemas.DefaultStream.
+	Stream string
+	// DuplicateWindow is the stream's duplicate window; 0 means
+	// DefaultDuplicateWindow. A retry of a publish that may have been
+	// stored more than half of it ago is checked against the stream before
+	// it is sent. It must not exceed the stream's window.
+	DuplicateWindow time.Duration
 	// RetryBackoffMin and RetryBackoffMax bound the jittered, doubling wait
 	// before a failed publish is retried.
 	RetryBackoffMin, RetryBackoffMax time.Duration
@@ -70,9 +95,15 @@ type Options struct {
 	OnAck func(ev generator.Event)
 }
 
-// Publisher delivers Lifecycle events to JetStream, at least once and in
-// order per pod (DESIGN.md §4, §7). Send queues events in a bounded outbox;
-// Run publishes them asynchronously.
+// Publisher delivers Lifecycle events to JetStream, exactly once and in
+// order per pod (DESIGN.md §4, §7). Send records events in a bounded
+// memory outbox, or in the spool on disk when the outbox is full, and never
+// blocks for room; Run publishes them asynchronously.
+//
+// The outbox and the spool are one FIFO: once an event went to the spool,
+// every later event follows it there until Run has taken the spool's
+// entries back into memory, so the events of a pod are published in Send
+// order whichever way they went.
 //
 // Per pod, at most one message is in flight: the next event of a pod is
 // published only once JetStream acked the previous one, so a failed publish
@@ -80,8 +111,8 @@ type Options struct {
 // MaxInFlight messages in all. A failed attempt (an error or no ack within
 // AckTimeout) is retried with the same Nats-Msg-Id after a capped,
 // jittered, doubling backoff, so JetStream stores the event once even if
-// the lost ack's publish did land, as long as the retry comes within the
-// stream's duplicate window.
+// the lost ack's publish did land; a retry that may come after the stream's
+// duplicate window is checked against the stream first (verify.go).
 //
 // Send and Pending are safe for concurrent use.
 type Publisher struct {
@@ -95,12 +126,13 @@ type Publisher struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	// slots holds one token per accepted event until it is acked or given
-	// up: its length is the outbox fill (queued plus in flight), its
-	// capacity OutboxSize.
+	// slots holds one token per event in memory until it is acked or
+	// given up: its length is the outbox fill (queued plus in flight), its
+	// capacity OutboxSize. Send takes a slot for an event it queues; Run
+	// takes one for each entry it takes from the spool.
 	slots chan struct{}
-	// queue carries accepted events from Send to Run in Send order. Its
-	// capacity equals that of slots, and an event takes a slot before it
+	// queue carries the events Send keeps in memory to Run, in Send order.
+	// Its capacity equals that of slots, and an event takes a slot before it
 	// is queued and leaves queue before its slot is freed, so a send on
 	// queue never blocks.
 	queue chan *outboxEvent
@@ -108,6 +140,14 @@ type Publisher struct {
 	mu      sync.Mutex
 	started bool // guarded by mu
 	closed  bool // guarded by mu
+	// spilling is set by Send when it puts an event in the spool, and
+	// cleared by Run once it has taken every spool entry: while it is
+	// set, Send puts every event in the spool, behind the earlier ones,
+	// and queues nothing in memory. guarded by mu
+	spilling bool
+	// refusing is set while Send refuses events for want of room, so the
+	// start and the end of that are logged once. guarded by mu
+	refusing bool
 	// closedCh is closed when closed is set.
 	closedCh chan struct{}
 }
@@ -118,6 +158,18 @@ var _ generator.Sink = (*Publisher)(nil)
 type outboxEvent struct {
 	ev  generator.Event
 	msg *nats.Msg
+	// spooled is set for an event taken from the spool, as entry seq: it
+	// is marked Done there once delivered or given up, and left there
+	// when Run stops before.
+	spooled bool
+	seq     uint64
+	// earlier is set for a spool entry of an earlier process, until a
+	// check found it is not stored.
+	earlier bool
+	// maybeStoredAt is when the first attempt that may have been stored
+	// was sent (its outcome unknown); zero while every attempt is known
+	// to have failed.
+	maybeStoredAt time.Time
 }
 
 // New returns a Publisher that publishes with js. Run must be called for
@@ -146,8 +198,10 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 		slots:    make(chan struct{}, opts.OutboxSize),
 		queue:    make(chan *outboxEvent, opts.OutboxSize),
 		closedCh: make(chan struct{}),
+		// Entries an earlier process left go out before anything newer.
+		spilling: opts.Spool != nil && opts.Spool.Untaken() > 0,
 	}
-	m, err := newMetrics(opts.Registerer, p.Pending)
+	m, err := newMetrics(opts.Registerer, p.memoryPending, opts.Spool)
 	if err != nil {
 		return nil, fmt.Errorf("create publisher: %w", err)
 	}
@@ -211,6 +265,7 @@ func applyDefaults(o *Options) error {
 		{"retry backoff max", &o.RetryBackoffMax, DefaultRetryBackoffMax},
 		{"ack timeout", &o.AckTimeout, DefaultAckTimeout},
 		{"drain timeout", &o.DrainTimeout, DefaultDrainTimeout},
+		{"duplicate window", &o.DuplicateWindow, DefaultDuplicateWindow},
 	}
 	for _, f := range durations {
 		if *f.v < 0 {
@@ -220,29 +275,42 @@ func applyDefaults(o *Options) error {
 			*f.v = f.def
 		}
 	}
+	if o.Stream == "" {
+		o.Stream = schemas.DefaultStream
+	}
 	if o.RetryBackoffMax < o.RetryBackoffMin {
 		return fmt.Errorf("retry backoff max %s is below retry backoff min %s", o.RetryBackoffMax, o.RetryBackoffMin)
 	}
 	return nil
 }
 
-// Send encodes events and queues them for delivery, in order. It blocks
-// while the outbox is full, until there is room or ctx is done; then it
-// returns ctx.Err(), and the events before the one it waited for stay
-// queued. An event that cannot be encoded is dropped, counted in
+// Send encodes events and records them for delivery, in order: in the
+// memory outbox, or in the spool when the outbox is full (or the spool
+// still holds events, which go first). It never blocks for room. When
+// neither has room (or there is no spool), it returns a
+// *generator.SinkFullError with the number of events recorded (or
+// dropped, below) before the first it refused; the caller keeps that one
+// and the rest. An event that cannot be encoded is dropped, counted in
 // pleg_bridge_events_dropped_total and logged at Warn; Send goes on with the
-// next. Once Run's ctx is done, Send returns an error wrapping ErrClosed.
+// next. Once Run's ctx is done, Send returns an error wrapping ErrClosed. ctx
+// is not used: nothing waits.
 //
-// The events of one Send call are queued contiguously only if no other
-// goroutine calls Send at the same time.
-func (p *Publisher) Send(ctx context.Context, events []generator.Event) error {
+// The events of one Send call are recorded contiguously, also when other
+// goroutines call Send at the same time.
+func (p *Publisher) Send(_ context.Context, events []generator.Event) error {
+	// One Send at a time, so that the choice between memory and spool and
+	// the queueing are one step (the FIFO), and ordered against
+	// closeIntake: an event is either recorded before Run stops accepting
+	// events (and Run delivers it, counts it, or leaves it in the spool),
+	// or refused. Nothing in here blocks: the queue has room for every
+	// slot, and the spool's Append does no I/O.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("send events: %w", ErrClosed)
+	}
 	for i := range events {
 		ev := &events[i]
-		select {
-		case <-p.closedCh:
-			return fmt.Errorf("send events: %w", ErrClosed)
-		default:
-		}
 		msg, err := p.enc.Encode(*ev)
 		if err != nil {
 			p.metrics.dropped.Inc()
@@ -250,38 +318,62 @@ func (p *Publisher) Send(ctx context.Context, events []generator.Event) error {
 				"pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", string(ev.Type), "err", err)
 			continue
 		}
-		if err := p.enqueue(ctx, &outboxEvent{ev: *ev, msg: msg}); err != nil {
-			return err
+		if !p.spilling {
+			select {
+			case p.slots <- struct{}{}:
+				p.queue <- &outboxEvent{ev: *ev, msg: msg}
+				continue
+			default:
+			}
+		}
+		// The spool stores the event, not the message: Run encodes it
+		// again when it takes it back, with the encoder of that time.
+		if p.opts.Spool == nil || p.opts.Spool.Append(events[i:i+1]) == 0 {
+			p.refuse(i, len(events)-i)
+			return &generator.SinkFullError{Recorded: i}
+		}
+		p.metrics.spooled.Inc()
+		if !p.spilling {
+			p.spilling = true
+			p.log.Warn("outbox full: spooling events to disk until NATS takes them",
+				"outbox_size", p.opts.OutboxSize, "pending", p.memoryPending())
 		}
 	}
+	if p.refusing {
+		p.refusing = false
+		p.log.Info("accepting events again")
+	}
 	return nil
 }
 
-func (p *Publisher) enqueue(ctx context.Context, e *outboxEvent) error {
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-p.closedCh:
-		return fmt.Errorf("send events: %w", ErrClosed)
+// refuse counts n refused events, and logs the first refusal of a run of
+// them. The caller holds mu.
+func (p *Publisher) refuse(recorded, n int) {
+	p.metrics.refused.Add(float64(n))
+	if p.refusing {
+		return
 	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		<-p.slots
-		return fmt.Errorf("send events: %w", ErrClosed)
+	p.refusing = true
+	where := "outbox full and no spool"
+	if p.opts.Spool != nil {
+		where = "outbox and spool full"
 	}
-	// Sending under mu orders this event against closeIntake: it is either
-	// queued before Run stops accepting events (and Run delivers or counts
-	// it), or refused. The send cannot block (see queue).
-	p.queue <- e
-	p.mu.Unlock()
-	return nil
+	p.log.Warn(where+": refusing events; the generator keeps them and sends them again",
+		"recorded", recorded, "refused", n, "outbox_size", p.opts.OutboxSize)
 }
 
-// Pending returns the number of accepted events not yet acked or given up:
-// queued plus in flight.
+// Pending returns the number of events recorded and not yet acked or given
+// up: in memory (queued plus in flight) and in the spool, not yet taken.
 func (p *Publisher) Pending() int {
+	n := p.memoryPending()
+	if p.opts.Spool != nil {
+		n += p.opts.Spool.Untaken()
+	}
+	return n
+}
+
+// memoryPending returns the number of events in the memory outbox.
+func (p *Publisher) memoryPending() int {
 	return len(p.slots)
 }
 
@@ -295,14 +387,17 @@ func (p *Publisher) closeIntake() {
 	}
 }
 
-// Run delivers the queued events until ctx is done, then stops accepting
-// events and keeps delivering what is queued for up to DrainTimeout. What is
-// still undelivered then is given up: each such event is counted in
-// pleg_bridge_events_dropped_total and logged at Warn. Run returns nil after
-// that, or an error wrapping nats.ErrConnectionClosed if the NATS
-// connection is closed under it (everything queued is given up the same
-// way). It starts no goroutine: outcomes arrive through the JetStream
-// context's handlers. Run may be called once.
+// Run delivers the recorded events until ctx is done, then stops accepting
+// events and keeps delivering what is in memory for up to DrainTimeout.
+// Events Send kept in memory and still undelivered then are given up: each
+// is counted in pleg_bridge_events_dropped_total and logged at Warn. Events
+// from the spool are not given up: those not delivered stay in the spool,
+// for the next Publisher over it. Run returns nil after that, or an error
+// wrapping nats.ErrConnectionClosed if the NATS connection is closed under
+// it (the memory events are given up the same way). Outcomes of publishes
+// arrive through the JetStream context's handlers; Run starts a few
+// goroutines for the checks against the stream (verify.go) and stops them
+// before it returns. Run may be called once.
 func (p *Publisher) Run(ctx context.Context) error {
 	p.mu.Lock()
 	started := p.started
@@ -312,19 +407,36 @@ func (p *Publisher) Run(ctx context.Context) error {
 		return errors.New("run publisher: already running or ran")
 	}
 	defer p.closeIntake()
+	// The checks serve the drain too, after ctx is done.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	chk := newChecker(p.js, p.opts.Stream, p.opts.MaxInFlight, p.opts.AckTimeout)
+	chk.start(cctx, min(checkWorkers, p.opts.MaxInFlight))
+	defer func() {
+		cancel()
+		chk.wait()
+	}()
 	d := &delivery{
 		p:        p,
+		chk:      chk,
 		pods:     make(map[string]*podQueue),
 		inflight: make(map[*nats.Msg]inflight, p.opts.MaxInFlight),
+		checking: make(map[*podQueue]struct{}),
+	}
+	if sp := p.opts.Spool; sp != nil && sp.Len() > 0 {
+		p.log.Info("delivering the events an earlier run left in the spool, before newer ones",
+			"entries", sp.Len(), "bytes", sp.Bytes())
+		d.spoolInUse = true
 	}
 	return d.run(ctx)
 }
 
 // delivery is the state of one Run. Only Run's goroutine touches it.
 type delivery struct {
-	p *Publisher
-	// pods holds the queued events of each pod with any. A pod is in
-	// exactly one of: ready, in flight, retries.
+	p   *Publisher
+	chk *checker
+	// pods holds the events in memory of each pod with any. A pod is in
+	// exactly one of: ready, in flight (published or being checked),
+	// retries, or (while draining) set aside with only spooled events.
 	pods    map[string]*podQueue
 	ready   []*podQueue
 	retries retryHeap
@@ -335,6 +447,21 @@ type delivery struct {
 	// inflight maps each published message to its pod until its outcome
 	// comes back on Publisher.acks.
 	inflight map[*nats.Msg]inflight
+	// checking holds the pods whose head event is being checked against
+	// the stream; with inFlight, they are bounded by MaxInFlight.
+	checking map[*podQueue]struct{}
+	// volatile counts the events in pods that Send kept in memory: the
+	// drain waits for those only, the spooled ones stay in the spool.
+	volatile int
+	draining bool
+	// stalledAt is when the first attempt failed since the last ack; zero
+	// while publishing flows. stallFailures counts the failed attempts
+	// since.
+	stalledAt     time.Time
+	stallFailures int
+	// spoolInUse is set while events taken from the spool are undelivered,
+	// so that the spool's emptying is logged once.
+	spoolInUse bool
 }
 
 type inflight struct {
@@ -347,6 +474,7 @@ type inflight struct {
 type podQueue struct {
 	uid      string
 	events   []*outboxEvent
+	volatile int       // events not from the spool
 	failures int       // consecutive failed attempts of events[0]
 	retryAt  time.Time // when events[0] is retried, while in retries
 }
@@ -368,12 +496,14 @@ func (d *delivery) run(ctx context.Context) error {
 	done := ctx.Done()
 	var drainDeadline <-chan time.Time
 	for {
+		d.refill()
 		if err := d.dispatch(); err != nil {
 			d.p.closeIntake()
 			d.giveUp("nats connection closed")
 			return err
 		}
-		if drainDeadline != nil && len(d.pods) == 0 && len(d.p.queue) == 0 {
+		if d.draining && d.volatile == 0 && len(d.p.queue) == 0 && d.inFlight == 0 && len(d.checking) == 0 {
+			d.giveUp("") // only spooled events are left, and they stay
 			return nil
 		}
 		select {
@@ -381,6 +511,8 @@ func (d *delivery) run(ctx context.Context) error {
 			d.add(e)
 		case r := <-d.p.acks:
 			d.handle(r)
+		case r := <-d.chk.results:
+			d.checked(r)
 		case now := <-d.retryC():
 			d.armedAt = time.Time{}
 			d.retryDue(now)
@@ -388,6 +520,7 @@ func (d *delivery) run(ctx context.Context) error {
 			done = nil
 			// From here on the queue only shrinks: Send refuses events.
 			d.p.closeIntake()
+			d.draining = true
 			t := time.NewTimer(d.p.opts.DrainTimeout)
 			defer t.Stop()
 			drainDeadline = t.C
@@ -408,15 +541,102 @@ func (d *delivery) add(e *outboxEvent) {
 		d.ready = append(d.ready, pq)
 	}
 	pq.events = append(pq.events, e)
+	if !e.spooled {
+		pq.volatile++
+		d.volatile++
+	}
 }
 
-// dispatch publishes the head event of ready pods while there is room in
-// flight. It returns an error only when the connection is closed for good.
+// refill takes entries from the spool into memory while there is room.
+// It runs only while Send is spilling: then Send queues nothing in memory,
+// so whatever queue still holds was sent before every spool entry, and is
+// added first. Once every entry is taken, it ends the spilling, and Send
+// uses memory again. While draining it takes nothing: the spool keeps its
+// entries for the next start.
+func (d *delivery) refill() {
+	sp := d.p.opts.Spool
+	if sp == nil || d.draining {
+		return
+	}
+	d.p.mu.Lock()
+	spilling := d.p.spilling
+	d.p.mu.Unlock()
+	if !spilling {
+		return
+	}
+	for {
+		select {
+		case e := <-d.p.queue:
+			d.add(e)
+			continue
+		default:
+		}
+		break
+	}
+	for {
+		// Slots first, then entries: a slot that cannot be had leaves
+		// the entry in the spool, rather than memory over its bound.
+		n := 0
+	slots:
+		for n < refillBatch {
+			select {
+			case d.p.slots <- struct{}{}:
+				n++
+			default:
+				break slots
+			}
+		}
+		entries := sp.Take(n)
+		for range n - len(entries) {
+			<-d.p.slots
+		}
+		for _, en := range entries {
+			d.addSpooled(en)
+		}
+		if len(entries) < refillBatch {
+			break
+		}
+	}
+	if sp.Untaken() > 0 {
+		return
+	}
+	// Append runs under mu, so no entry can appear between this check and
+	// the end of the spilling.
+	d.p.mu.Lock()
+	if sp.Untaken() == 0 {
+		d.p.spilling = false
+	}
+	d.p.mu.Unlock()
+}
+
+// addSpooled encodes a spool entry, which holds a slot, and adds it to its
+// pod's queue. An entry that no longer encodes is given up.
+func (d *delivery) addSpooled(en durable.SpoolEntry) {
+	d.spoolInUse = true
+	msg, err := d.p.enc.Encode(en.Event)
+	if err != nil {
+		e := &outboxEvent{ev: en.Event, spooled: true, seq: en.Seq}
+		d.drop(e, "cannot encode it", err)
+		<-d.p.slots
+		d.p.opts.Spool.Done(en.Seq)
+		return
+	}
+	d.add(&outboxEvent{ev: en.Event, msg: msg, spooled: true, seq: en.Seq, earlier: en.Earlier})
+}
+
+// dispatch publishes (or checks) the head event of ready pods while there
+// is room in flight. It returns an error only when the connection is
+// closed for good.
 func (d *delivery) dispatch() error {
-	for d.inFlight < d.p.opts.MaxInFlight && len(d.ready) > 0 {
+	for d.inFlight+len(d.checking) < d.p.opts.MaxInFlight && len(d.ready) > 0 {
 		pq := d.ready[0]
 		d.ready[0] = nil
 		d.ready = d.ready[1:]
+		if d.draining && pq.volatile == 0 {
+			// Only spooled events: they stay in the spool. The pod stays
+			// in pods, out of every line, until giveUp.
+			continue
+		}
 		if err := d.publish(pq); err != nil {
 			return err
 		}
@@ -424,9 +644,35 @@ func (d *delivery) dispatch() error {
 	return nil
 }
 
+// needsCheck reports whether e must be checked against the stream before it
+// is published again: it may have been stored longer ago than JetStream's
+// duplicate detection can be relied on (verify.go).
+func (d *delivery) needsCheck(e *outboxEvent, now time.Time) bool {
+	if e.earlier {
+		return true
+	}
+	return !e.maybeStoredAt.IsZero() && now.Sub(e.maybeStoredAt) >= d.p.opts.DuplicateWindow/2
+}
+
 func (d *delivery) publish(pq *podQueue) error {
 	e := pq.events[0]
 	sent := time.Now()
+	if d.needsCheck(e, sent) {
+		d.checking[pq] = struct{}{}
+		// Never blocks: reqs has room for MaxInFlight requests.
+		d.chk.reqs <- checkRequest{pod: pq, subject: e.msg.Subject, id: e.msg.Header.Get(jetstream.MsgIDHeader)}
+		return nil
+	}
+	if conn := d.p.js.Conn(); conn != nil && conn.IsReconnecting() {
+		// nats.go would buffer the message and send it once reconnected,
+		// however late: a retry that reaches the server long after it was
+		// sent defeats the duplicate window (verify.go). So nothing is
+		// published while the connection is down: the attempt fails, not
+		// sent, and is retried with the backoff.
+		d.p.metrics.failed.Inc()
+		d.failed(pq, errReconnecting)
+		return nil
+	}
 	_, err := d.p.ajs.PublishMsgAsync(e.msg)
 	if err != nil {
 		if conn := d.p.js.Conn(); conn != nil && conn.IsClosed() {
@@ -434,10 +680,11 @@ func (d *delivery) publish(pq *podQueue) error {
 		}
 		if errors.Is(err, nats.ErrMaxPayload) {
 			// Retrying cannot help; holding it would stall the pod forever.
-			d.drop(e, "message exceeds the server's max payload", err)
-			d.advance(pq) // frees its slot
+			d.giveUpHead(pq, "message exceeds the server's max payload", err)
 			return nil
 		}
+		// Not sent at all, so not stored: maybeStoredAt stays as it is.
+		d.p.metrics.failed.Inc()
 		d.failed(pq, err)
 		return nil
 	}
@@ -458,6 +705,10 @@ func (d *delivery) handle(r ackResult) {
 	d.p.metrics.inFlight.Dec()
 	pq := r.pod
 	if r.err != nil {
+		d.p.metrics.failed.Inc()
+		if e := pq.events[0]; e.maybeStoredAt.IsZero() && maybeStored(r.err) {
+			e.maybeStoredAt = r.sent
+		}
 		d.failed(pq, r.err)
 		return
 	}
@@ -467,11 +718,76 @@ func (d *delivery) handle(r ackResult) {
 		d.p.metrics.acked.Inc()
 	}
 	d.p.metrics.ackDuration.Observe(r.done.Sub(r.sent).Seconds())
+	d.delivered(pq)
+}
+
+// checked takes in the answer of a check against the stream.
+func (d *delivery) checked(r checkResult) {
+	pq := r.pod
+	if _, ok := d.checking[pq]; !ok {
+		return // given up already
+	}
+	delete(d.checking, pq)
+	e := pq.events[0]
+	switch {
+	case r.err != nil:
+		// NATS is still away, most likely: a failed attempt like any.
+		d.p.metrics.checkError.Inc()
+		d.failed(pq, r.err)
+	case r.stored:
+		d.p.metrics.checkStored.Inc()
+		d.p.log.Debug("event already stored: not publishing it again",
+			"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type))
+		d.delivered(pq)
+	default:
+		// Not stored. An attempt still on its way would be stored after
+		// this answer, within the window of the publish that follows.
+		d.p.metrics.checkMissing.Inc()
+		e.earlier = false
+		e.maybeStoredAt = time.Time{}
+		d.ready = append(d.ready, pq)
+	}
+}
+
+// delivered takes the head event of pq as stored in the stream: it is
+// reported to OnAck, then marked Done in the spool (in that order, so that
+// the checkpoint's ack and the entry's removal reach the disk together).
+func (d *delivery) delivered(pq *podQueue) {
+	if !d.stalledAt.IsZero() {
+		d.p.log.Info("publishing resumed",
+			"stalled_for", time.Since(d.stalledAt), "failed_attempts", d.stallFailures)
+		d.stalledAt = time.Time{}
+		d.stallFailures = 0
+	}
 	pq.failures = 0
-	ev := pq.events[0].ev
+	e := pq.events[0]
 	d.advance(pq)
 	if d.p.opts.OnAck != nil {
-		d.p.opts.OnAck(ev)
+		d.p.opts.OnAck(e.ev)
+	}
+	if e.spooled {
+		d.done(e.seq)
+	}
+}
+
+// done marks a spool entry delivered or given up, and logs when that
+// emptied the spool.
+func (d *delivery) done(seq uint64) {
+	sp := d.p.opts.Spool
+	sp.Done(seq)
+	if d.spoolInUse && sp.Len() == 0 {
+		d.spoolInUse = false
+		d.p.log.Info("spool empty: every spooled event is delivered")
+	}
+}
+
+// giveUpHead drops the head event of pq, which cannot be delivered.
+func (d *delivery) giveUpHead(pq *podQueue, reason string, err error) {
+	e := pq.events[0]
+	d.drop(e, reason, err)
+	d.advance(pq) // frees its slot
+	if e.spooled {
+		d.done(e.seq)
 	}
 }
 
@@ -479,6 +795,10 @@ func (d *delivery) handle(r ackResult) {
 // frees its outbox slot. The pod goes to the back of the ready line if it
 // has more events.
 func (d *delivery) advance(pq *podQueue) {
+	if !pq.events[0].spooled {
+		pq.volatile--
+		d.volatile--
+	}
 	pq.events[0] = nil
 	pq.events = pq.events[1:]
 	<-d.p.slots
@@ -489,22 +809,25 @@ func (d *delivery) advance(pq *podQueue) {
 	d.ready = append(d.ready, pq)
 }
 
-// failed counts and logs a failed attempt and schedules the retry of the
-// pod's head event. The first failure of an event logs at Warn, the
-// following ones at Debug, so an outage does not flood the log.
+// failed logs a failed attempt and schedules the retry of the pod's head
+// event; the caller counts it. The failure that stalls publishing (the
+// first since an ack) logs at Warn, the following ones at Debug, so an
+// outage does not flood the log; the next ack logs that publishing resumed.
 func (d *delivery) failed(pq *podQueue, err error) {
-	d.p.metrics.failed.Inc()
 	pq.failures++
+	d.stallFailures++
 	delay := retryDelay(d.p.opts.RetryBackoffMin, d.p.opts.RetryBackoffMax, pq.failures)
 	ev := pq.events[0].ev
 	attrs := []any{"pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", string(ev.Type),
 		"attempt", pq.failures, "retry_in", delay, "err", err}
-	if pq.failures == 1 {
-		d.p.log.Warn("publish event failed, will retry", attrs...)
+	now := time.Now()
+	if d.stalledAt.IsZero() {
+		d.stalledAt = now
+		d.p.log.Warn("publishing stalled: publish event failed, will retry until acks resume", attrs...)
 	} else {
 		d.p.log.Debug("publish event failed, will retry", attrs...)
 	}
-	pq.retryAt = time.Now().Add(delay)
+	pq.retryAt = now.Add(delay)
 	heap.Push(&d.retries, pq)
 }
 
@@ -541,7 +864,9 @@ func (d *delivery) retryDue(now time.Time) {
 }
 
 // giveUp takes in the outcomes that arrived and what Send still left, stops
-// waiting for acks, and drops every undelivered event.
+// waiting for acks and checks, and drops every undelivered event that Send
+// kept in memory. The spooled ones stay in the spool (not Done), for the
+// next start; reason empty means only those are left.
 func (d *delivery) giveUp(reason string) {
 	for {
 		select {
@@ -556,6 +881,11 @@ func (d *delivery) giveUp(reason string) {
 				d.inFlight--
 				d.p.metrics.inFlight.Dec()
 				d.p.metrics.failed.Inc()
+			}
+			continue
+		case r := <-d.chk.results:
+			if r.err == nil && r.stored {
+				d.checked(r)
 			}
 			continue
 		default:
@@ -576,15 +906,25 @@ func (d *delivery) giveUp(reason string) {
 	d.p.metrics.inFlight.Sub(float64(d.inFlight))
 	d.inFlight = 0
 	clear(d.inflight)
+	clear(d.checking)
+	left := 0
 	for _, pq := range d.pods {
 		for _, e := range pq.events {
-			d.drop(e, reason, nil)
+			if e.spooled {
+				left++
+			} else {
+				d.drop(e, reason, nil)
+			}
 			<-d.p.slots
 		}
 	}
 	clear(d.pods)
+	d.volatile = 0
 	d.ready = nil
 	d.retries = nil
+	if left > 0 {
+		d.p.log.Info("left undelivered events in the spool for the next start", "events", left)
+	}
 }
 
 // drop counts and logs an event that is given up. The caller removes it

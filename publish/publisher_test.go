@@ -272,7 +272,7 @@ func TestPublisherDeliversCloudEventsWithSubjectsIDsAndHeaders(t *testing.T) {
 
 func TestPublisherKeepsPerPodOrderAcrossManyPods(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, fixtureOptions{Options: publish.Options{MaxInFlight: 3, OutboxSize: 64}})
+	f := newFixture(t, fixtureOptions{Options: publish.Options{MaxInFlight: 3, OutboxSize: 64, Spool: newSpool(t, 1<<20)}})
 	f.run(t)
 	const pods, perPod = 40, 15
 	var sent []generator.Event
@@ -283,7 +283,8 @@ func TestPublisherKeepsPerPodOrderAcrossManyPods(t *testing.T) {
 		}
 	}
 	// Several small Sends from one goroutine, as the generator makes them;
-	// the outbox (64) is smaller than the total, so Send also blocks.
+	// the outbox (64) is smaller than the total, so events go to the spool
+	// and back while Run delivers.
 	for chunk := range slices.Chunk(sent, 25) {
 		f.send(t, chunk...)
 	}
@@ -339,10 +340,11 @@ func TestPublisherRetriesUntilTheStreamExistsAndKeepsPerPodOrder(t *testing.T) {
 	f.send(t, sent...)
 
 	// With no stream, nothing answers the publishes: they fail and are
-	// retried. The first failure of an event is logged at Warn.
-	r := f.waitLog(t, "publish event failed")
+	// retried. The first failure, which stalls publishing, is logged at
+	// Warn; the next ack logs at Info that publishing resumed.
+	r := f.waitLog(t, "publishing stalled")
 	if r.Level != slog.LevelWarn {
-		t.Errorf("first failure logged at %v, want WARN", r.Level)
+		t.Errorf("stall logged at %v, want WARN", r.Level)
 	}
 	select {
 	case ev := <-f.acks:
@@ -353,6 +355,9 @@ func TestPublisherRetriesUntilTheStreamExistsAndKeepsPerPodOrder(t *testing.T) {
 	ensureStream(t, f.js)
 	f.waitAcks(t, len(sent))
 	checkPerPodOrder(t, fetchAll(t, f.js, len(sent)), sent)
+	if r := f.waitLog(t, "publishing resumed"); r.Level != slog.LevelInfo {
+		t.Errorf("recovery logged at %v, want INFO", r.Level)
+	}
 
 	failed := metricValue(t, f.reg, "pleg_bridge_publish_total", map[string]string{"result": "error"})
 	if failed < 1 {
@@ -416,7 +421,7 @@ func TestPublisherRecoversFromAServerRestartInOrder(t *testing.T) {
 	s.Shutdown()
 	s.WaitForShutdown()
 	f.send(t, after...)
-	f.waitLog(t, "publish event failed")
+	f.waitLog(t, "publishing stalled")
 
 	publishtest.StartServer(t, natsembed.Options{DataDir: dir, Port: port})
 	f.waitAcks(t, len(after))
@@ -502,55 +507,52 @@ pleg_bridge_publish_in_flight 0
 	}
 }
 
-func TestSendBlocksWhileTheOutboxIsFull(t *testing.T) {
+func TestSendRefusesWhatDoesNotFitInMemoryWithoutASpool(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOptions{Options: publish.Options{OutboxSize: 2}})
-	f.send(t, testEvent("pod-a", 0), testEvent("pod-b", 0))
+	sent := []generator.Event{testEvent("pod-a", 0), testEvent("pod-b", 0), testEvent("pod-a", 1), testEvent("pod-a", 2)}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	if err := f.pub.Send(ctx, []generator.Event{testEvent("pod-a", 1)}); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Send to a full outbox: error = %v, want context.DeadlineExceeded", err)
+	// Nothing delivers yet (no Run): the third event finds the outbox full.
+	// Send neither blocks nor drops: it says how many it recorded.
+	err := f.pub.Send(t.Context(), sent)
+	var full *generator.SinkFullError
+	if !errors.As(err, &full) || full.Recorded != 2 {
+		t.Fatalf("Send of 4 events to an outbox of 2: error = %v, want a SinkFullError with Recorded 2", err)
 	}
 	if got := f.pub.Pending(); got != 2 {
 		t.Errorf("Pending() = %d, want 2", got)
 	}
-
-	// A blocked Send goes through once Run makes room.
-	sent := make(chan error, 1)
-	go func() { sent <- f.pub.Send(context.Background(), []generator.Event{testEvent("pod-a", 1)}) }()
-	f.run(t)
-	select {
-	case err := <-sent:
-		if err != nil {
-			t.Fatalf("blocked Send: %v", err)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("blocked Send did not return after Run started")
+	if got := metricValue(t, f.reg, "pleg_bridge_events_refused_total", nil); got != 2 {
+		t.Errorf("pleg_bridge_events_refused_total = %v, want 2", got)
 	}
-	f.waitAcks(t, 3)
-	fetchAll(t, f.js, 3)
+	if r := f.waitLog(t, "outbox full and no spool"); r.Level != slog.LevelWarn {
+		t.Errorf("refusal logged at %v, want WARN", r.Level)
+	}
+
+	// The caller sends the rest again once there is room, as the
+	// generator's backfill does.
+	f.run(t)
+	f.waitAcks(t, 2)
+	f.send(t, sent[2:]...)
+	if r := f.waitLog(t, "accepting events again"); r.Level != slog.LevelInfo {
+		t.Errorf("end of the refusal logged at %v, want INFO", r.Level)
+	}
+	f.waitAcks(t, 2)
+	checkPerPodOrder(t, fetchAll(t, f.js, len(sent)), sent)
 }
 
-func TestSendAfterStopReturnsErrClosedEvenWhenBlocked(t *testing.T) {
+func TestSendAfterStopReturnsErrClosed(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOptions{noStream: true, Options: publish.Options{OutboxSize: 1, DrainTimeout: 50 * time.Millisecond}})
 	f.send(t, testEvent("pod-a", 0))
-	blocked := make(chan error, 1)
-	go func() { blocked <- f.pub.Send(context.Background(), []generator.Event{testEvent("pod-a", 1)}) }()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := f.pub.Run(ctx); err != nil {
 		t.Fatalf("Run() = %v, want nil", err)
 	}
-	select {
-	case err := <-blocked:
-		if !errors.Is(err, publish.ErrClosed) {
-			t.Errorf("blocked Send: error = %v, want ErrClosed", err)
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("blocked Send did not return after Run returned")
+	if err := f.pub.Send(t.Context(), []generator.Event{testEvent("pod-a", 1)}); !errors.Is(err, publish.ErrClosed) {
+		t.Errorf("Send after Run returned: error = %v, want ErrClosed", err)
 	}
 	if err := f.pub.Run(context.Background()); err == nil {
 		t.Error("a second Run succeeded")
