@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// run starts the generator's Run in the test's bubble and returns a function
-// that stops it and checks it returned nil.
-func (f *fixture) run(t *testing.T) (stop func()) {
+// start starts the generator's Run in the test's bubble and returns a
+// function that stops it and checks it returned nil.
+func (f *fixture) start(t *testing.T) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -61,7 +61,7 @@ func TestAContainerThatLivedWhileTheSinkWasFullIsBackfilledInOrder(t *testing.T)
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, crisim.Options{}, generator.Options{RelistPeriod: time.Second})
-		stop := f.run(t)
+		stop := f.start(t)
 		m := f.rt.Model()
 		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
 		f.rec.Wait(t, 1, 5*time.Second)
@@ -114,7 +114,7 @@ func TestAContainerRunningWhenTheSinkFilledIsReportedGoneFromItsState(t *testing
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, crisim.Options{}, generator.Options{RelistPeriod: time.Second})
-		stop := f.run(t)
+		stop := f.start(t)
 		m := f.rt.Model()
 		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
 		c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: "app"}))
@@ -153,7 +153,7 @@ func TestRelistingGoesOnWhileTheSinkIsFull(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f, logs := newLoggedFixture(t, generator.Options{RelistPeriod: time.Second, RelistThreshold: time.Minute})
-		stop := f.run(t)
+		stop := f.start(t)
 		m := f.rt.Model()
 		f.rec.SetRoom(0)
 		// A pod every ten seconds for five minutes, each container living
@@ -213,7 +213,7 @@ func TestARecordExpiredWhileUnsentIsCountedUnreported(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f, logs := newLoggedFixture(t, generator.Options{RelistPeriod: time.Second, TombstoneTTL: time.Minute})
-		stop := f.run(t)
+		stop := f.start(t)
 		m := f.rt.Model()
 		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
 		f.rec.Wait(t, 1, 5*time.Second)
@@ -264,7 +264,7 @@ func TestAPartlyRecordedBackfillLeavesTheRestInOrder(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, crisim.Options{}, generator.Options{RelistPeriod: time.Second})
-		stop := f.run(t)
+		stop := f.start(t)
 		m := f.rt.Model()
 		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
 		f.rec.Wait(t, 1, 5*time.Second)
