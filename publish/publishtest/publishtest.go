@@ -42,6 +42,28 @@ func StartServer(t testing.TB, opts natsembed.Options) (*server.Server, string) 
 	return s, s.ClientURL()
 }
 
+// RunServer runs a NATS server with opts, quiet and without signal
+// handlers, until the test ends: for servers natsembed.Options cannot
+// describe (a config file, an authorization token). It fails the test if the
+// server does not start.
+func RunServer(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("start nats server: %v", err)
+	}
+	s.Start()
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready for connections after 10s")
+	}
+	return s
+}
+
 // NewCluster starts a JetStream cluster of n in-process servers on loopback
 // (natsembed.StartCluster), their stores in t.TempDir(), and returns it once
 // a meta leader sees every server. The cluster is shut down by t.Cleanup. It

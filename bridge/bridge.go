@@ -1,0 +1,345 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/publish"
+)
+
+// httpShutdownTimeout bounds the wait for the scrapes and probes in flight
+// when the HTTP endpoint stops.
+const httpShutdownTimeout = 5 * time.Second
+
+// httpReadHeaderTimeout bounds a request's headers: the endpoint is for
+// Prometheus and the kubelet, which send theirs at once.
+const httpReadHeaderTimeout = 5 * time.Second
+
+// Bridge is pleg-bridge on one node: the generator reading the runtime, the
+// publisher writing to JetStream, the durable state between them and the
+// HTTP endpoint, run by Run.
+type Bridge struct {
+	opts Options // defaults applied
+	ran  atomic.Bool
+	// p is the pipeline Run built; nil before. Status reads it.
+	p atomic.Pointer[pipeline]
+}
+
+// New checks opts and applies the defaults. It does no I/O: Run opens and
+// connects everything. The errors name the option at fault.
+func New(opts Options) (*Bridge, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Bridge{opts: opts}, nil
+}
+
+// Status is a snapshot of a running bridge, for callers that wait for it to
+// settle (the latency benchmark) or report on it.
+type Status struct {
+	// Built is true once Run has opened and built everything; the other
+	// fields are zero before.
+	Built bool
+	// Synced is true once the first relist is merged.
+	Synced bool
+	// Mode is the generator's active mode: evented or generic.
+	Mode generator.Mode
+	// Pending counts the events the publisher recorded and JetStream has
+	// not acknowledged yet, in memory and in the spool.
+	Pending int
+}
+
+// Status returns the bridge's status. It is safe for concurrent use, also
+// with Run.
+func (b *Bridge) Status() Status {
+	p := b.p.Load()
+	if p == nil {
+		return Status{}
+	}
+	return Status{Built: true, Synced: p.gen.Synced(), Mode: p.gen.Mode(), Pending: p.pub.Pending()}
+}
+
+// Run runs the bridge until ctx is done or a component fails, and returns
+// once everything it started has stopped.
+//
+// Start order: the HTTP listener is bound first, so that the commonest
+// failure (the port is taken) returns before anything else is started;
+// then the durable store is opened (it fails at once if another process
+// holds it), the runtime client made, NATS connected (or the embedded
+// server started), and the generator, publisher, store writer and HTTP
+// server run. An error in any of these steps closes what the earlier ones
+// opened before Run returns it.
+//
+// Shutdown order: the generator stops first; the publisher delivers what
+// is pending within Options.ShutdownTimeout; the durable store writes a
+// last time (the acks of that delivery included); NATS is closed; the HTTP
+// endpoint stops last, so that probes are answered while the bridge drains.
+//
+// Run returns nil after ctx is done, or the first error: a component's, a
+// stream the bridge must not manage, the listen error. Run may be called
+// once.
+func (b *Bridge) Run(ctx context.Context) error {
+	if !b.ran.CompareAndSwap(false, true) {
+		return errors.New("run bridge: Run was called before")
+	}
+	var lis net.Listener
+	if b.opts.ListenAddress != "" {
+		var err error
+		lis, err = net.Listen("tcp", b.opts.ListenAddress)
+		if err != nil {
+			return fmt.Errorf("listen for metrics and health on %s: %w", b.opts.ListenAddress, err)
+		}
+	}
+	p, err := build(b.opts)
+	if err != nil {
+		if lis != nil {
+			lis.Close()
+		}
+		return err
+	}
+	defer p.close()
+	b.p.Store(p)
+	return p.run(ctx, lis)
+}
+
+// pipeline is what one Run opened and built.
+type pipeline struct {
+	opts  Options
+	reg   *prometheus.Registry
+	store *durable.Store // nil without a data directory
+	cri   *generator.CRIClient
+	ns    *server.Server // the embedded NATS server; nil with a NATS URL
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	gen   *generator.Generator
+	pub   *publish.Publisher
+}
+
+// build opens the durable store, makes the runtime client, connects NATS
+// and builds the generator and the publisher over them. On error it closes
+// what it opened.
+func build(opts Options) (_ *pipeline, err error) {
+	p := &pipeline{opts: opts, reg: opts.Registry}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	if p.reg == nil {
+		p.reg = prometheus.NewRegistry()
+	}
+	log := opts.Logger
+
+	// The durable state seeds the generator: what was acked before the
+	// restart is not reported again, and what waited in the spool is not
+	// reported a second time (the spool delivers it).
+	var published []generator.Event
+	var spool *durable.Spool
+	if opts.DataDir != "" {
+		p.store, err = durable.Open(opts.DataDir, durable.Options{Node: opts.Node, SpoolMaxBytes: opts.SpoolMaxBytes, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		published = p.store.Checkpoint().Restored()
+		if spool = p.store.Spool(); spool != nil {
+			published = slices.Concat(published, spool.Restored())
+		}
+	}
+
+	endpoint := opts.CRIEndpoint
+	if endpoint == "" {
+		if endpoint, err = generator.DiscoverEndpoint(); err != nil {
+			return nil, fmt.Errorf("find the CRI socket: %w; configure the runtime's socket", err)
+		}
+	}
+	if p.cri, err = generator.NewCRIClient(endpoint, opts.CRI); err != nil {
+		return nil, err
+	}
+
+	url := opts.NATS.URL
+	if url == "" {
+		if p.ns, err = startEmbedded(opts.NATS.EmbeddedListen, opts.DataDir, log); err != nil {
+			return nil, err
+		}
+		url = p.ns.ClientURL()
+	}
+	if p.nc, err = connectNATS(url, "pleg-bridge "+opts.Node, opts.NATS, log); err != nil {
+		return nil, err
+	}
+	// Stream setup and readiness; the publisher makes its own context for
+	// publishing, with its ack handlers.
+	if p.js, err = jetstream.New(p.nc); err != nil {
+		return nil, fmt.Errorf("create JetStream context: %w", err)
+	}
+
+	enc, err := publish.NewEncoder(publish.EncoderOptions{
+		Node: opts.Node, ClusterName: opts.ClusterName, SubjectPrefix: opts.SubjectPrefix, Mode: opts.CEMode,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("configure CloudEvents: %w", err)
+	}
+	onAck := opts.Hooks.OnAck
+	if p.store != nil {
+		ckpt, hook := p.store.Checkpoint(), opts.Hooks.OnAck
+		onAck = func(ev generator.Event) {
+			ckpt.RecordAck(ev)
+			if hook != nil {
+				hook(ev)
+			}
+		}
+	}
+	p.pub, err = publish.New(p.js, publish.Options{
+		Encoder:         enc,
+		MaxInFlight:     opts.PublishMaxInFlight,
+		OutboxSize:      opts.OutboxSize,
+		Spool:           spool,
+		Stream:          opts.Stream.Name,
+		DuplicateWindow: opts.Stream.DuplicateWindow,
+		DrainTimeout:    opts.ShutdownTimeout,
+		Registerer:      p.reg,
+		Logger:          log,
+		OnAck:           onAck,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	metrics := generator.NewMetrics(p.reg)
+	var rt generator.Runtime = generator.InstrumentRuntime(p.cri, metrics)
+	if opts.Hooks.WrapRuntime != nil {
+		rt = opts.Hooks.WrapRuntime(rt)
+	}
+	var sink generator.Sink = p.pub
+	if opts.Hooks.WrapSink != nil {
+		sink = opts.Hooks.WrapSink(sink)
+	}
+	p.gen = generator.New(rt, sink, generator.Options{
+		Mode:                opts.Mode,
+		RelistPeriod:        opts.RelistPeriod,
+		RelistThreshold:     opts.RelistThreshold,
+		EventedRelistPeriod: opts.EventedRelistPeriod,
+		Published:           published,
+		Logger:              log,
+		Metrics:             metrics,
+	})
+	log.Info("bridge running", "node", opts.Node, "cri_endpoint", endpoint, "mode", string(opts.Mode),
+		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "data_dir", opts.DataDir)
+	return p, nil
+}
+
+// run runs the components and the HTTP endpoint on lis (if not nil) until
+// ctx is done or one of them fails, and stops them in the shutdown order.
+func (p *pipeline) run(ctx context.Context, lis net.Listener) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var srv *http.Server
+	served := make(chan error, 1)
+	if lis != nil {
+		srv = &http.Server{Handler: p.handler(), ReadHeaderTimeout: httpReadHeaderTimeout}
+		addr := lis.Addr().String()
+		p.opts.Logger.Info("serving metrics and health", "address", addr)
+		go func() { // joined below, after srv.Shutdown
+			err := srv.Serve(lis)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			} else {
+				err = fmt.Errorf("serve metrics and health on %s: %w", addr, err)
+				cancel(err)
+			}
+			served <- err
+		}()
+	}
+
+	err := p.runComponents(ctx)
+	p.closeNATS()
+	if srv != nil {
+		sctx, stop := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
+		defer stop()
+		if err := srv.Shutdown(sctx); err != nil {
+			p.opts.Logger.Warn("stop serving metrics and health, closing the connections left", "err", err)
+			srv.Close()
+		}
+		if serr := <-served; err == nil {
+			err = serr
+		}
+	}
+	return err
+}
+
+// runComponents runs the generator, the publisher, the durable store's
+// writer and the stream setup until ctx is done or one of them fails. Each
+// later stage has a context of its own that the stage before it cancels when
+// it is done, which gives the shutdown order.
+func (p *pipeline) runComponents(ctx context.Context) error {
+	pubCtx, stopPub := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPub()
+	storeCtx, stopStore := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopStore()
+	eg, gctx := errgroup.WithContext(ctx)
+	if p.opts.Stream.Manage {
+		eg.Go(func() error {
+			if err := ensureStream(gctx, p.js, p.opts); err != nil && gctx.Err() == nil {
+				return fmt.Errorf("set up stream %s: %w", p.opts.Stream.Name, err)
+			}
+			return nil
+		})
+	}
+	eg.Go(func() error {
+		defer stopPub() // no more events: deliver what is pending
+		if err := p.gen.Run(gctx); err != nil {
+			return fmt.Errorf("generator: %w", err)
+		}
+		return nil
+	})
+	eg.Go(func() error {
+		defer stopStore() // every ack is in: write the durable state a last time
+		if err := p.pub.Run(pubCtx); err != nil {
+			return fmt.Errorf("publisher: %w", err)
+		}
+		return nil
+	})
+	if p.store != nil {
+		eg.Go(func() error { return p.store.Run(storeCtx) })
+	}
+	return eg.Wait()
+}
+
+// closeNATS closes the connection and stops the embedded server. It may be
+// called more than once.
+func (p *pipeline) closeNATS() {
+	if p.nc != nil {
+		p.nc.Close()
+	}
+	if p.ns != nil {
+		p.ns.Shutdown()
+		p.ns.WaitForShutdown()
+	}
+}
+
+// close releases everything build opened, in reverse order.
+func (p *pipeline) close() {
+	p.closeNATS()
+	if p.cri != nil {
+		p.cri.Close()
+	}
+	if p.store != nil {
+		if err := p.store.Close(); err != nil {
+			p.opts.Logger.Warn("close the durable store", "err", err)
+		}
+	}
+}

@@ -1,0 +1,13 @@
+// Package bridge is the wiring of pleg-bridge: from typed Options it builds
+// the runtime client, the generator, the publisher, the durable state (the
+// checkpoint and the spool), the NATS connection (or an embedded server) and
+// the HTTP endpoint of /metrics, /healthz and /readyz, and Bridge.Run runs
+// them with one start and one shutdown order. It is the only copy of that
+// wiring: the pleg-bridge command (run, demo) and the latency benchmark use
+// it, the benchmark through Hooks, so that it measures the production
+// pipeline, ack path included.
+//
+// bridge imports generator, publish, durable, natsembed and schemas, NATS
+// and Prometheus. Nothing but cmd/pleg-bridge and the benchmark imports it,
+// and it must not import cmd, crisim or any test helper package.
+package bridge

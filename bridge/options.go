@@ -1,0 +1,177 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
+)
+
+// DefaultEmbeddedListen is where the embedded NATS server listens when
+// NATSOptions.EmbeddedListen is empty: loopback only, the NATS port.
+const DefaultEmbeddedListen = "127.0.0.1:4222"
+
+// Options configure a Bridge. Zero values take the components' defaults;
+// Node is required, and so is DataDir without NATS.URL.
+type Options struct {
+	// Node is the node name in subjects and events. Required.
+	Node string
+	// ClusterName, when set, puts the node under /clusters/<cluster> in the
+	// CloudEvent source.
+	ClusterName string
+	// SubjectPrefix is the first subject token(s); empty means
+	// schemas.DefaultSubjectPrefix.
+	SubjectPrefix string
+	// CEMode is the CloudEvents content mode; empty means structured.
+	CEMode publish.Mode
+
+	// CRIEndpoint is the runtime's socket, unix:///path or a bare path;
+	// empty means the first of generator.DefaultCRIEndpoints that exists.
+	CRIEndpoint string
+	// CRI configures the CRI client (call timeout, largest response).
+	CRI generator.CRIOptions
+	// Mode selects the generator's sources; empty means generator.ModeAuto.
+	Mode generator.Mode
+	// RelistPeriod, RelistThreshold and EventedRelistPeriod are the
+	// generator's; zero takes its defaults.
+	RelistPeriod, RelistThreshold, EventedRelistPeriod time.Duration
+
+	NATS   NATSOptions
+	Stream StreamOptions
+
+	// PublishMaxInFlight and OutboxSize bound the publisher's messages
+	// awaiting an ack and its memory outbox; zero takes its defaults.
+	PublishMaxInFlight, OutboxSize int
+	// ShutdownTimeout bounds the delivery of what is pending once Run's ctx
+	// is done; zero means publish.DefaultDrainTimeout.
+	ShutdownTimeout time.Duration
+
+	// DataDir holds the durable state (the checkpoint and the spool, one
+	// bbolt file) and the embedded NATS server's store; empty means memory
+	// only: a restart publishes the node's containers as new, and events
+	// the outbox has no room for wait in the generator's state.
+	DataDir string
+	// SpoolMaxBytes bounds the disk spool under DataDir; 0 means no spool.
+	SpoolMaxBytes int64
+
+	// ListenAddress is where /metrics, /healthz and /readyz are served;
+	// empty means nowhere. Run binds it before it starts anything else.
+	ListenAddress string
+	// Registry receives every component's metrics and is what /metrics
+	// serves; nil means a new one. A registry serves one Run: the
+	// components register their metrics on it.
+	Registry *prometheus.Registry
+	// Logger receives every component's logs; nil discards them.
+	Logger *slog.Logger
+
+	Hooks Hooks
+}
+
+// NATSOptions say which NATS the bridge publishes to and how it
+// authenticates.
+type NATSOptions struct {
+	// URL is the server URL, or several comma-separated; empty means an
+	// embedded server with JetStream, its store under Options.DataDir.
+	URL string
+	// EmbeddedListen is the embedded server's listen address (host:port,
+	// port -1 for a random one); empty means DefaultEmbeddedListen.
+	EmbeddedListen string
+	// Creds is a credentials file (JWT and NKey seed); NKeySeed an NKey
+	// seed file.
+	Creds, NKeySeed string
+	// User and Password authenticate by name.
+	User, Password string
+	// Token is an authentication token; TokenFile a file holding one, read
+	// again at every reconnect so that a rotated Secret takes effect. Not
+	// both.
+	Token, TokenFile string
+	// TLSCA verifies the server; TLSCert and TLSKey (together) are the
+	// client's certificate for mutual TLS.
+	TLSCA, TLSCert, TLSKey string
+}
+
+// StreamOptions describe the JetStream stream the events go to.
+type StreamOptions struct {
+	// Name is the stream name; empty means schemas.DefaultStream.
+	Name string
+	// Replicas is the number of replicas of a stream the bridge creates; 0
+	// means 1.
+	Replicas int
+	// MaxAge is how long the stream keeps events; 0 means forever.
+	MaxAge time.Duration
+	// DuplicateWindow is the stream's duplicate window; 0 means
+	// publish.DefaultDuplicateWindow.
+	DuplicateWindow time.Duration
+	// Manage makes Run create the stream if it is missing and set its max
+	// age and duplicate window; false leaves the stream to the operator.
+	Manage bool
+}
+
+// Hooks let a caller observe the production pipeline without copying it
+// (the latency benchmark). Each is optional.
+type Hooks struct {
+	// WrapRuntime wraps the runtime the generator reads: the CRI client,
+	// already instrumented with the CRI metrics.
+	WrapRuntime func(generator.Runtime) generator.Runtime
+	// WrapSink wraps the publisher as the generator's sink.
+	WrapSink func(generator.Sink) generator.Sink
+	// OnAck is called with each event JetStream acknowledged, after the
+	// checkpoint recorded it, from the publisher's goroutine: it must not
+	// block for long, delivery waits for it.
+	OnAck func(generator.Event)
+}
+
+// withDefaults returns o with the defaults applied, or the errors of the
+// options no default can fix, each naming its field.
+func (o Options) withDefaults() (Options, error) {
+	var errs []error
+	if o.Node == "" {
+		errs = append(errs, errors.New("node name is empty"))
+	}
+	if o.NATS.URL == "" && o.DataDir == "" {
+		errs = append(errs, errors.New("no NATS URL and no data directory for an embedded server's store"))
+	}
+	if o.SpoolMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("spool max bytes %d is negative", o.SpoolMaxBytes))
+	}
+	if o.NATS.Token != "" && o.NATS.TokenFile != "" {
+		errs = append(errs, errors.New("NATS token and token file are both set"))
+	}
+	if (o.NATS.TLSCert == "") != (o.NATS.TLSKey == "") {
+		errs = append(errs, errors.New("NATS TLS certificate and key go together"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return o, fmt.Errorf("configure bridge: %w", err)
+	}
+	if o.SubjectPrefix == "" {
+		o.SubjectPrefix = schemas.DefaultSubjectPrefix
+	}
+	if o.Mode == "" {
+		o.Mode = generator.ModeAuto
+	}
+	if o.NATS.EmbeddedListen == "" {
+		o.NATS.EmbeddedListen = DefaultEmbeddedListen
+	}
+	if o.Stream.Name == "" {
+		o.Stream.Name = schemas.DefaultStream
+	}
+	if o.Stream.Replicas == 0 {
+		o.Stream.Replicas = 1
+	}
+	if o.Stream.DuplicateWindow == 0 {
+		o.Stream.DuplicateWindow = publish.DefaultDuplicateWindow
+	}
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = publish.DefaultDrainTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}

@@ -1,0 +1,80 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pleg-bridge/pleg-bridge/publish"
+)
+
+// Bounds of the wait for JetStream while setting up the stream.
+const (
+	streamCallTimeout = 10 * time.Second
+	streamRetryMin    = 500 * time.Millisecond
+	streamRetryMax    = 10 * time.Second
+)
+
+// EnsureStream creates the stream opts describe (Stream, SubjectPrefix) if
+// it is missing, waiting for JetStream while it is unreachable: the bridge
+// may start before its NATS server, and meanwhile the generator runs and
+// the publisher retries, so events wait rather than being lost. Run calls it
+// when opts.Stream.Manage is set; the demo calls it to subscribe before the
+// bridge runs. It returns an error only for a stream the bridge must not
+// paper over (see publish.EnsureStream), for invalid options, or ctx.Err()
+// when ctx ends. It blocks until then.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, opts Options) error {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return err
+	}
+	return ensureStream(ctx, js, opts)
+}
+
+// ensureStream is EnsureStream with the defaults applied.
+func ensureStream(ctx context.Context, js jetstream.JetStream, opts Options) error {
+	sopts := publish.StreamOptions{
+		Name: opts.Stream.Name, SubjectPrefix: opts.SubjectPrefix, Replicas: opts.Stream.Replicas,
+		MaxAge: opts.Stream.MaxAge, DuplicateWindow: opts.Stream.DuplicateWindow, Logger: opts.Logger,
+	}
+	delay := streamRetryMin
+	for {
+		actx, cancel := context.WithTimeout(ctx, streamCallTimeout)
+		_, err := publish.EnsureStream(actx, js, sopts)
+		cancel()
+		if err == nil {
+			opts.Logger.Info("stream ready", "stream", sopts.Name, "subjects", sopts.SubjectPrefix+".>")
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !unreachable(err) {
+			return err
+		}
+		opts.Logger.Warn("cannot reach JetStream to set up the stream, retrying", "stream", sopts.Name, "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, streamRetryMax)
+	}
+}
+
+// unreachable reports whether err means JetStream cannot be reached yet, as
+// opposed to a stream configuration the bridge must not paper over.
+func unreachable(err error) bool {
+	for _, target := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
+		nats.ErrDisconnected, nats.ErrConnectionReconnecting, jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
