@@ -97,7 +97,7 @@ func (g *Generator) hold(events []Event) {
 	if g.held.pods == nil {
 		g.held.pods = make(map[string]struct{})
 	}
-	g.rewrite(events, func(uid string, rec *containerRecord, ev Event) {
+	lost := g.rewrite(events, func(uid string, rec *containerRecord, ev Event) {
 		var h [3]heldEvent
 		if rec.held != nil {
 			h = *rec.held
@@ -109,6 +109,9 @@ func (g *Generator) hold(events []Event) {
 		g.held.pods[uid] = struct{}{}
 		g.held.count++
 	})
+	for _, ev := range lost {
+		g.lose(ev.Pod.UID, ev.Container.ID, ev.Type, "its container's record is gone")
+	}
 	g.metrics.unsent.Set(float64(g.held.count))
 	if len(g.held.pods) == 0 {
 		return
@@ -191,10 +194,10 @@ func (g *Generator) backfill(ctx context.Context) error {
 }
 
 // rewrite replaces the records the events name, pod by pod, with copies that
-// fn changed, one call per event in order. An event whose record is not
-// cached is skipped: events come from records that the merge goroutine just
-// stored or read.
-func (g *Generator) rewrite(events []Event, fn func(uid string, rec *containerRecord, ev Event)) {
+// fn changed, one call per event in order. It returns the events whose
+// record is not cached, which it skips; there should be none, as events come
+// from records that the merge goroutine just stored or read.
+func (g *Generator) rewrite(events []Event, fn func(uid string, rec *containerRecord, ev Event)) (missing []Event) {
 	type pod struct {
 		e          statecache.Entry[*podRecord]
 		containers map[string]*containerRecord
@@ -214,6 +217,7 @@ func (g *Generator) rewrite(events []Event, fn func(uid string, rec *containerRe
 		}
 		rec := p.containers[ev.Container.ID]
 		if rec == nil {
+			missing = append(missing, ev)
 			continue
 		}
 		n := *rec
@@ -225,22 +229,26 @@ func (g *Generator) rewrite(events []Event, fn func(uid string, rec *containerRe
 			g.cache.Set(uid, &podRecord{pod: p.e.Status.pod, containers: p.containers}, p.e.Modified)
 		}
 	}
+	return missing
 }
 
 // unreported counts and logs the unsent events of a record that garbage
 // collection drops.
 func (g *Generator) unreported(uid string, rec *containerRecord) {
 	for _, t := range LifecycleEventTypes {
-		if !rec.unsent.has(t) {
-			continue
+		if rec.unsent.has(t) {
+			g.held.count--
+			g.lose(uid, rec.info.ID, t, "its container's record expired while the sink was full")
 		}
-		g.held.count--
-		g.held.lost++
-		g.metrics.unreported.WithLabelValues(string(t)).Inc()
-		g.logger.Warn("event unreported: its container's record expired while the sink was full",
-			"pod_uid", uid, "container_id", rec.info.ID, "event_type", t)
 	}
 	g.metrics.unsent.Set(float64(g.held.count))
+}
+
+// lose counts and logs an event that will never be sent.
+func (g *Generator) lose(uid, containerID string, t LifecycleEventType, why string) {
+	g.held.lost++
+	g.metrics.unreported.WithLabelValues(string(t)).Inc()
+	g.logger.Warn("event unreported: "+why, "pod_uid", uid, "container_id", containerID, "event_type", t)
 }
 
 // anyUnsent reports whether a record of the pod has unsent events.
