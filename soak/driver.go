@@ -74,13 +74,13 @@ func newDriver(rt *crisim.Runtime, opts driverOptions) *driver {
 // until resume. It is how a runtime restart is modelled: containerd makes no
 // CRI transition while it is down.
 func (d *driver) pause() {
+	d.stepMu.Lock() // wait for the step in progress; the next one sees the pause
+	defer d.stepMu.Unlock()
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.resumed == nil {
 		d.resumed = make(chan struct{})
 	}
-	d.mu.Unlock()
-	d.stepMu.Lock() // wait for the step in progress
-	d.stepMu.Unlock()
 }
 
 // resume restarts the churn at its rate, without catching up on the pause.

@@ -1,0 +1,274 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Bounds of waiting for the bridge process.
+const (
+	// readyTimeout bounds the wait for a started bridge to answer /readyz
+	// with 200: it connects to NATS, sets up the stream (three replicas in
+	// a cluster) and makes its first relist.
+	readyTimeout = time.Minute
+	// readyPoll is how often /readyz is asked meanwhile.
+	readyPoll = 50 * time.Millisecond
+	// stopTimeout bounds a graceful stop: the bridge's own drain deadline
+	// (PLEG_SHUTDOWN_TIMEOUT, 10s by default) and some.
+	stopTimeout = 30 * time.Second
+)
+
+// bridgeProcess runs the bridge as a child process, "pleg-bridge run"
+// configured by PLEG_* variables, so that a kill is a real SIGKILL: no
+// deferred function, no last checkpoint write, no drain. Its log goes to a
+// file that each incarnation appends to.
+//
+// Its methods are called from the schedule's goroutine; done and the
+// health probes' URL are safe for concurrent use.
+type bridgeProcess struct {
+	binary  string
+	env     []string
+	logPath string
+	baseURL string // http://host:port of /healthz, /readyz and /metrics
+	client  *http.Client
+
+	mu  sync.Mutex
+	cur *incarnation // the last process started; guarded by mu
+}
+
+// incarnation is one run of the bridge process.
+type incarnation struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once Wait returned
+	err    error         // Wait's result, set before exited is closed
+	ended  bool          // the soak killed or stopped it; guarded by bridgeProcess.mu
+}
+
+func newBridgeProcess(binary string, env []string, logPath, listenAddr string) *bridgeProcess {
+	return &bridgeProcess{
+		binary:  binary,
+		env:     env,
+		logPath: logPath,
+		baseURL: "http://" + listenAddr,
+		client:  &http.Client{Timeout: 2 * time.Second},
+	}
+}
+
+// start starts a bridge process and waits until it is ready. The process
+// runs until kill or stop; start never leaves one behind on error.
+func (b *bridgeProcess) start(ctx context.Context) error {
+	log, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open bridge log: %w", err)
+	}
+	cmd := exec.Command(b.binary, "run")
+	cmd.Env = b.env
+	cmd.Stdout, cmd.Stderr = log, log
+	setDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("start bridge %s: %w", b.binary, err)
+	}
+	inc := &incarnation{cmd: cmd, exited: make(chan struct{})}
+	// Joined by kill and stop, which wait for exited.
+	go func() {
+		inc.err = cmd.Wait()
+		log.Close()
+		close(inc.exited)
+	}()
+	b.mu.Lock()
+	b.cur = inc
+	b.mu.Unlock()
+	if err := b.waitReady(ctx, readyTimeout); err != nil {
+		b.kill()
+		return err
+	}
+	return nil
+}
+
+// waitReady polls /readyz until it answers 200, the process exits, or
+// timeout passes. Polling is the way here: the bridge offers nothing else.
+func (b *bridgeProcess) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	ticker := time.NewTicker(readyPoll)
+	defer ticker.Stop()
+	last := "no answer yet"
+	for {
+		status, body, err := b.get(ctx, "/readyz")
+		switch {
+		case err == nil && status == http.StatusOK:
+			return nil
+		case err == nil:
+			last = fmt.Sprintf("%d %s", status, body)
+		default:
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("wait for the bridge to be ready: not ready after %v: %s (log: %s)", timeout, last, b.logPath)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-b.done():
+			if err := b.exitError(); err != nil {
+				return err
+			}
+			return errors.New("wait for the bridge to be ready: it was stopped")
+		case <-ticker.C:
+		}
+	}
+}
+
+// get asks the bridge's HTTP endpoint for path.
+func (b *bridgeProcess) get(ctx context.Context, path string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.baseURL+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, strings.TrimSpace(string(body)), err
+}
+
+// done returns a channel closed when the current process has exited; nil
+// (never ready) before the first start.
+func (b *bridgeProcess) done() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cur == nil {
+		return nil
+	}
+	return b.cur.exited
+}
+
+// crashed returns a channel closed when the current process exits on its
+// own; nil (never ready) while no process runs or once the soak ended it.
+func (b *bridgeProcess) crashed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cur == nil || b.cur.ended {
+		return nil
+	}
+	return b.cur.exited
+}
+
+// exitError describes how the current process ended, once done is closed.
+func (b *bridgeProcess) exitError() error {
+	b.mu.Lock()
+	inc, ended := b.cur, b.cur.ended
+	b.mu.Unlock()
+	if ended {
+		return nil
+	}
+	<-inc.exited
+	return fmt.Errorf("bridge exited unexpectedly: %v (log: %s)", inc.err, b.logPath)
+}
+
+// kill ends the current process with SIGKILL and waits until it is gone.
+func (b *bridgeProcess) kill() {
+	b.mu.Lock()
+	inc := b.cur
+	if inc != nil {
+		inc.ended = true
+	}
+	b.mu.Unlock()
+	if inc == nil {
+		return
+	}
+	_ = inc.cmd.Process.Kill() // fails only if it already exited
+	<-inc.exited
+}
+
+// stop ends the current process with SIGTERM, as Kubernetes stops a pod,
+// and waits for it to drain and exit, for stopTimeout at most (then it
+// kills it). It returns an error if the bridge did not exit cleanly.
+func (b *bridgeProcess) stop() error {
+	b.mu.Lock()
+	inc := b.cur
+	if inc != nil {
+		inc.ended = true
+	}
+	b.mu.Unlock()
+	if inc == nil {
+		return nil
+	}
+	if err := inc.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop bridge: %w", err)
+	}
+	t := time.NewTimer(stopTimeout)
+	defer t.Stop()
+	select {
+	case <-inc.exited:
+	case <-t.C:
+		_ = inc.cmd.Process.Kill()
+		<-inc.exited
+		return fmt.Errorf("stop bridge: still running %v after SIGTERM, killed (log: %s)", stopTimeout, b.logPath)
+	}
+	if inc.err != nil {
+		return fmt.Errorf("stop bridge: %w (log: %s)", inc.err, b.logPath)
+	}
+	return nil
+}
+
+// counter scrapes /metrics and returns the sum of the samples of a counter
+// (all its label sets), 0 if the bridge exposes none yet.
+func (b *bridgeProcess) counter(ctx context.Context, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.baseURL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("scrape bridge metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("scrape bridge metrics: %s", resp.Status)
+	}
+	return sumSamples(resp.Body, name)
+}
+
+// sumSamples sums the samples of metric name in Prometheus' text format.
+func sumSamples(r io.Reader, name string) (float64, error) {
+	var sum float64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue // a comment, another metric, or one whose name only starts so
+		}
+		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			return 0, fmt.Errorf("parse metrics: no value in %q", line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse metrics: %q: %w", line, err)
+		}
+		sum += v
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("read metrics: %w", err)
+	}
+	return sum, nil
+}

@@ -1,0 +1,251 @@
+package soak
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Faults a soak can inject, in the order a schedule runs them.
+const (
+	// FaultNATSRestart restarts NATS at once: the server, or every server
+	// of the cluster.
+	FaultNATSRestart = "nats-restart"
+	// FaultNATSOutage stops NATS for twice the stream's duplicate window:
+	// longer than the bridge's outbox holds and longer than JetStream's
+	// memory of the message ids it stored.
+	FaultNATSOutage = "nats-outage"
+	// FaultLeaderKill kills the server that leads the stream (cluster only)
+	// and restarts it after FaultLength.
+	FaultLeaderKill = "leader-kill"
+	// FaultMetaLeaderChange kills the JetStream meta leader (cluster only)
+	// and restarts it after FaultLength.
+	FaultMetaLeaderChange = "meta-leader-change"
+	// FaultBridgeKill kills the bridge with SIGKILL and starts it again
+	// after FaultLength, while the churn goes on.
+	FaultBridgeKill = "bridge-kill"
+	// FaultRuntimeRestart stops serving CRI for FaultLength and serves the
+	// same model again, as containerd keeps its containers across a restart;
+	// the churn pauses meanwhile.
+	FaultRuntimeRestart = "runtime-restart"
+	// FaultStreamDrop ends the bridge's CRI event stream every 250 ms for
+	// FaultLength.
+	FaultStreamDrop = "stream-drop"
+)
+
+// AllFaults lists every fault in schedule order.
+var AllFaults = []string{
+	FaultNATSRestart, FaultNATSOutage, FaultLeaderKill, FaultMetaLeaderChange,
+	FaultBridgeKill, FaultRuntimeRestart, FaultStreamDrop,
+}
+
+func clusterOnly(fault string) bool {
+	return fault == FaultLeaderKill || fault == FaultMetaLeaderChange
+}
+
+// Options configures a soak. The zero value of a field means its default.
+// Errors about them name the pleg-bridge soak command's flags, which carry
+// the same names.
+type Options struct {
+	// Duration is how long the churn runs, faults included. Default 5m.
+	Duration time.Duration
+	// Rate is the churn's target in transitions per second. Default 200.
+	Rate float64
+	// Cluster runs a three-server NATS cluster with a stream of three
+	// replicas instead of one server.
+	Cluster bool
+	// Faults are injected in the order of AllFaults, each in its own window
+	// with quiet time after it. Nil means every fault the NATS setup allows.
+	Faults []string
+	// Dir is the run directory: the runtime's socket, the NATS store, the
+	// bridge's data directory and its log (bridge.log). Required; created
+	// if missing. Unix sockets limit its path to about 90 bytes.
+	Dir string
+	// BridgeBinary is the pleg-bridge executable, run as "BridgeBinary run".
+	// Required.
+	BridgeBinary string
+	// BridgeEnv is added to the bridge's environment after the soak's own
+	// PLEG_* settings, so it may override them. The bridge gets no other
+	// environment.
+	BridgeEnv []string
+
+	// ContainersPerPod is the number of containers of each pod. Default 2.
+	ContainersPerPod int
+	// Lifetime is how long containers run, give or take 50%. Default 3s.
+	Lifetime time.Duration
+	// Seed makes the churn's pods, lifetimes and exits repeatable; 0 picks
+	// one from the clock (the report shows it).
+	Seed uint64
+	// DuplicateWindow is the stream's duplicate window; a NATS outage lasts
+	// twice as long. Default 5s.
+	DuplicateWindow time.Duration
+	// OutboxSize and MaxInFlight are the bridge's PLEG_OUTBOX_SIZE and
+	// PLEG_PUBLISH_MAX_IN_FLIGHT, small so that an outage overflows the
+	// outbox. Defaults 64 and 16.
+	OutboxSize  int
+	MaxInFlight int
+	// FaultLength is how long a killed or stopped part stays down (the
+	// bridge, the runtime, a cluster server) and how long stream drops go
+	// on. Default 3s.
+	FaultLength time.Duration
+	// SettleTimeout bounds the wait, after the churn stopped, for the
+	// stream to hold every transition. Default 1m.
+	SettleTimeout time.Duration
+
+	// Logger gets the soak's own diagnostics; nil discards them.
+	Logger *slog.Logger
+	// Stdout gets one line of progress per phase; nil discards it.
+	Stdout io.Writer
+}
+
+// Defaults of Options.
+const (
+	DefaultDuration         = 5 * time.Minute
+	DefaultRate             = 200
+	DefaultContainersPerPod = 2
+	DefaultLifetime         = 3 * time.Second
+	DefaultDuplicateWindow  = 5 * time.Second
+	DefaultOutboxSize       = 64
+	DefaultMaxInFlight      = 16
+	DefaultFaultLength      = 3 * time.Second
+	DefaultSettleTimeout    = time.Minute
+)
+
+// quietAfterFault is the least time each fault's window leaves after the
+// fault is repaired, for the bridge to catch up before the next one.
+const quietAfterFault = time.Second
+
+// maxDirLen keeps the runtime's socket path (Dir + "/cri.sock") within the
+// 108 bytes of a unix socket address, with room to spare.
+const maxDirLen = 90
+
+// withDefaults returns opts with defaults filled in and validated.
+func (opts Options) withDefaults() (Options, error) {
+	opts.Duration = orDefault(opts.Duration, DefaultDuration)
+	opts.Rate = orDefault(opts.Rate, DefaultRate)
+	opts.ContainersPerPod = orDefault(opts.ContainersPerPod, DefaultContainersPerPod)
+	opts.Lifetime = orDefault(opts.Lifetime, DefaultLifetime)
+	opts.DuplicateWindow = orDefault(opts.DuplicateWindow, DefaultDuplicateWindow)
+	opts.OutboxSize = orDefault(opts.OutboxSize, DefaultOutboxSize)
+	opts.MaxInFlight = orDefault(opts.MaxInFlight, DefaultMaxInFlight)
+	opts.FaultLength = orDefault(opts.FaultLength, DefaultFaultLength)
+	opts.SettleTimeout = orDefault(opts.SettleTimeout, DefaultSettleTimeout)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Stdout == nil {
+		opts.Stdout = io.Discard
+	}
+	if opts.Faults == nil {
+		for _, f := range AllFaults {
+			if opts.Cluster || !clusterOnly(f) {
+				opts.Faults = append(opts.Faults, f)
+			}
+		}
+	}
+
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if opts.Duration < 0 {
+		bad("--duration=%v must be positive", opts.Duration)
+	}
+	if opts.Rate < 0 || opts.Rate > 10_000 {
+		bad("--rate=%v: want 1 to 10000 transitions per second", opts.Rate)
+	}
+	if opts.ContainersPerPod < 0 || opts.ContainersPerPod > 20 {
+		bad("--containers=%d: want 1 to 20", opts.ContainersPerPod)
+	}
+	if opts.Lifetime < 0 {
+		bad("--lifetime=%v must be positive", opts.Lifetime)
+	}
+	if opts.DuplicateWindow < 100*time.Millisecond {
+		bad("--duplicate-window=%v: JetStream needs at least 100ms", opts.DuplicateWindow)
+	}
+	if opts.MaxInFlight < 1 || opts.OutboxSize < opts.MaxInFlight {
+		bad("--outbox=%d, --max-in-flight=%d: want 1 <= max-in-flight <= outbox", opts.OutboxSize, opts.MaxInFlight)
+	}
+	if opts.FaultLength < 0 || opts.SettleTimeout < 0 {
+		bad("--fault-length=%v, --settle-timeout=%v must be positive", opts.FaultLength, opts.SettleTimeout)
+	}
+	if opts.Dir == "" {
+		bad("--dir is empty")
+	} else if len(opts.Dir) > maxDirLen {
+		bad("--dir=%q is %d bytes long; the runtime's unix socket needs it within %d", opts.Dir, len(opts.Dir), maxDirLen)
+	}
+	if opts.BridgeBinary == "" {
+		bad("the pleg-bridge binary to run is not set")
+	}
+	seen := map[string]bool{}
+	for _, f := range opts.Faults {
+		switch {
+		case !slices.Contains(AllFaults, f):
+			bad("--faults: unknown fault %q; known: %s", f, strings.Join(AllFaults, ", "))
+		case clusterOnly(f) && !opts.Cluster:
+			bad("--faults: %s needs a NATS cluster (--cluster)", f)
+		case seen[f]:
+			bad("--faults: %s named twice", f)
+		}
+		seen[f] = true
+	}
+	if len(errs) == 0 {
+		// Schedule order, whatever order they were named in.
+		opts.Faults = slices.Clone(opts.Faults)
+		slices.SortStableFunc(opts.Faults, func(a, b string) int {
+			return slices.Index(AllFaults, a) - slices.Index(AllFaults, b)
+		})
+		if part, need := opts.part(), opts.longestFault(); part < need {
+			bad("--duration=%v is too short for %d faults: the run is cut into %d equal windows (a baseline, one per fault, a recovery) and the longest fault needs %v, so at least %v",
+				opts.Duration, len(opts.Faults), len(opts.Faults)+2, need, need*time.Duration(len(opts.Faults)+2))
+		}
+	}
+	return opts, errors.Join(errs...)
+}
+
+// part is the length of each window of the schedule: the baseline, each
+// fault with the quiet time after it, and the recovery.
+func (opts Options) part() time.Duration {
+	return opts.Duration / time.Duration(len(opts.Faults)+2)
+}
+
+// faultBudget is the time a fault's window needs: the fault, its repair
+// (a restarted bridge or NATS takes a second or so) and the quiet after it.
+func (opts Options) faultBudget(fault string) time.Duration {
+	var d time.Duration
+	switch fault {
+	case FaultNATSRestart:
+		d = time.Second
+	case FaultNATSOutage:
+		d = opts.outage() + time.Second
+	case FaultLeaderKill, FaultMetaLeaderChange, FaultBridgeKill:
+		d = opts.FaultLength + 2*time.Second
+	case FaultRuntimeRestart, FaultStreamDrop:
+		d = opts.FaultLength
+	}
+	return d + quietAfterFault
+}
+
+func (opts Options) longestFault() time.Duration {
+	var d time.Duration
+	for _, f := range opts.Faults {
+		d = max(d, opts.faultBudget(f))
+	}
+	return d
+}
+
+// outage is how long a NATS outage lasts: twice the duplicate window, so
+// that a retry after it can no longer rely on JetStream's deduplication.
+func (opts Options) outage() time.Duration {
+	return 2 * opts.DuplicateWindow
+}
+
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,77 @@
+package soak
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestOptionsDefaults(t *testing.T) {
+	tests := []struct {
+		name       string
+		opts       Options
+		wantFaults []string
+		wantErr    string // a part of the error, empty for none
+	}{
+		{
+			name:       "a single server gets every fault but those of a cluster",
+			opts:       Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge"},
+			wantFaults: []string{FaultNATSRestart, FaultNATSOutage, FaultBridgeKill, FaultRuntimeRestart, FaultStreamDrop},
+		},
+		{
+			name:       "a cluster gets every fault",
+			opts:       Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Cluster: true},
+			wantFaults: AllFaults,
+		},
+		{
+			name:       "faults named in any order run in schedule order",
+			opts:       Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Faults: []string{FaultStreamDrop, FaultNATSRestart}},
+			wantFaults: []string{FaultNATSRestart, FaultStreamDrop},
+		},
+		{
+			name:    "an unknown fault is refused with the known ones",
+			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Faults: []string{"nats-explode"}},
+			wantErr: `--faults: unknown fault "nats-explode"; known: nats-restart, nats-outage`,
+		},
+		{
+			name:    "a cluster fault needs a cluster",
+			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Faults: []string{FaultLeaderKill}},
+			wantErr: "--faults: leader-kill needs a NATS cluster (--cluster)",
+		},
+		{
+			name: "a duration too short for the faults says how long it must be",
+			// 7 windows of 2s, and the outage needs 2*5s+1s+1s.
+			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Duration: 14 * time.Second},
+			wantErr: "--duration=14s is too short for 5 faults: the run is cut into 7 equal windows (a baseline, one per fault, a recovery) and the longest fault needs 12s, so at least 1m24s",
+		},
+		{
+			name:    "a run directory too long for a unix socket is refused",
+			opts:    Options{Dir: "/" + strings.Repeat("d", 100), BridgeBinary: "pleg-bridge"},
+			wantErr: "the runtime's unix socket needs it within 90",
+		},
+		{
+			name:    "an outbox smaller than the publishing window is refused",
+			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", OutboxSize: 8, MaxInFlight: 16},
+			wantErr: "--outbox=8, --max-in-flight=16",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.opts.withDefaults()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.wantFaults, got.Faults); diff != "" {
+				t.Errorf("faults (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,147 @@
+package soak
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// maxListed bounds each list of findings in the table; the report holds
+// them all.
+const maxListed = 20
+
+// Report is the outcome of a soak.
+type Report struct {
+	Accounting
+	// Options are the soak's, with defaults filled in.
+	Options Options
+	// Setup describes NATS ("one NATS server", "NATS cluster of 3 ...").
+	Setup string
+	// Start is when the churn started; the table shows times from it.
+	Start time.Time
+	// Faults says what each fault did, in order.
+	Faults []FaultRecord
+	// Stored is how many messages the stream held at the end.
+	Stored int
+	// Undecodable describes the messages that were not pleg-bridge
+	// CloudEvents.
+	Undecodable []string
+	// BridgeDropped is the bridge's pleg_bridge_events_dropped_total, summed
+	// over its processes (each one's count as last scraped; a process
+	// killed with SIGKILL is scraped just before). Events it gave up on
+	// show as missing too; this says whether the bridge knew.
+	BridgeDropped float64
+	// Problems are failures outside the accounting: a bridge not ready
+	// again after a fault, one that did not stop cleanly.
+	Problems []string
+}
+
+// FaultRecord is one injected fault.
+type FaultRecord struct {
+	Name string
+	At   time.Time
+	Note string // what happened, as measured
+}
+
+// Failed reports whether the soak found anything wrong: a transition
+// missing, duplicated or out of order, an unexpected or undecodable
+// message, a /healthz failure while the bridge was up, or a problem.
+func (r Report) Failed() bool {
+	return r.Accounting.Failed() || len(r.Undecodable) > 0 || len(r.Problems) > 0
+}
+
+// Table writes the report for people: the settings, what each fault did,
+// one line per window and a total, then every kind of finding, the first
+// few of each.
+func (r Report) Table(w io.Writer) error {
+	var b strings.Builder
+	o := r.Options
+	fmt.Fprintf(&b, "soak: %v of churn at %.0f transitions/s (%d containers per pod, lifetime %v, seed %d); %s; duplicate window %v, outbox %d, max in flight %d\n",
+		o.Duration, o.Rate, o.ContainersPerPod, o.Lifetime, o.Seed, r.Setup, o.DuplicateWindow, o.OutboxSize, o.MaxInFlight)
+	for _, f := range r.Faults {
+		fmt.Fprintf(&b, "  %8s  %-18s %s\n", r.offset(f.At), f.Name, f.Note)
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "window\tfrom\tto\texpected\tfound\tmissing\tduplicated\tout of order\tmax delay\t/healthz failures\t")
+	row := func(wr WindowResult) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%v\t%d\t\n", wr.Name, r.offset(wr.From), r.offset(wr.To),
+			wr.Expected, wr.Found, wr.Missing, wr.Duplicated, wr.OutOfOrder, roundDelay(wr.MaxDelay), wr.HealthFailures)
+	}
+	for _, wr := range r.Windows {
+		row(wr)
+	}
+	row(r.Total)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "\nstream: %d messages, %d unexpected, %d undecodable; bridge: %.0f events given up (pleg_bridge_events_dropped_total)\n",
+		r.Stored, len(r.Unexpected), len(r.Undecodable), r.BridgeDropped)
+
+	r.list(&b, "missing", r.Missing)
+	r.list(&b, "duplicated", r.Duplicated)
+	r.list(&b, "out of order", r.OutOfOrder)
+	listed(&b, "unexpected", r.Unexpected, func(s Stored) string {
+		return fmt.Sprintf("sequence %d: %s of %s (pod %s), stored at %s", s.Seq, s.Type, s.ContainerID, s.PodUID, r.offset(s.StoredAt))
+	})
+	listed(&b, "undecodable", r.Undecodable, func(s string) string { return s })
+	listed(&b, "/healthz failures", r.Health, func(h HealthFailure) string {
+		return fmt.Sprintf("%s: %s", r.offset(h.At), h.Detail)
+	})
+	listed(&b, "problems", r.Problems, func(s string) string { return s })
+
+	if r.Failed() {
+		b.WriteString("\nFAIL\n")
+	} else {
+		b.WriteString("\nPASS: every transition stored exactly once, in per-container order\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r Report) list(b *strings.Builder, title string, fs []Finding) {
+	listed(b, title, fs, func(f Finding) string {
+		kind := "container"
+		if f.Sandbox {
+			kind = "sandbox"
+		}
+		s := fmt.Sprintf("%-16s %s %-16s of %s %s (pod %s)", f.Window, r.offset(f.At), f.Type, kind, f.ContainerID, f.PodUID)
+		if len(f.Seqs) > 0 {
+			s += fmt.Sprintf(", stored at sequence %v", f.Seqs)
+		}
+		return s
+	})
+}
+
+func listed[T any](b *strings.Builder, title string, items []T, line func(T) string) {
+	if len(items) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n%s: %d", title, len(items))
+	if len(items) > maxListed {
+		fmt.Fprintf(b, " (the first %d)", maxListed)
+	}
+	b.WriteString("\n")
+	for _, it := range items[:min(len(items), maxListed)] {
+		fmt.Fprintf(b, "  %s\n", line(it))
+	}
+}
+
+// offset shows a time as the time since the churn started.
+func (r Report) offset(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return fmt.Sprintf("+%.1fs", t.Sub(r.Start).Seconds())
+}
+
+// roundDelay shows a delay to the millisecond below a second, to 0.1 s
+// above.
+func roundDelay(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(100 * time.Millisecond)
+}

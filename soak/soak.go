@@ -1,0 +1,406 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+)
+
+// What the soak configures the bridge with, besides Options.
+const (
+	nodeName   = "soak-node"
+	streamName = "PLEG"
+	// droppedMetric counts the events the bridge gave up on.
+	droppedMetric = "pleg_bridge_events_dropped_total"
+	// streamDropEvery is the interval between stream drops: the bridge
+	// reconnects and relists in between, and the next drop may hit it
+	// halfway.
+	streamDropEvery = 250 * time.Millisecond
+)
+
+// Run runs a soak as Options say and returns its report. It blocks for
+// opts.Duration, then until the bridge caught up (opts.SettleTimeout at
+// most) and the stream is read back. It returns an error, and no report,
+// only if the soak itself could not run: the bridge would not start or
+// exited on its own, the churn failed, ctx ended. Loss, duplication and
+// reordering are in the report (Report.Failed). Everything it started is
+// stopped when it returns; the run directory stays.
+func Run(ctx context.Context, opts Options) (Report, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return Report{}, err
+	}
+	if opts.Seed == 0 {
+		opts.Seed = uint64(time.Now().UnixNano())
+	}
+	for _, d := range []string{opts.Dir, filepath.Join(opts.Dir, "bridge")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return Report{}, fmt.Errorf("create run directory: %w", err)
+		}
+	}
+	s := &soak{opts: opts, logger: opts.Logger.With("component", "soak")}
+	defer s.close()
+	return s.run(ctx)
+}
+
+// soak is one run; its fields are set up by run and used from its
+// goroutine, except where the types say otherwise.
+type soak struct {
+	opts   Options
+	logger *slog.Logger
+
+	nats   *natsSetup
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	rt     *simRuntime
+	bridge *bridgeProcess
+	health *healthMonitor
+	driver *driver
+
+	// The driver and the health monitor run in group until close.
+	group      errgroup.Group
+	stopChurn  context.CancelFunc
+	stopHealth context.CancelFunc
+	churnErr   chan error // the driver's result
+
+	start    time.Time
+	windows  []Window // To of the last one set when the churn stops
+	faults   []FaultRecord
+	problems []string
+	dropped  float64 // the events given up by bridge processes that ended
+}
+
+func (s *soak) run(ctx context.Context) (Report, error) {
+	o := s.opts
+	var err error
+	if s.nats, err = startNATS(filepath.Join(o.Dir, "nats"), o.Cluster, s.logger); err != nil {
+		return Report{}, err
+	}
+	if s.nc, s.js, err = connectNATS(s.nats.urls); err != nil {
+		return Report{}, err
+	}
+	s.rt = newSimRuntime(filepath.Join(o.Dir, "cri.sock"))
+	if err := s.rt.serve(ctx); err != nil {
+		return Report{}, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return Report{}, err
+	}
+	listen := "127.0.0.1:" + strconv.Itoa(port)
+	s.bridge = newBridgeProcess(o.BridgeBinary, s.bridgeEnv(listen), filepath.Join(o.Dir, "bridge.log"), listen)
+	s.progress("starting: %s, simulated containerd 2.4 on %s, bridge %s (log %s)", s.nats.describe(), s.rt.socket, o.BridgeBinary, s.bridge.logPath)
+	if err := s.bridge.start(ctx); err != nil {
+		return Report{}, err
+	}
+
+	s.health = &healthMonitor{bridge: s.bridge}
+	s.driver = newDriver(s.rt.model, driverOptions{Rate: o.Rate, ContainersPerPod: o.ContainersPerPod, Lifetime: o.Lifetime, Seed: o.Seed})
+	churnCtx, stopChurn := context.WithCancel(ctx)
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	s.stopChurn, s.stopHealth = stopChurn, stopHealth
+	s.churnErr = make(chan error, 1)
+	s.health.setUp(true)
+	s.group.Go(func() error { return s.health.Run(healthCtx) })
+	s.start = time.Now()
+	s.group.Go(func() error {
+		err := s.driver.Run(churnCtx)
+		s.churnErr <- err
+		return err
+	})
+
+	if err := s.schedule(ctx); err != nil {
+		return Report{}, err
+	}
+	stopChurn()
+	if err := <-s.churnErr; err != nil {
+		return Report{}, err
+	}
+	end := time.Now()
+	s.windows[len(s.windows)-1].To = end
+	made := s.driver.transitions()
+	s.progress("churn stopped: %d transitions made; waiting up to %v for the stream to hold them", len(made), o.SettleTimeout)
+
+	held, err := settle(ctx, s.js, streamName, len(made), o.SettleTimeout)
+	if err != nil {
+		s.problem("settle: %v", err)
+	}
+	s.progress("the stream holds %d messages; stopping the bridge (SIGTERM)", held)
+	s.scrapeDropped(ctx)
+	s.health.setUp(false)
+	if err := s.bridge.stop(); err != nil {
+		s.problem("%v", err)
+	}
+	stored, undecodable, err := readStream(ctx, s.js, streamName)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{
+		Accounting:    account(s.windows, made, stored, s.health.failures()),
+		Options:       o,
+		Setup:         s.nats.describe(),
+		Start:         s.start,
+		Faults:        s.faults,
+		Stored:        len(stored) + len(undecodable),
+		Undecodable:   undecodable,
+		BridgeDropped: s.dropped,
+		Problems:      s.problems,
+	}
+	return rep, nil
+}
+
+// bridgeEnv is the bridge's whole environment: PLEG_* settings pointing it
+// at the soak's runtime and NATS, with an outbox small enough for an outage
+// to overflow it and a duplicate window short enough for an outage to
+// outlast it, then Options.BridgeEnv.
+func (s *soak) bridgeEnv(listen string) []string {
+	o := s.opts
+	env := []string{
+		"PLEG_NODE_NAME=" + nodeName,
+		"PLEG_CRI_ENDPOINT=" + s.rt.endpoint(),
+		"PLEG_NATS_URL=" + strings.Join(s.nats.urls, ","),
+		"PLEG_DATA_DIR=" + filepath.Join(o.Dir, "bridge"),
+		"PLEG_MODE=evented",
+		"PLEG_LISTEN_ADDRESS=" + listen,
+		"PLEG_STREAM=" + streamName,
+		"PLEG_STREAM_REPLICAS=" + strconv.Itoa(s.nats.replicas()),
+		"PLEG_STREAM_DUPLICATE_WINDOW=" + o.DuplicateWindow.String(),
+		"PLEG_OUTBOX_SIZE=" + strconv.Itoa(o.OutboxSize),
+		"PLEG_PUBLISH_MAX_IN_FLIGHT=" + strconv.Itoa(o.MaxInFlight),
+		"PLEG_LOG_FORMAT=json",
+		"PLEG_LOG_LEVEL=info",
+	}
+	return append(env, o.BridgeEnv...)
+}
+
+// schedule cuts the run into equal windows: a baseline, one per fault (the
+// fault, then quiet until the window ends) and a recovery. It returns when
+// the recovery window is over.
+func (s *soak) schedule(ctx context.Context) error {
+	part := s.opts.part()
+	boundary := func(i int) time.Time { return s.start.Add(time.Duration(i) * part) }
+	s.openWindow("baseline", s.start)
+	s.progress("baseline: churn at %.0f transitions/s", s.opts.Rate)
+	if err := s.waitUntil(ctx, boundary(1)); err != nil {
+		return err
+	}
+	for i, fault := range s.opts.Faults {
+		at := time.Now()
+		s.openWindow(fault, at)
+		s.progress("%s", fault)
+		note, err := s.inject(ctx, fault)
+		if err != nil {
+			return fmt.Errorf("inject %s: %w", fault, err)
+		}
+		s.faults = append(s.faults, FaultRecord{Name: fault, At: at, Note: note})
+		s.progress("%s: %s", fault, note)
+		if err := s.waitUntil(ctx, boundary(i+2)); err != nil {
+			return err
+		}
+	}
+	s.openWindow("recovery", time.Now())
+	s.progress("recovery: no more faults")
+	return s.waitUntil(ctx, boundary(len(s.opts.Faults)+2))
+}
+
+// openWindow starts a window, ending the one before.
+func (s *soak) openWindow(name string, at time.Time) {
+	if n := len(s.windows); n > 0 {
+		s.windows[n-1].To = at
+	}
+	s.windows = append(s.windows, Window{Name: name, From: at})
+}
+
+// inject makes one fault happen and undoes it, and says what happened.
+func (s *soak) inject(ctx context.Context, fault string) (string, error) {
+	o := s.opts
+	switch fault {
+	case FaultNATSRestart, FaultNATSOutage:
+		down := time.Now()
+		s.nats.stopAll()
+		if fault == FaultNATSOutage {
+			if err := s.wait(ctx, o.outage()); err != nil {
+				return "", err
+			}
+		}
+		if err := s.nats.startAll(); err != nil {
+			return "", err
+		}
+		note := fmt.Sprintf("NATS down for %v", roundDelay(time.Since(down)))
+		return note + s.bridgeRecovery(ctx), nil
+
+	case FaultLeaderKill, FaultMetaLeaderChange:
+		c := s.nats.cluster
+		i, what := c.StreamLeader(natsAccount, streamName), "stream leader"
+		if fault == FaultMetaLeaderChange {
+			i, what = c.MetaLeader(), "meta leader"
+		}
+		if i < 0 {
+			return "no " + what + " to kill at this moment: skipped", nil
+		}
+		name := c.Server(i).Name()
+		c.Stop(i)
+		if err := s.wait(ctx, o.FaultLength); err != nil {
+			return "", err
+		}
+		newLeader := c.StreamLeader(natsAccount, streamName)
+		if fault == FaultMetaLeaderChange {
+			newLeader = c.MetaLeader()
+		}
+		if err := c.Restart(i); err != nil {
+			return "", err
+		}
+		note := fmt.Sprintf("%s %s killed, restarted after %v; %s meanwhile: %s", what, name, o.FaultLength, what, s.serverName(newLeader))
+		return note + s.bridgeRecovery(ctx), nil
+
+	case FaultBridgeKill:
+		s.scrapeDropped(ctx)
+		s.health.setUp(false)
+		s.bridge.kill()
+		if err := s.wait(ctx, o.FaultLength); err != nil {
+			return "", err
+		}
+		started := time.Now()
+		if err := s.bridge.start(ctx); err != nil {
+			return "", err
+		}
+		s.health.setUp(true)
+		return fmt.Sprintf("bridge killed (SIGKILL), started again after %v, ready %v after its start",
+			o.FaultLength, roundDelay(time.Since(started))), nil
+
+	case FaultRuntimeRestart:
+		s.driver.pause()
+		if err := s.rt.stop(); err != nil {
+			return "", err
+		}
+		if err := s.wait(ctx, o.FaultLength); err != nil {
+			return "", err
+		}
+		if err := s.rt.serve(ctx); err != nil {
+			return "", err
+		}
+		s.driver.resume()
+		return fmt.Sprintf("runtime stopped serving for %v (churn paused), serving the same containers again", o.FaultLength), nil
+
+	case FaultStreamDrop:
+		end := time.Now().Add(o.FaultLength)
+		drops, streams := 0, 0
+		for time.Now().Before(end) {
+			streams += s.rt.srv.DropStreams()
+			drops++
+			if err := s.waitUntil(ctx, time.Now().Add(streamDropEvery)); err != nil {
+				return "", err
+			}
+		}
+		return fmt.Sprintf("dropped the CRI event streams %d times in %v (%d streams ended)", drops, o.FaultLength, streams), nil
+	}
+	return "", fmt.Errorf("unknown fault %q", fault)
+}
+
+func (s *soak) serverName(i int) string {
+	if i < 0 {
+		return "none"
+	}
+	return s.nats.cluster.Server(i).Name()
+}
+
+// bridgeRecovery waits for the bridge to be ready again after a NATS fault
+// and says how long that took. A bridge not ready within readyTimeout is a
+// problem, and the soak goes on to see what it lost.
+func (s *soak) bridgeRecovery(ctx context.Context) string {
+	back := time.Now()
+	if err := s.bridge.waitReady(ctx, readyTimeout); err != nil {
+		s.problem("after NATS came back: %v", err)
+		return "; bridge NOT ready again"
+	}
+	return fmt.Sprintf("; bridge ready again %v after NATS", roundDelay(time.Since(back)))
+}
+
+// scrapeDropped adds the running bridge's count of events given up to the
+// total, before that process ends.
+func (s *soak) scrapeDropped(ctx context.Context) {
+	n, err := s.bridge.counter(ctx, droppedMetric)
+	if err != nil {
+		s.logger.Warn("scrape the bridge's dropped events; the report's count misses them", "err", err)
+		return
+	}
+	s.dropped += n
+}
+
+// wait waits for d; see waitUntil.
+func (s *soak) wait(ctx context.Context, d time.Duration) error {
+	return s.waitUntil(ctx, time.Now().Add(d))
+}
+
+// waitUntil waits until t. It returns early with an error if ctx ends, the
+// bridge exits on its own, or the churn fails.
+func (s *soak) waitUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.bridge.crashed():
+		return s.bridge.exitError()
+	case err := <-s.churnErr:
+		if err == nil {
+			err = fmt.Errorf("churn stopped early")
+		}
+		return err
+	}
+}
+
+func (s *soak) problem(format string, args ...any) {
+	p := fmt.Sprintf(format, args...)
+	s.logger.Warn("soak problem", "problem", p)
+	s.problems = append(s.problems, p)
+}
+
+// progress prints one line of progress, with the time since the churn
+// started.
+func (s *soak) progress(format string, args ...any) {
+	at := "      -"
+	if !s.start.IsZero() {
+		at = fmt.Sprintf("%6.1fs", time.Since(s.start).Seconds())
+	}
+	line := fmt.Sprintf(format, args...)
+	if s.driver != nil && !s.start.IsZero() {
+		line += fmt.Sprintf(" [%d transitions so far]", s.driver.count())
+	}
+	fmt.Fprintf(s.opts.Stdout, "%s  %s\n", at, line)
+}
+
+// close stops whatever run started, the bridge first: it uses both the
+// runtime and NATS.
+func (s *soak) close() {
+	if s.stopChurn != nil {
+		s.stopChurn()
+		s.stopHealth()
+		_ = s.group.Wait() // their errors were returned by run
+	}
+	if s.bridge != nil {
+		s.bridge.kill()
+	}
+	if s.rt != nil {
+		if err := s.rt.stop(); err != nil {
+			s.logger.Warn("stop the simulated runtime", "err", err)
+		}
+	}
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	if s.nats != nil {
+		s.nats.shutdown()
+	}
+}
