@@ -42,6 +42,16 @@ const (
 	DefaultAckTimeout = 5 * time.Second
 )
 
+// stallAfter is how long publishing may go without an ack, with messages
+// in flight, before it counts as stalled (and is logged so) even though no
+// attempt failed yet: an ack takes well under 100 ms, even replicated
+// across zones, so a second without one is an election or an outage.
+// stallCheckInterval is how often that is looked at.
+const (
+	stallAfter         = time.Second
+	stallCheckInterval = 250 * time.Millisecond
+)
+
 // refillBatch bounds the spool entries taken in one read: large enough
 // that a read (one bbolt view) is worth it, small enough that the delivery
 // loop answers acks between reads of a large backlog.
@@ -454,9 +464,13 @@ type delivery struct {
 	// drain waits for those only, the spooled ones stay in the spool.
 	volatile int
 	draining bool
-	// stalledAt is when the first attempt failed since the last ack; zero
-	// while publishing flows. stallFailures counts the failed attempts
-	// since.
+	// progressAt is when publishing last made progress: the last ack, or
+	// the first publish after nothing was in flight.
+	progressAt time.Time
+	// stalledAt is when publishing stalled: the last progress, once an
+	// attempt failed since or it is stallAfter ago with messages in
+	// flight. Zero while publishing flows. stallFailures counts the failed
+	// attempts since.
 	stalledAt     time.Time
 	stallFailures int
 	// spoolInUse is set while events taken from the spool are undelivered,
@@ -492,6 +506,8 @@ func (d *delivery) run(ctx context.Context) error {
 	d.retryTimer = time.NewTimer(time.Hour)
 	d.retryTimer.Stop()
 	defer d.retryTimer.Stop()
+	stallCheck := time.NewTicker(stallCheckInterval)
+	defer stallCheck.Stop()
 
 	done := ctx.Done()
 	var drainDeadline <-chan time.Time
@@ -516,6 +532,8 @@ func (d *delivery) run(ctx context.Context) error {
 		case now := <-d.retryC():
 			d.armedAt = time.Time{}
 			d.retryDue(now)
+		case now := <-stallCheck.C:
+			d.checkStall(now)
 		case <-done:
 			done = nil
 			// From here on the queue only shrinks: Send refuses events.
@@ -657,6 +675,9 @@ func (d *delivery) needsCheck(e *outboxEvent, now time.Time) bool {
 func (d *delivery) publish(pq *podQueue) error {
 	e := pq.events[0]
 	sent := time.Now()
+	if d.inFlight+len(d.checking) == 0 {
+		d.progressAt = sent
+	}
 	if d.needsCheck(e, sent) {
 		d.checking[pq] = struct{}{}
 		// Never blocks: reqs has room for MaxInFlight requests.
@@ -753,9 +774,11 @@ func (d *delivery) checked(r checkResult) {
 // reported to OnAck, then marked Done in the spool (in that order, so that
 // the checkpoint's ack and the entry's removal reach the disk together).
 func (d *delivery) delivered(pq *podQueue) {
+	now := time.Now()
+	d.progressAt = now
 	if !d.stalledAt.IsZero() {
 		d.p.log.Info("publishing resumed",
-			"stalled_for", time.Since(d.stalledAt), "failed_attempts", d.stallFailures)
+			"stalled_for", now.Sub(d.stalledAt), "failed_attempts", d.stallFailures)
 		d.stalledAt = time.Time{}
 		d.stallFailures = 0
 	}
@@ -822,13 +845,25 @@ func (d *delivery) failed(pq *podQueue, err error) {
 		"attempt", pq.failures, "retry_in", delay, "err", err}
 	now := time.Now()
 	if d.stalledAt.IsZero() {
-		d.stalledAt = now
+		d.stalledAt = d.progressAt
 		d.p.log.Warn("publishing stalled: publish event failed, will retry until acks resume", attrs...)
 	} else {
 		d.p.log.Debug("publish event failed, will retry", attrs...)
 	}
 	pq.retryAt = now.Add(delay)
 	heap.Push(&d.retries, pq)
+}
+
+// checkStall logs a stall that no failure reported yet: messages in
+// flight and no ack for stallAfter, as while a stream leader is elected
+// (an ack timeout would say so only after AckTimeout).
+func (d *delivery) checkStall(now time.Time) {
+	if !d.stalledAt.IsZero() || d.inFlight+len(d.checking) == 0 || now.Sub(d.progressAt) < stallAfter {
+		return
+	}
+	d.stalledAt = d.progressAt
+	d.p.log.Warn("publishing stalled: no ack, will wait and retry until acks resume",
+		"for", now.Sub(d.progressAt), "in_flight", d.inFlight+len(d.checking))
 }
 
 // retryDelay doubles min for each failure after the first, caps it at max,

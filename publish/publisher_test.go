@@ -50,8 +50,14 @@ type fixture struct {
 	js   jetstream.JetStream
 	pub  *publish.Publisher
 	reg  *prometheus.Registry
-	acks chan generator.Event
+	acks chan ackedEvent
 	logs chan slog.Record
+}
+
+// ackedEvent is an event OnAck reported, and when.
+type ackedEvent struct {
+	ev generator.Event
+	at time.Time
 }
 
 type fixtureOptions struct {
@@ -74,7 +80,7 @@ func newFixtureOn(t *testing.T, js jetstream.JetStream, opts publish.Options) *f
 	f := &fixture{
 		js:   js,
 		reg:  prometheus.NewRegistry(),
-		acks: make(chan generator.Event, 100000),
+		acks: make(chan ackedEvent, 100000),
 		logs: make(chan slog.Record, 100000),
 	}
 	if opts.Encoder == nil {
@@ -82,7 +88,7 @@ func newFixtureOn(t *testing.T, js jetstream.JetStream, opts publish.Options) *f
 	}
 	opts.Registerer = f.reg
 	opts.Logger = slog.New(&recordHandler{records: f.logs})
-	opts.OnAck = func(ev generator.Event) { f.acks <- ev }
+	opts.OnAck = func(ev generator.Event) { f.acks <- ackedEvent{ev: ev, at: time.Now()} }
 	pub, err := publish.New(js, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -137,8 +143,8 @@ func (f *fixture) waitAcks(t *testing.T, n int) []generator.Event {
 	deadline := time.After(waitTimeout)
 	for len(got) < n {
 		select {
-		case ev := <-f.acks:
-			got = append(got, ev)
+		case a := <-f.acks:
+			got = append(got, a.ev)
 		case <-deadline:
 			t.Fatalf("got %d acks within %s, want %d", len(got), waitTimeout, n)
 		}
@@ -347,8 +353,8 @@ func TestPublisherRetriesUntilTheStreamExistsAndKeepsPerPodOrder(t *testing.T) {
 		t.Errorf("stall logged at %v, want WARN", r.Level)
 	}
 	select {
-	case ev := <-f.acks:
-		t.Fatalf("event %s acked without a stream", ev.Container.ID)
+	case a := <-f.acks:
+		t.Fatalf("event %s acked without a stream", a.ev.Container.ID)
 	default:
 	}
 
