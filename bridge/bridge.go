@@ -161,13 +161,7 @@ func build(opts Options) (_ *pipeline, err error) {
 		}
 	}
 
-	endpoint := opts.CRIEndpoint
-	if endpoint == "" {
-		if endpoint, err = generator.DiscoverEndpoint(); err != nil {
-			return nil, fmt.Errorf("find the CRI socket: %w; configure the runtime's socket", err)
-		}
-	}
-	if p.cri, err = generator.NewCRIClient(endpoint, opts.CRI); err != nil {
+	if p.cri, err = generator.NewCRIClient(opts.CRIEndpoint, opts.CRI); err != nil {
 		return nil, err
 	}
 
@@ -237,7 +231,7 @@ func build(opts Options) (_ *pipeline, err error) {
 		Logger:              log,
 		Metrics:             metrics,
 	})
-	log.Info("bridge running", "node", opts.Node, "cri_endpoint", endpoint, "mode", string(opts.Mode),
+	log.Info("bridge running", "node", opts.Node, "cri_endpoint", opts.CRIEndpoint, "mode", string(opts.Mode),
 		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "data_dir", opts.DataDir)
 	return p, nil
 }

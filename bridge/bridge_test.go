@@ -157,7 +157,7 @@ func TestNewNamesTheOptionsAtFault(t *testing.T) {
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	for _, want := range []string{"node name is empty", "no NATS URL and no data directory", "spool max bytes -1", "token and token file"} {
+	for _, want := range []string{"node name is empty", "CRI endpoint is empty", "no NATS URL and no data directory", "spool max bytes -1", "token and token file"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,13 +20,9 @@ import (
 // bridge uses without a NATS URL, its store in dataDir/nats. The caller
 // shuts it down.
 func startEmbedded(listen, dataDir string, logger *slog.Logger) (*server.Server, error) {
-	host, portStr, err := net.SplitHostPort(listen)
+	host, port, err := natsembed.SplitListen(listen)
 	if err != nil {
-		return nil, fmt.Errorf("embedded NATS listen address %q: %w", listen, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port < -1 || port > 65535 {
-		return nil, fmt.Errorf("embedded NATS listen address %q: bad port %q", listen, portStr)
+		return nil, fmt.Errorf("start embedded NATS server: %w", err)
 	}
 	store := filepath.Join(dataDir, "nats")
 	if err := os.MkdirAll(store, 0o750); err != nil {

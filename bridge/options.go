@@ -18,7 +18,7 @@ import (
 const DefaultEmbeddedListen = "127.0.0.1:4222"
 
 // Options configure a Bridge. Zero values take the components' defaults;
-// Node is required, and so is DataDir without NATS.URL.
+// Node and CRIEndpoint are required, and so is DataDir without NATS.URL.
 type Options struct {
 	// Node is the node name in subjects and events. Required.
 	Node string
@@ -31,8 +31,9 @@ type Options struct {
 	// CEMode is the CloudEvents content mode; empty means structured.
 	CEMode publish.Mode
 
-	// CRIEndpoint is the runtime's socket, unix:///path or a bare path;
-	// empty means the first of generator.DefaultCRIEndpoints that exists.
+	// CRIEndpoint is the runtime's socket, unix:///path or a bare path.
+	// Required: finding a default (generator.DiscoverEndpoint) is the
+	// configuration's job, which can name the setting to change.
 	CRIEndpoint string
 	// CRI configures the CRI client (call timeout, largest response).
 	CRI generator.CRIOptions
@@ -133,6 +134,9 @@ func (o Options) withDefaults() (Options, error) {
 	var errs []error
 	if o.Node == "" {
 		errs = append(errs, errors.New("node name is empty"))
+	}
+	if o.CRIEndpoint == "" {
+		errs = append(errs, errors.New("CRI endpoint is empty"))
 	}
 	if o.NATS.URL == "" && o.DataDir == "" {
 		errs = append(errs, errors.New("no NATS URL and no data directory for an embedded server's store"))

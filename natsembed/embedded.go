@@ -3,6 +3,8 @@ package natsembed
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -75,4 +77,18 @@ func hostOrDefault(host string) string {
 		return "127.0.0.1"
 	}
 	return host
+}
+
+// SplitListen splits a listen address, host:port, into the Host and Port of
+// Options: port -1 asks for a random free port. The error names the address.
+func SplitListen(addr string) (host string, port int, err error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	port, err = strconv.Atoi(portStr)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("listen address %q: bad port %q (want 0 to 65535, or -1 for a random one)", addr, portStr)
+	}
+	return host, port, nil
 }

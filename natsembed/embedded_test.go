@@ -34,3 +34,16 @@ func TestStartNamesWhatFailed(t *testing.T) {
 		t.Errorf("Start without a data dir: error = %v, want one about the data dir", err)
 	}
 }
+
+func TestSplitListenTakesHostAndPortOrNamesTheAddress(t *testing.T) {
+	t.Parallel()
+	host, port, err := natsembed.SplitListen("127.0.0.1:-1")
+	if err != nil || host != "127.0.0.1" || port != -1 {
+		t.Errorf("SplitListen(127.0.0.1:-1) = %q, %d, %v", host, port, err)
+	}
+	for _, bad := range []string{"4222", "127.0.0.1:http", "127.0.0.1:70000", ":-2"} {
+		if _, _, err := natsembed.SplitListen(bad); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("SplitListen(%q) error = %v, want one naming the address", bad, err)
+		}
+	}
+}

@@ -6,53 +6,31 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
-// runAgent is the run subcommand: the bridge on this node.
+// runAgent is the run subcommand: the bridge on this node, until ctx is
+// done.
 func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
-	endpoint := cfg.CRIEndpoint
-	if endpoint == "" {
+	if cfg.CRIEndpoint == "" {
 		ep, err := generator.DiscoverEndpoint()
 		if err != nil {
 			return fmt.Errorf("PLEG_CRI_ENDPOINT is unset and %w; set it to the runtime's socket", err)
 		}
-		endpoint = ep
+		cfg.CRIEndpoint = ep
 	}
-	rt, err := generator.NewCRIClient(endpoint, generator.CRIOptions{MaxRecvMsgSize: cfg.CRIMaxRecvMsgSize, Timeout: cfg.CRITimeout})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b, err := bridge.New(cfg.bridgeOptions(logger, reg))
 	if err != nil {
 		return err
 	}
-	defer rt.Close()
-
-	natsURL := cfg.NATSURL
-	if natsURL == "" {
-		srv, err := startEmbeddedNATS(cfg.EmbeddedNATS, cfg.DataDir, logger)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			srv.Shutdown()
-			srv.WaitForShutdown()
-		}()
-		natsURL = srv.ClientURL()
-	}
-	nc, err := connectNATS(natsURL, cfg, logger)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-
-	b, err := newBridge(cfg, rt, nc, logger)
-	if err != nil {
-		return err
-	}
-	logger.Info("pleg-bridge starting", "version", versionString(), "node", cfg.NodeName, "cri_endpoint", endpoint,
-		"mode", cfg.Mode, "stream", cfg.Stream, "subject_prefix", cfg.SubjectPrefix)
+	logger.Info("pleg-bridge starting", "version", versionString())
 	err = b.Run(ctx)
-	if err := nc.Drain(); err != nil {
-		logger.Debug("drain NATS connection", "err", err)
-	}
 	logger.Info("pleg-bridge stopped")
 	return err
 }

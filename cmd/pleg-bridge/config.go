@@ -14,6 +14,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
@@ -277,7 +280,7 @@ func (c Config) validate() error {
 	if c.NATSToken != "" && c.NATSTokenFile != "" {
 		bad("NATS_TOKEN_FILE", c.NATSTokenFile, "set PLEG_NATS_TOKEN or PLEG_NATS_TOKEN_FILE, not both")
 	} else if c.NATSTokenFile != "" {
-		if _, err := readToken(c.NATSTokenFile); err != nil {
+		if _, err := bridge.ReadToken(c.NATSTokenFile); err != nil {
 			bad("NATS_TOKEN_FILE", c.NATSTokenFile, err.Error())
 		}
 	}
@@ -285,6 +288,40 @@ func (c Config) validate() error {
 		bad("NATS_TLS_CERT", c.NATSTLSCert, "PLEG_NATS_TLS_CERT and PLEG_NATS_TLS_KEY go together")
 	}
 	return errors.Join(errs...)
+}
+
+// bridgeOptions are the bridge's options of c, with logger and the metrics
+// registry main made.
+func (c Config) bridgeOptions(logger *slog.Logger, reg *prometheus.Registry) bridge.Options {
+	return bridge.Options{
+		Node:                c.NodeName,
+		ClusterName:         c.ClusterName,
+		SubjectPrefix:       c.SubjectPrefix,
+		CEMode:              c.CEMode,
+		CRIEndpoint:         c.CRIEndpoint,
+		CRI:                 generator.CRIOptions{Timeout: c.CRITimeout, MaxRecvMsgSize: c.CRIMaxRecvMsgSize},
+		Mode:                c.Mode,
+		RelistPeriod:        c.RelistPeriod,
+		RelistThreshold:     c.RelistThreshold,
+		EventedRelistPeriod: c.EventedRelistPeriod,
+		NATS: bridge.NATSOptions{
+			URL: c.NATSURL, EmbeddedListen: c.EmbeddedNATS,
+			Creds: c.NATSCreds, NKeySeed: c.NATSNKeySeed, User: c.NATSUser, Password: c.NATSPassword,
+			Token: c.NATSToken, TokenFile: c.NATSTokenFile, TLSCA: c.NATSTLSCA, TLSCert: c.NATSTLSCert, TLSKey: c.NATSTLSKey,
+		},
+		Stream: bridge.StreamOptions{
+			Name: c.Stream, Replicas: c.StreamReplicas, MaxAge: c.StreamMaxAge,
+			DuplicateWindow: c.StreamDuplicateWindow, Manage: c.StreamManage,
+		},
+		PublishMaxInFlight: c.PublishMaxInFlight,
+		OutboxSize:         c.OutboxSize,
+		ShutdownTimeout:    c.ShutdownTimeout,
+		DataDir:            c.DataDir,
+		SpoolMaxBytes:      c.SpoolMaxBytes,
+		ListenAddress:      c.ListenAddress,
+		Registry:           reg,
+		Logger:             logger,
+	}
 }
 
 // printConfigHelp prints every variable with its default and description.

@@ -9,30 +9,35 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
-	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"golang.org/x/sync/errgroup"
 )
 
-// demoConfig is the bridge configuration of the demo: the defaults, with the
-// PLEG_* tuning variables honoured (PLEG_MODE=generic, say). Where things
-// are (NATS, the runtime, the data, the node name) is the demo's own.
-func demoConfig(lookup lookupFunc) (Config, error) {
-	c, err := loadConfig(lookup)
-	if err != nil {
-		return c, fmt.Errorf("invalid configuration:\n%w", err)
+// demoLookup is the environment of the demo's bridge: the PLEG_* tuning
+// variables are honoured (PLEG_MODE=generic, say), but where things are and
+// how to reach them (the node, NATS and its credentials, the runtime, the
+// data, the HTTP endpoint) is the demo's own, whatever the environment says.
+func demoLookup(lookup lookupFunc) lookupFunc {
+	return func(name string) (string, bool) {
+		switch {
+		case name == "PLEG_NODE_NAME":
+			return "demo-node", true
+		case strings.HasPrefix(name, "PLEG_NATS_"), strings.HasPrefix(name, "PLEG_CRI_ENDPOINT"),
+			name == "PLEG_DATA_DIR", name == "PLEG_EMBEDDED_NATS_LISTEN", name == "PLEG_LISTEN_ADDRESS":
+			return "", false
+		}
+		return lookup(name)
 	}
-	c.NodeName = "demo-node"
-	c.NATSURL, c.CRIEndpoint, c.ListenAddress = "", "", ""
-	c.DataDir = "" // set to the demo's temporary directory
-	return c, nil
 }
 
 // runDemo runs the product end to end on embedded parts: an in-process NATS
@@ -59,11 +64,14 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 	if *rate <= 0 {
 		return fmt.Errorf("demo: --rate=%v must be positive", *rate)
 	}
-	cfg, err := demoConfig(lookup)
+	host, port, err := natsembed.SplitListen(*listen)
 	if err != nil {
-		return err
+		return fmt.Errorf("demo: --nats-listen: %w", err)
 	}
-	cfg.ListenAddress = *metrics
+	cfg, err := loadConfig(demoLookup(lookup))
+	if err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
 	logger := newLogger(stderr, logAuto, logLevel)
 	if *duration > 0 {
 		// A cancel after the duration, not a deadline: gRPC would send a
@@ -81,12 +89,15 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 		return err
 	}
 	defer os.RemoveAll(dir)
-	cfg.DataDir = dir
 
-	ns, err := startEmbeddedNATS(*listen, dir, logger)
+	// The demo runs the NATS server itself, rather than the bridge's
+	// embedded one: its subscriber and its banner need the URL, and a port
+	// that is taken falls back to a random one.
+	store := filepath.Join(dir, "nats")
+	ns, err := natsembed.Start(natsembed.Options{DataDir: store, Host: host, Port: port, ServerName: "pleg-bridge-demo"})
 	if err != nil {
 		logger.Warn("embedded NATS cannot listen where asked, using a random port", "listen", *listen, "err", err)
-		if ns, err = startEmbeddedNATS("127.0.0.1:-1", dir, logger); err != nil {
+		if ns, err = natsembed.Start(natsembed.Options{DataDir: store, Host: host, Port: -1, ServerName: "pleg-bridge-demo"}); err != nil {
 			return err
 		}
 	}
@@ -94,11 +105,15 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 		ns.Shutdown()
 		ns.WaitForShutdown()
 	}()
-	nc, err := nats.Connect(ns.ClientURL(), nats.Name("pleg-bridge demo"))
+	nc, err := nats.Connect(ns.ClientURL(), nats.Name("pleg-bridge demo subscriber"))
 	if err != nil {
 		return fmt.Errorf("connect to the embedded NATS server: %w", err)
 	}
 	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("create JetStream context: %w", err)
+	}
 
 	model := crisim.NewRuntime(crisim.Containerd24Options())
 	sock := filepath.Join(dir, "cri.sock")
@@ -107,18 +122,17 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 		return err
 	}
 	sim := crisim.NewServer(model, crisim.ServerOptions{})
-	cri, err := generator.NewCRIClient("unix://"+sock, generator.CRIOptions{})
-	if err != nil {
-		return err
-	}
-	defer cri.Close()
-	b, err := newBridge(cfg, cri, nc, logger)
-	if err != nil {
-		return err
-	}
 
+	cfg.NATSURL, cfg.CRIEndpoint, cfg.DataDir, cfg.ListenAddress = ns.ClientURL(), "unix://"+sock, dir, *metrics
+	opts := cfg.bridgeOptions(logger, nil)
+	b, err := bridge.New(opts)
+	if err != nil {
+		lis.Close()
+		return err
+	}
 	// The subscriber needs the stream; the bridge would create it too.
-	if err := ensureStream(ctx, b.js, cfg, logger); err != nil {
+	if err := bridge.EnsureStream(ctx, js, opts); err != nil {
+		lis.Close()
 		return err
 	}
 	printDemoBanner(stdout, cfg, ns, sock, *rate, *containers)
@@ -137,7 +151,7 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 		})
 	})
 	eg.Go(func() error {
-		return subscribeAndPrint(gctx, nc, cfg, stdout, counts)
+		return subscribeAndPrint(gctx, js, cfg, stdout, counts)
 	})
 	err = eg.Wait()
 	fmt.Fprintf(stdout, "\n%s\n", counts)
@@ -162,12 +176,8 @@ func printDemoBanner(w io.Writer, cfg Config, ns *server.Server, sock string, ra
 
 // subscribeAndPrint follows the stream as any downstream subscriber would and
 // prints one line per event.
-func subscribeAndPrint(ctx context.Context, nc *nats.Conn, cfg Config, w io.Writer, counts *eventCounts) error {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	err = consumer.Subscribe(ctx, js, consumer.Options{Stream: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix, DeliverAll: true,
+func subscribeAndPrint(ctx context.Context, js jetstream.JetStream, cfg Config, w io.Writer, counts *eventCounts) error {
+	err := consumer.Subscribe(ctx, js, consumer.Options{Stream: cfg.Stream, SubjectPrefix: cfg.SubjectPrefix, DeliverAll: true,
 		OnError: func(err error) { fmt.Fprintf(w, "undecodable message: %v\n", err) },
 	}, func(e consumer.Event) error {
 		counts.add(e.LifecycleType())

@@ -37,6 +37,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
 
 // repoRoot is the repository root, two levels above this package.
@@ -86,6 +87,7 @@ func isSubcommand(t *testing.T, cmd string) bool {
 }
 
 func TestSubcommandsTheDeploymentFilesUseExist(t *testing.T) {
+	t.Parallel()
 	for _, cmd := range []string{"run", "demo", "tail", "replay", "simulate", "version"} {
 		if !isSubcommand(t, cmd) {
 			t.Errorf("%s is not a pleg-bridge subcommand", cmd)
@@ -158,6 +160,7 @@ func loadCompose(t *testing.T, env []string, profiles ...string) *types.Project 
 }
 
 func TestComposeProfilesSelectTheDocumentedServices(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		profiles []string
 		want     []string
@@ -178,6 +181,7 @@ func TestComposeProfilesSelectTheDocumentedServices(t *testing.T) {
 }
 
 func TestComposeServicesRunOurImageWithKnownCommandsAndVariables(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	p := loadCompose(t, nil, "*")
 	ours := 0
@@ -229,6 +233,7 @@ func TestComposeServicesRunOurImageWithKnownCommandsAndVariables(t *testing.T) {
 }
 
 func TestComposeWiresSocketsDataAndPorts(t *testing.T) {
+	t.Parallel()
 	p := loadCompose(t, nil, "*")
 	env := func(s types.ServiceConfig, k string) string {
 		if v := s.Environment[k]; v != nil {
@@ -324,6 +329,7 @@ func mustAtoi(t *testing.T, s string) uint32 {
 // --- Dockerfile ---
 
 func TestDockerfileBuildsTheBinaryAndRunsItAsNonRoot(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -461,6 +467,7 @@ func k8sManifests(t *testing.T) map[string]any {
 }
 
 func TestKubernetesKustomizationListsEveryManifestButTheExampleSecret(t *testing.T) {
+	t.Parallel()
 	m := k8sManifests(t)
 	k, ok := m["kustomization.yaml"].(*kustomization)
 	if !ok {
@@ -514,6 +521,7 @@ func TestKubernetesKustomizationListsEveryManifestButTheExampleSecret(t *testing
 }
 
 func TestKubernetesDaemonSetIsWiredAndLockedDown(t *testing.T) {
+	t.Parallel()
 	m := k8sManifests(t)
 	ds, ok := m["daemonset.yaml"].(*appsv1.DaemonSet)
 	if !ok {
@@ -712,10 +720,10 @@ func TestKubernetesDaemonSetIsWiredAndLockedDown(t *testing.T) {
 	}
 }
 
-
 // --- deploy/nats ---
 
 func TestNATSHelmValuesRunAJetStreamClusterWithTheAccounts(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nats", "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -892,7 +900,7 @@ func TestNATSAccountsWorkForTheBridgeAndTheReader(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the server refuses accounts.conf: %v", err)
 	}
-	s := startNATSServer(t, opts)
+	s := publishtest.RunServer(t, opts)
 
 	connect := func(kp nkeys.KeyPair) (*nats.Conn, jetstream.JetStream, chan error) {
 		t.Helper()

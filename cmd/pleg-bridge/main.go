@@ -1,5 +1,10 @@
 // Command pleg-bridge publishes Kubernetes container lifecycle events from
 // the node's CRI runtime to NATS JetStream as CloudEvents.
+//
+// The command keeps only what a command is for: the PLEG_* environment
+// read into typed options (config.go), the logger, the signals, and the
+// subcommands. The bridge itself, its wiring and its shutdown order, is
+// package bridge, which the demo and the latency benchmark run too.
 package main
 
 import (
