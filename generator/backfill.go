@@ -1,7 +1,6 @@
 package generator
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,9 +46,12 @@ const (
 //
 // Only the merge goroutine (or Relist, when Run is not running) uses it.
 type heldState struct {
-	pods  map[string]struct{} // pods with unsent events (possibly expired since)
-	count int                 // unsent events
-	seq   uint64              // the next heldEvent.seq
+	// queue names the unsent events in the order they were produced, so
+	// that a backfill refused by a sink still full costs one chunk, not a
+	// walk of everything held. An entry whose event is no longer unsent
+	// (its record expired) is skipped.
+	queue []heldRef
+	count int // unsent events
 	// due fires when the next backfill may run; nil while none is armed.
 	due <-chan time.Time
 	// since, sent and lost describe the current episode of a full sink, for
@@ -58,11 +60,17 @@ type heldState struct {
 	sent, lost int
 }
 
+// heldRef names one unsent event: the record it is rebuilt from.
+type heldRef struct {
+	podUID, containerID string
+	t                   LifecycleEventType
+}
+
 // send hands events to the sink, or holds them while earlier events wait for
 // a backfill. It returns an error only if the sink failed for a reason other
 // than being full.
 func (g *Generator) send(ctx context.Context, events []Event) error {
-	if len(g.held.pods) > 0 {
+	if g.held.count > 0 {
 		g.hold(events)
 		return nil
 	}
@@ -93,34 +101,27 @@ func (g *Generator) hold(events []Event) {
 	if len(events) == 0 {
 		return
 	}
-	first := len(g.held.pods) == 0
-	if g.held.pods == nil {
-		g.held.pods = make(map[string]struct{})
+	if g.held.count == 0 {
+		g.held.queue = g.held.queue[:0] // only expired entries are left
+		g.held.since, g.held.sent, g.held.lost = time.Now(), 0, 0
+		g.logger.Warn("sink full: recording state only, will backfill", "events", len(events))
 	}
 	lost := g.rewrite(events, func(uid string, rec *containerRecord, ev Event) {
 		var h [3]heldEvent
 		if rec.held != nil {
 			h = *rec.held
 		}
-		h[typeIndex(ev.Type)] = heldEvent{at: ev.ObservedAt, src: ev.DetectedBy, seq: g.held.seq}
-		g.held.seq++
+		h[typeIndex(ev.Type)] = heldEvent{at: ev.ObservedAt, src: ev.DetectedBy}
 		rec.held = &h
 		rec.unsent |= bit(ev.Type)
-		g.held.pods[uid] = struct{}{}
+		g.held.queue = append(g.held.queue, heldRef{podUID: uid, containerID: rec.info.ID, t: ev.Type})
 		g.held.count++
 	})
 	for _, ev := range lost {
 		g.lose(ev.Pod.UID, ev.Container.ID, ev.Type, "its container's record is gone")
 	}
 	g.metrics.unsent.Set(float64(g.held.count))
-	if len(g.held.pods) == 0 {
-		return
-	}
-	if first {
-		g.held.since, g.held.sent, g.held.lost = time.Now(), 0, 0
-		g.logger.Warn("sink full: recording state only, will backfill", "events", len(events))
-	}
-	if g.held.due == nil {
+	if g.held.count > 0 && g.held.due == nil {
 		g.held.due = time.After(backfillInterval)
 	}
 }
@@ -131,40 +132,31 @@ func (g *Generator) hold(events []Event) {
 // only if the sink failed for a reason other than being full.
 func (g *Generator) backfill(ctx context.Context) error {
 	g.held.due = nil
-	// Every unsent event, in the order it was produced: that keeps each
-	// container's order, and the sink sees what it would have seen.
-	type waiting struct {
-		pod Pod
-		rec *containerRecord
-		t   LifecycleEventType
-		seq uint64
-	}
-	var queue []waiting
-	for uid := range g.held.pods {
-		e, ok := g.cache.Get(uid)
-		if !ok {
-			continue
+	for len(g.held.queue) > 0 {
+		events := make([]Event, 0, min(len(g.held.queue), backfillChunk))
+		var from []int // the queue index of each event
+		i := 0
+		for ; i < len(g.held.queue) && len(events) < backfillChunk; i++ {
+			ref := g.held.queue[i]
+			e, ok := g.cache.Get(ref.podUID)
+			if !ok {
+				continue
+			}
+			rec := e.Status.containers[ref.containerID]
+			if rec == nil || !rec.unsent.has(ref.t) {
+				continue // expired, and counted
+			}
+			events = append(events, rec.rebuild(ref.t, e.Status.pod))
+			from = append(from, i)
 		}
-		for _, rec := range e.Status.containers {
-			for _, t := range LifecycleEventTypes {
-				if rec.unsent.has(t) {
-					queue = append(queue, waiting{pod: e.Status.pod, rec: rec, t: t, seq: rec.held[typeIndex(t)].seq})
-				}
+		n := len(events)
+		if n > 0 {
+			var err error
+			if n, err = g.sendSome(ctx, events); err != nil {
+				return err
 			}
 		}
-	}
-	slices.SortFunc(queue, func(a, b waiting) int { return cmp.Compare(a.seq, b.seq) })
-	for len(queue) > 0 {
-		events := make([]Event, 0, min(len(queue), backfillChunk))
-		for _, w := range queue[:cap(events)] {
-			events = append(events, w.rec.rebuild(w.t, w.pod))
-		}
-		queue = queue[len(events):]
-		n, err := g.sendSome(ctx, events)
-		if err != nil {
-			return err
-		}
-		g.rewrite(events[:n], func(uid string, rec *containerRecord, ev Event) {
+		g.rewrite(events[:n], func(_ string, rec *containerRecord, ev Event) {
 			rec.unsent &^= bit(ev.Type)
 			if rec.unsent == 0 {
 				rec.held = nil
@@ -173,21 +165,17 @@ func (g *Generator) backfill(ctx context.Context) error {
 			g.held.sent++
 		})
 		if n < len(events) {
+			g.held.queue = slices.Delete(g.held.queue, 0, from[n])
 			break
 		}
-	}
-	// Forget the pods left with nothing unsent: sent now, or expired (and
-	// counted) since.
-	for uid := range g.held.pods {
-		if e, ok := g.cache.Get(uid); !ok || !e.Status.anyUnsent() {
-			delete(g.held.pods, uid)
-		}
+		g.held.queue = slices.Delete(g.held.queue, 0, i)
 	}
 	g.metrics.unsent.Set(float64(g.held.count))
-	if len(g.held.pods) > 0 {
+	if g.held.count > 0 {
 		g.held.due = time.After(backfillInterval)
 		return nil
 	}
+	g.held.queue = nil // let a long outage's queue go
 	g.logger.Info("backfill complete: sending events as they come again", "events", g.held.sent,
 		"unreported", g.held.lost, "full_for", time.Since(g.held.since).Round(time.Millisecond))
 	return nil
@@ -249,16 +237,6 @@ func (g *Generator) lose(uid, containerID string, t LifecycleEventType, why stri
 	g.held.lost++
 	g.metrics.unreported.WithLabelValues(string(t)).Inc()
 	g.logger.Warn("event unreported: "+why, "pod_uid", uid, "container_id", containerID, "event_type", t)
-}
-
-// anyUnsent reports whether a record of the pod has unsent events.
-func (p *podRecord) anyUnsent() bool {
-	for _, rec := range p.containers {
-		if rec.unsent != 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // rebuild makes the record's unsent event of type t again: what

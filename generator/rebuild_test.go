@@ -66,9 +66,9 @@ func TestRebuildMakesTheEventTheMergeProduced(t *testing.T) {
 			}
 			held := *rec
 			held.held = &[3]heldEvent{}
-			for i, ev := range produced {
+			for _, ev := range produced {
 				held.unsent |= bit(ev.Type)
-				held.held[typeIndex(ev.Type)] = heldEvent{at: ev.ObservedAt, src: ev.DetectedBy, seq: uint64(i)}
+				held.held[typeIndex(ev.Type)] = heldEvent{at: ev.ObservedAt, src: ev.DetectedBy}
 			}
 			var rebuilt []Event
 			for _, ev := range produced {

@@ -75,9 +75,9 @@ type containerRecord struct {
 	// and sends them again (backfill.go). Nothing is sent while any event is
 	// unsent, so a container's unsent events are always its last ones.
 	unsent emittedSet
-	// held says when, by which source and in which order each unsent event
-	// was produced, indexed by typeIndex; nil while nothing is unsent. Like
-	// the record, it is never modified once stored.
+	// held says when and by which source each unsent event was produced,
+	// indexed by typeIndex; nil while nothing is unsent. Like the record, it
+	// is never modified once stored.
 	held *[3]heldEvent
 }
 
@@ -86,7 +86,6 @@ type containerRecord struct {
 type heldEvent struct {
 	at  time.Time
 	src Source
-	seq uint64 // the order in which events were held, across the node
 }
 
 // typeIndex numbers the Lifecycle event types in per-container order.
