@@ -115,6 +115,10 @@ const (
 	DefaultSettleTimeout    = time.Minute
 )
 
+// clusterRestart is about how long the servers of a cluster take to be
+// ready after all of them restarted.
+const clusterRestart = 5 * time.Second
+
 // quietAfterFault is the least time each fault's window leaves after the
 // fault is repaired, for the bridge to catch up before the next one.
 const quietAfterFault = time.Second
@@ -205,8 +209,8 @@ func (opts Options) withDefaults() (Options, error) {
 	return opts, errors.Join(errs...)
 }
 
-// part is the length of each window of the schedule: the baseline, each
-// fault with the quiet time after it, and the recovery.
+// part is the planned length of each window of the schedule: the
+// baseline, each fault with the quiet time after it, and the recovery.
 func (opts Options) part() time.Duration {
 	return opts.Duration / time.Duration(len(opts.Faults)+2)
 }
@@ -216,10 +220,15 @@ func (opts Options) part() time.Duration {
 func (opts Options) faultBudget(fault string) time.Duration {
 	var d time.Duration
 	switch fault {
-	case FaultNATSRestart:
+	case FaultNATSRestart, FaultNATSOutage:
 		d = time.Second
-	case FaultNATSOutage:
-		d = opts.outage() + time.Second
+		if fault == FaultNATSOutage {
+			d += opts.outage()
+		}
+		if opts.Cluster {
+			// Restarted servers wait for a quorum before any is ready.
+			d += clusterRestart
+		}
 	case FaultLeaderKill, FaultMetaLeaderChange, FaultBridgeKill:
 		d = opts.FaultLength + 2*time.Second
 	case FaultRuntimeRestart, FaultStreamDrop:

@@ -182,15 +182,25 @@ func (s *soak) bridgeEnv(listen string) []string {
 	return append(env, o.BridgeEnv...)
 }
 
-// schedule cuts the run into equal windows: a baseline, one per fault (the
-// fault, then quiet until the window ends) and a recovery. It returns when
-// the recovery window is over.
+// schedule cuts the run into windows: a baseline, one per fault (the fault,
+// then quiet until the window ends) and a recovery, of equal length as long
+// as each fault fits its window. A fault that takes longer (a cluster's
+// servers waiting for each other, a bridge slow to get ready) still gets
+// quietAfterFault after it, and the windows after it share what is left.
+// It returns when the recovery window is over.
 func (s *soak) schedule(ctx context.Context) error {
-	part := s.opts.part()
-	boundary := func(i int) time.Time { return s.start.Add(time.Duration(i) * part) }
+	end := s.start.Add(s.opts.Duration)
+	// windowEnd is when the window that began at from ends, with left
+	// windows from it to the end, this one included, and its fault repaired
+	// at repaired.
+	windowEnd := func(from, repaired time.Time, left int) time.Time {
+		share := from.Add(end.Sub(from) / time.Duration(left))
+		return later(share, repaired.Add(quietAfterFault))
+	}
+	n := len(s.opts.Faults)
 	s.openWindow("baseline", s.start)
 	s.progress("baseline: churn at %.0f transitions/s", s.opts.Rate)
-	if err := s.waitUntil(ctx, boundary(1)); err != nil {
+	if err := s.waitUntil(ctx, windowEnd(s.start, s.start, n+2)); err != nil {
 		return err
 	}
 	for i, fault := range s.opts.Faults {
@@ -203,13 +213,20 @@ func (s *soak) schedule(ctx context.Context) error {
 		}
 		s.faults = append(s.faults, FaultRecord{Name: fault, At: at, Note: note})
 		s.progress("%s: %s", fault, note)
-		if err := s.waitUntil(ctx, boundary(i+2)); err != nil {
+		if err := s.waitUntil(ctx, windowEnd(at, time.Now(), n-i+1)); err != nil {
 			return err
 		}
 	}
 	s.openWindow("recovery", time.Now())
 	s.progress("recovery: no more faults")
-	return s.waitUntil(ctx, boundary(len(s.opts.Faults)+2))
+	return s.waitUntil(ctx, later(end, time.Now().Add(quietAfterFault)))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // openWindow starts a window, ending the one before.
