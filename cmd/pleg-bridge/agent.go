@@ -43,6 +43,7 @@ Usage:
   pleg-bridge tail [flags]     follow live events, with filters (--node, --pod, --type)
   pleg-bridge replay [flags]   print stored events of a pod, a node or a time range
   pleg-bridge simulate [flags] serve the simulated CRI runtime on a unix socket (development)
+  pleg-bridge soak [flags]     churn and faults against this bridge, with a full accounting of every transition
   pleg-bridge version          print the version
 
 Run "pleg-bridge <command> --help" for a command's flags.

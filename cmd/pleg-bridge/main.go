@@ -57,6 +57,8 @@ func run(ctx context.Context, args []string, lookup lookupFunc, stdout, stderr i
 		return runAgent(ctx, cfg, newLogger(stderr, cfg.LogFormat, cfg.LogLevel))
 	case "demo":
 		return runDemo(ctx, rest, lookup, stdout, stderr)
+	case "soak":
+		return runSoak(ctx, rest, stdout, stderr)
 	case "simulate":
 		return runSimulate(ctx, rest, stdout, stderr)
 	case "tail":

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/pleg-bridge/pleg-bridge/soak"
+)
+
+// runSoak is the soak subcommand: churn and faults against this binary's
+// own bridge, with a full accounting of every transition (package soak).
+// It fails if any transition was lost, duplicated or reordered.
+func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: pleg-bridge soak [flags]
+
+Runs the simulated runtime with pod churn, NATS (one server or a cluster of
+three) and this binary's bridge as a child process, injects faults on a
+schedule, and accounts for every transition the runtime made: expected,
+found, missing, duplicated and out of order, per fault window. It exits
+non-zero on any loss. Faults: %s.
+
+`, strings.Join(soak.AllFaults, ", "))
+		fs.PrintDefaults()
+	}
+	var o soak.Options
+	fs.DurationVar(&o.Duration, "duration", soak.DefaultDuration, "how long the churn runs, faults included")
+	fs.Float64Var(&o.Rate, "rate", soak.DefaultRate, "transitions per second the churn makes")
+	fs.BoolVar(&o.Cluster, "cluster", false, "run a NATS cluster of three servers (stream replicas 3) instead of one server")
+	faults := fs.String("faults", "all", `faults to inject, comma-separated, or "all" (the cluster-only ones only with --cluster), or "none"`)
+	fs.StringVar(&o.Dir, "dir", "", "run directory: sockets, NATS store, bridge data and bridge.log (default: a new temporary directory, removed if the soak passes)")
+	fs.IntVar(&o.ContainersPerPod, "containers", soak.DefaultContainersPerPod, "containers per pod")
+	fs.DurationVar(&o.Lifetime, "lifetime", soak.DefaultLifetime, "how long containers run, give or take 50%")
+	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the churn (0: from the clock)")
+	fs.DurationVar(&o.DuplicateWindow, "duplicate-window", soak.DefaultDuplicateWindow, "the stream's duplicate window; a NATS outage lasts twice as long")
+	fs.IntVar(&o.OutboxSize, "outbox", soak.DefaultOutboxSize, "the bridge's PLEG_OUTBOX_SIZE")
+	fs.IntVar(&o.MaxInFlight, "max-in-flight", soak.DefaultMaxInFlight, "the bridge's PLEG_PUBLISH_MAX_IN_FLIGHT")
+	fs.DurationVar(&o.FaultLength, "fault-length", soak.DefaultFaultLength, "how long a killed part stays down, and how long stream drops go on")
+	fs.DurationVar(&o.SettleTimeout, "settle-timeout", soak.DefaultSettleTimeout, "how long to wait at the end for the stream to hold every transition")
+	fs.Func("bridge-env", "`NAME=VALUE` added to the bridge's environment, after the soak's own (repeatable)", func(s string) error {
+		if !strings.Contains(s, "=") {
+			return fmt.Errorf("want NAME=VALUE, got %q", s)
+		}
+		o.BridgeEnv = append(o.BridgeEnv, s)
+		return nil
+	})
+	var logLevel slog.Level
+	fs.TextVar(&logLevel, "log-level", slog.LevelWarn, "log level of the soak's own diagnostics: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("soak: unexpected arguments %q", fs.Args())
+	}
+	switch *faults {
+	case "all":
+	case "none":
+		o.Faults = []string{}
+	default:
+		o.Faults = strings.Split(*faults, ",")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("soak: find this binary to run the bridge: %w", err)
+	}
+	o.BridgeBinary = self
+	temporary := o.Dir == ""
+	if temporary {
+		if o.Dir, err = os.MkdirTemp("", "pleg-soak-"); err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+	}
+	o.Logger = newLogger(stderr, logAuto, logLevel)
+	o.Stdout = stdout
+
+	rep, err := soak.Run(ctx, o)
+	if err != nil {
+		return fmt.Errorf("soak (run directory %s): %w", o.Dir, err)
+	}
+	fmt.Fprintln(stdout)
+	if err := rep.Table(stdout); err != nil {
+		return err
+	}
+	if rep.Failed() {
+		return fmt.Errorf("soak failed: %d missing, %d duplicated, %d out of order, %d unexpected, %d /healthz failures, %d problems; the bridge's log is in %s",
+			rep.Total.Missing, rep.Total.Duplicated, rep.Total.OutOfOrder, len(rep.Unexpected)+len(rep.Undecodable), len(rep.Health), len(rep.Problems), o.Dir)
+	}
+	if temporary {
+		return os.RemoveAll(o.Dir)
+	}
+	return nil
+}
