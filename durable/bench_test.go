@@ -1,9 +1,11 @@
 package durable_test
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,13 +18,15 @@ import (
 const benchContainers = 30000
 
 // benchEvent is a Lifecycle event with the fields a real one carries, so
-// that the encoded sizes are representative.
+// that the encoded sizes are representative. Its container ID is random
+// looking, as a runtime's are, so that records land on bbolt's pages as
+// they would on a node.
 func benchEvent(i int, typ generator.LifecycleEventType, at time.Time) generator.Event {
 	ev := generator.Event{
 		Type: typ,
 		Pod:  generator.Pod{UID: fmt.Sprintf("7d3f0c2e-5b1a-4f7e-9c0d-%012d", i/3), Namespace: "team-payments", Name: fmt.Sprintf("checkout-api-7f9c8d6b5-%05d", i/3)},
 		Container: generator.Container{
-			ID: fmt.Sprintf("%064x", i), Name: "app", Attempt: 1,
+			ID: fmt.Sprintf("%x", sha256.Sum256([]byte(strconv.Itoa(i)))), Name: "app", Attempt: 1,
 			Image:    "registry.example.com/payments/checkout-api:v1.42.3",
 			ImageRef: "registry.example.com/payments/checkout-api@sha256:3b1f0c9e8d7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c",
 		},
@@ -128,4 +132,62 @@ func BenchmarkOpen(b *testing.B) {
 		}
 	}
 	b.ReportMetric(fileSize(b, dir), "file-bytes")
+}
+
+// BenchmarkSpool measures a write of 100 appended events, and the read of
+// 100 entries from the file with their Done and its write, on a spool of
+// 30,000 entries.
+func BenchmarkSpool(b *testing.B) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	fill := func(b *testing.B) *durable.Store {
+		s, err := durable.Open(b.TempDir(), durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 40})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		evs := make([]generator.Event, benchContainers)
+		for i := range evs {
+			evs[i] = benchEvent(i, generator.ContainerDied, now)
+		}
+		s.Spool().Append(evs)
+		if err := durable.Flush(s, now, false); err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	b.Run("append", func(b *testing.B) {
+		s := fill(b)
+		evs := make([]generator.Event, 100)
+		for i := range evs {
+			evs[i] = benchEvent(i, generator.ContainerDied, now)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if n := s.Spool().Append(evs); n != len(evs) {
+				b.Fatalf("appended %d", n)
+			}
+			if err := durable.Flush(s, now, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("take+done", func(b *testing.B) {
+		s := fill(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			got := s.Spool().Take(100)
+			if len(got) == 0 {
+				b.StopTimer()
+				s = fill(b)
+				b.StartTimer()
+				continue
+			}
+			for _, e := range got {
+				s.Spool().Done(e.Seq)
+			}
+			if err := durable.Flush(s, now, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

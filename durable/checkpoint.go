@@ -43,25 +43,43 @@ func (c *Checkpoint) Restored() []generator.Event { return c.restored }
 func (c *Checkpoint) RecordAck(ev generator.Event) {
 	r := toRecord(ev)
 	k := ckptKey(r.ID, r.Type)
+	at := r.ObservedAt
+	if r.Type == generator.ContainerRemoved && at.IsZero() {
+		at = time.Now() // see removedAt
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pending[k] = r
 	if r.Type == generator.ContainerRemoved {
-		c.removed[r.ID] = r.ObservedAt
+		c.removed[r.ID] = at
 	}
 }
 
-// takePending returns the acks not yet written, for a flush, or nil when
-// there are none.
-func (c *Checkpoint) takePending() map[string]record {
+// take returns, for a flush, the acks not yet written (if acks), and the
+// containers removed more than keepRemoved before now (if collect). It
+// takes them together: a collection writes the pending acks of the
+// containers it deletes in its own transaction, else they would be written
+// after it and stay in the file until a restart (the acks of events
+// delivered late, from the spool after a long outage, may be due for
+// collection when they come).
+func (c *Checkpoint) take(acks, collect bool, now time.Time) (map[string]record, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.pending) == 0 {
-		return nil
+	var ids []string
+	if collect {
+		acks = true
+		for id, at := range c.removed {
+			if now.Sub(at) > keepRemoved {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if !acks || len(c.pending) == 0 {
+		return nil, ids
 	}
 	p := c.pending
 	c.pending = make(map[string]record, len(p))
-	return p
+	return p, ids
 }
 
 // putBack returns the acks of a failed flush to the pending ones. An ack
@@ -75,19 +93,6 @@ func (c *Checkpoint) putBack(acks map[string]record) {
 			c.pending[k] = r
 		}
 	}
-}
-
-// expired returns the containers removed more than keepRemoved before now.
-func (c *Checkpoint) expired(now time.Time) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var ids []string
-	for id, at := range c.removed {
-		if now.Sub(at) > keepRemoved {
-			ids = append(ids, id)
-		}
-	}
-	return ids
 }
 
 // collected forgets the containers a flush deleted.

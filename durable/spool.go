@@ -113,20 +113,28 @@ func newSpool(db *bolt.DB, maxBytes int64, e spoolExtent, logger *slog.Logger) *
 // and returns its length. It does no I/O: the entries are durable after
 // the Store's next write, within 100 ms. It is safe for concurrent use.
 func (s *Spool) Append(events []generator.Event) int {
-	// Encoded outside the lock: the bound counts encoded bytes. An event
-	// that does not encode (a time beyond year 9999) is not appended, nor
-	// anything after it, as if the spool were full.
-	data := make([][]byte, 0, len(events))
+	s.mu.Lock()
+	room := s.max - s.bytes
+	s.mu.Unlock()
+	// Encoded outside the lock, and only as many as the room seen here
+	// takes: a full spool costs its caller nothing but this check. An
+	// event that does not encode (a time beyond the year 9999) is not
+	// appended, nor anything after it, as if the spool were full.
+	var data [][]byte
 	for _, ev := range events {
 		d, err := encodeRecord(toRecord(ev))
 		if err != nil {
 			s.logger.Warn("cannot spool an event", "pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", ev.Type, "err", err)
 			break
 		}
+		if room -= int64(len(d)); room < 0 {
+			break
+		}
 		data = append(data, d)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Another Append may have taken some of the room since.
 	for i, d := range data {
 		size := int64(len(d))
 		if s.bytes+size > s.max {

@@ -64,7 +64,9 @@ type Options struct {
 	// another node is set aside with a warning.
 	Node string
 	// SpoolMaxBytes bounds the spool's encoded records (entries not Done).
-	// Zero disables the spool: Store.Spool returns nil.
+	// The file holds them in about as many bytes, in bbolt's pages; pages
+	// freed by Done are reused, and the file never shrinks. Zero disables
+	// the spool: Store.Spool returns nil.
 	SpoolMaxBytes int64
 	// Logger receives warnings about files set aside and write errors; nil
 	// discards them.
@@ -103,10 +105,10 @@ type Store struct {
 // directory or the file cannot be created or read.
 func Open(dir string, opts Options) (*Store, error) {
 	if opts.Node == "" {
-		return nil, errors.New("open durable state: no node name")
+		return nil, errors.New("open durable state: Options.Node is empty")
 	}
 	if opts.SpoolMaxBytes < 0 {
-		return nil, fmt.Errorf("open durable state: negative spool bound %d", opts.SpoolMaxBytes)
+		return nil, fmt.Errorf("open durable state: Options.SpoolMaxBytes is negative (%d)", opts.SpoolMaxBytes)
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -249,7 +251,7 @@ func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l lo
 				last = r.ID
 			}
 			if r.Type == generator.ContainerRemoved {
-				l.removed[r.ID] = r.ObservedAt
+				l.removed[r.ID] = removedAt(r, now)
 			}
 			l.checkpoint = append(l.checkpoint, r.event())
 			return nil
@@ -296,6 +298,16 @@ func initBuckets(tx *bolt.Tx, node string) error {
 		}
 	}
 	return nil
+}
+
+// removedAt returns when the removal r records was observed, or now if
+// that is unknown: the container is kept keepRemoved from now rather than
+// dropped at once.
+func removedAt(r record, now time.Time) time.Time {
+	if r.ObservedAt.IsZero() {
+		return now
+	}
+	return r.ObservedAt
 }
 
 // dropExpired returns evs without the events of containers removed more
@@ -365,25 +377,22 @@ func (s *Store) Close() error {
 
 // flush writes, in one transaction, the spool's appends and removals, the
 // checkpoint's acks (always with the spool's changes, so that an entry's
-// removal and its ack reach the disk together; else only when
-// withCheckpoint), and, when collect, deletes the containers removed more
-// than keepRemoved before now. It does nothing when there is nothing to
+// removal and its ack reach the disk together, and with a collection; else
+// only when withCheckpoint), and, when collect, deletes the containers
+// removed more than keepRemoved before now. It does nothing when there is nothing to
 // write. On failure everything it took is put back for the next flush.
 func (s *Store) flush(now time.Time, withCheckpoint, collect bool) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
+	// The spool's changes first, then the acks: an entry's ack is recorded
+	// before its Done, so a Done this flush writes comes with its ack, and
+	// no crash finds an entry gone from the spool and missing from the
+	// checkpoint (that event would be published again as new).
 	var w spoolWrites
 	if s.spool != nil {
 		w = s.spool.writes()
 	}
-	var acks map[string]record
-	if withCheckpoint || len(w.appends) > 0 || len(w.done) > 0 {
-		acks = s.ckpt.takePending()
-	}
-	var expired []string
-	if collect {
-		expired = s.ckpt.expired(now)
-	}
+	acks, expired := s.ckpt.take(withCheckpoint || len(w.appends) > 0 || len(w.done) > 0, collect, now)
 	if len(w.appends) == 0 && len(w.done) == 0 && len(acks) == 0 && len(expired) == 0 {
 		return nil
 	}

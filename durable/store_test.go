@@ -137,6 +137,10 @@ func TestStoreDropsRemovedContainersAfterTheTombstoneTTL(t *testing.T) {
 			event("u1", "gone", generator.ContainerDied, now.Add(-time.Hour)),
 			event("u1", "gone", generator.ContainerRemoved, now),
 		}
+		// A removal observed at an unknown time is kept from when it was
+		// recorded.
+		unknown := event("u1", "unknown", generator.ContainerRemoved, time.Time{})
+		removed = append(removed, unknown)
 		running := event("u1", "running", generator.ContainerStarted, now.Add(-time.Hour))
 		// An ID that the removed one is a prefix of stays.
 		longer := event("u1", "gone2", generator.ContainerStarted, now.Add(-time.Hour))
