@@ -42,11 +42,10 @@ type Bridge struct {
 // New checks opts and applies the defaults. It does no I/O: Run opens and
 // connects everything. The errors name the option at fault.
 func New(opts Options) (*Bridge, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
+	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	return &Bridge{opts: opts}, nil
+	return &Bridge{opts: opts.withDefaults()}, nil
 }
 
 // Status is a snapshot of a running bridge, for callers that wait for it to

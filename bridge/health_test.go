@@ -30,13 +30,10 @@ func newHealthFixture(t *testing.T) *healthFixture {
 	model := crisim.NewRuntime(crisim.Options{})
 	_, endpoint := crisimtest.Serve(t, model)
 	srv, url := publishtest.NewServer(t)
-	opts, err := Options{
+	opts := Options{
 		Node: "node-1", CRIEndpoint: endpoint, Mode: generator.ModeGeneric,
 		NATS: NATSOptions{URL: url}, DataDir: t.TempDir(),
 	}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
 	p, err := build(opts)
 	if err != nil {
 		t.Fatal(err)

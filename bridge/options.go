@@ -13,9 +13,21 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
-// DefaultEmbeddedListen is where the embedded NATS server listens when
-// NATSOptions.EmbeddedListen is empty: loopback only, the NATS port.
-const DefaultEmbeddedListen = "127.0.0.1:4222"
+// Defaults of the command's configuration that the bridge's other users
+// (the benchmark) take too.
+const (
+	// DefaultEmbeddedListen is where the embedded NATS server listens when
+	// NATSOptions.EmbeddedListen is empty: loopback only, the NATS port.
+	DefaultEmbeddedListen = "127.0.0.1:4222"
+	// DefaultSpoolMaxBytes bounds the spool of a deployment that does not
+	// choose: at about 600 bytes an event as the spool encodes it (a Died
+	// event with image digest and reason, measured; pod labels add more),
+	// 256 MiB holds some 400,000 events, twenty times the memory outbox and
+	// hours of a busy node's churn while NATS is away, and is little on a
+	// node's disk. Options.SpoolMaxBytes has no default: zero means no
+	// spool.
+	DefaultSpoolMaxBytes = 256 << 20
+)
 
 // Options configure a Bridge. Zero values take the components' defaults;
 // Node and CRIEndpoint are required, and so is DataDir without NATS.URL.
@@ -128,9 +140,9 @@ type Hooks struct {
 	OnAck func(generator.Event)
 }
 
-// withDefaults returns o with the defaults applied, or the errors of the
-// options no default can fix, each naming its field.
-func (o Options) withDefaults() (Options, error) {
+// check returns the errors of the options no default can fix, each naming
+// its option.
+func (o Options) check() error {
 	var errs []error
 	if o.Node == "" {
 		errs = append(errs, errors.New("node name is empty"))
@@ -151,8 +163,13 @@ func (o Options) withDefaults() (Options, error) {
 		errs = append(errs, errors.New("NATS TLS certificate and key go together"))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return o, fmt.Errorf("configure bridge: %w", err)
+		return fmt.Errorf("configure bridge: %w", err)
 	}
+	return nil
+}
+
+// withDefaults returns o with the defaults applied.
+func (o Options) withDefaults() Options {
 	if o.SubjectPrefix == "" {
 		o.SubjectPrefix = schemas.DefaultSubjectPrefix
 	}
@@ -177,5 +194,5 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return o, nil
+	return o
 }

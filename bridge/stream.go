@@ -18,20 +18,16 @@ const (
 	streamRetryMax    = 10 * time.Second
 )
 
-// EnsureStream creates the stream opts describe (Stream, SubjectPrefix) if
-// it is missing, waiting for JetStream while it is unreachable: the bridge
+// EnsureStream creates the stream opts describe (Stream, SubjectPrefix, and
+// Logger; the rest of opts is not looked at) if it is missing, waiting for JetStream while it is unreachable: the bridge
 // may start before its NATS server, and meanwhile the generator runs and
 // the publisher retries, so events wait rather than being lost. Run calls it
 // when opts.Stream.Manage is set; the demo calls it to subscribe before the
 // bridge runs. It returns an error only for a stream the bridge must not
-// paper over (see publish.EnsureStream), for invalid options, or ctx.Err()
-// when ctx ends. It blocks until then.
+// paper over (see publish.EnsureStream), or ctx.Err() when ctx ends. It
+// blocks until then.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, opts Options) error {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return err
-	}
-	return ensureStream(ctx, js, opts)
+	return ensureStream(ctx, js, opts.withDefaults())
 }
 
 // ensureStream is EnsureStream with the defaults applied.

@@ -5,15 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/generator"
-	"github.com/pleg-bridge/pleg-bridge/publish"
 )
 
 // readyTimeout bounds the wait for a bridge to be in its steady state before
@@ -21,60 +21,42 @@ import (
 const readyTimeout = 30 * time.Second
 
 // readyPoll is how often the harness looks whether the bridge is ready; the
-// generator offers no signal to wait on, and this is outside the measurement.
+// bridge offers no signal to wait on, and this is outside the measurement.
 const readyPoll = 10 * time.Millisecond
 
 // runBridge measures one bridge mode on a new simulated node: the runtime on
 // a unix socket, in a process of its own or in this one (Config.Runtime),
-// the CRI client, and a generator and publisher wired as cmd/pleg-bridge
-// wires them, with the production defaults except for the mode and the
-// generic relist period.
+// and the bridge as package bridge runs it in production, durable state in
+// a data directory of its own included, with the production defaults except
+// for the mode and the generic relist period. The harness observes it
+// through the bridge's hooks: the acks, and with Config.Stages the runtime's
+// stream and the hand-over to the publisher.
 func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 	cfg := h.cfg
 	tr := newTracker(int(cfg.Rate * (cfg.Warmup + cfg.Duration).Seconds()))
 	slots := max(3, int(math.Ceil(cfg.Rate*cfg.Dwell.Seconds())))
 	sock := filepath.Join(h.dir, string(mode)+".sock")
+	dataDir, err := os.MkdirTemp(h.dir, string(mode)+"-data-")
+	if err != nil {
+		return Result{}, fmt.Errorf("measure %s mode: %w", mode, err)
+	}
 
-	cri, err := generator.NewCRIClient("unix://"+sock, generator.CRIOptions{})
-	if err != nil {
-		return Result{}, err
-	}
-	defer cri.Close()
-	nc, js, err := h.connect(string(mode))
-	if err != nil {
-		return Result{}, err
-	}
-	defer nc.Close()
-
-	reg := prometheus.NewRegistry()
-	pub, err := publish.New(js, publish.Options{
-		Encoder:      h.enc,
-		MaxInFlight:  publish.DefaultMaxInFlight,
-		OutboxSize:   publish.DefaultOutboxSize,
-		DrainTimeout: publish.DefaultDrainTimeout,
-		Registerer:   reg,
-		Logger:       cfg.Logger,
-		OnAck:        tr.onAck,
-	})
-	if err != nil {
-		return Result{}, err
-	}
-	metrics := generator.NewMetrics(reg)
-	gmode := generator.ModeEvented
+	opts := h.bridgeOptions()
+	opts.CRIEndpoint = "unix://" + sock
+	opts.DataDir = dataDir
+	opts.Mode = generator.ModeEvented
 	if mode == ModeGeneric {
-		gmode = generator.ModeGeneric
+		opts.Mode = generator.ModeGeneric
 	}
-	var rt generator.Runtime = generator.InstrumentRuntime(cri, metrics)
-	var sink generator.Sink = pub
+	opts.Hooks.OnAck = tr.onAck
 	if cfg.Stages {
-		rt, sink = timedRuntime{Runtime: rt, tr: tr}, timedSink{pub: pub, tr: tr}
+		opts.Hooks.WrapRuntime = func(rt generator.Runtime) generator.Runtime { return timedRuntime{Runtime: rt, tr: tr} }
+		opts.Hooks.WrapSink = func(s generator.Sink) generator.Sink { return timedSink{sink: s, tr: tr} }
 	}
-	gen := generator.New(rt, sink, generator.Options{
-		Mode:         gmode,
-		RelistPeriod: cfg.RelistPeriod,
-		Logger:       cfg.Logger,
-		Metrics:      metrics,
-	})
+	b, err := bridge.New(opts)
+	if err != nil {
+		return Result{}, fmt.Errorf("measure %s mode: %w", mode, err)
+	}
 
 	// The runtime starts last: from then on only the goroutines below stop
 	// it. Either topology gives the same three things.
@@ -118,34 +100,25 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 		drive = func(ctx context.Context) (paced, error) { return proc.drive(ctx, timeout) }
 	}
 
-	// Shutdown order as in the bridge: the generator stops first, then the
-	// publisher delivers what is pending, then the runtime goes away.
+	// The bridge stops in its own shutdown order; the runtime goes away
+	// after it, as a node's runtime outlives the bridge that reads it.
 	eg, egctx := errgroup.WithContext(ctx)
 	simCtx, stopSim := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSim()
-	pubCtx, stopPub := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopPub()
-	genCtx, stopGen := context.WithCancel(egctx)
-	defer stopGen()
+	runCtx, stopBridge := context.WithCancel(egctx)
+	defer stopBridge()
 	eg.Go(func() error { return serve(simCtx) })
 	eg.Go(func() error {
 		defer stopSim()
-		if err := pub.Run(pubCtx); err != nil {
-			return fmt.Errorf("publisher: %w", err)
-		}
-		return nil
-	})
-	eg.Go(func() error {
-		defer stopPub()
-		if err := gen.Run(genCtx); err != nil {
-			return fmt.Errorf("generator: %w", err)
+		if err := b.Run(runCtx); err != nil {
+			return fmt.Errorf("bridge: %w", err)
 		}
 		return nil
 	})
 	var res Result
 	eg.Go(func() error {
-		defer stopGen()
-		if err := waitReady(egctx, mode, gen, pub, subscribed); err != nil {
+		defer stopBridge()
+		if err := waitReady(egctx, mode, b, subscribed); err != nil {
 			return err
 		}
 		p, err := drive(egctx)
@@ -175,11 +148,12 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 // merged, everything it produced acked, and in evented mode the stream
 // subscribed (as far as subscribed, if not nil, can tell), so that the
 // driver's first transitions are not queued behind the setup's.
-func waitReady(ctx context.Context, mode Mode, gen *generator.Generator, pub *publish.Publisher, subscribed func() bool) error {
+func waitReady(ctx context.Context, mode Mode, b *bridge.Bridge, subscribed func() bool) error {
 	return pollUntil(ctx, func() bool {
-		ready := gen.Synced() && pub.Pending() == 0
+		st := b.Status()
+		ready := st.Built && st.Synced && st.Pending == 0
 		if mode == ModeEvented {
-			ready = ready && gen.Mode() == generator.ModeEvented && (subscribed == nil || subscribed())
+			ready = ready && st.Mode == generator.ModeEvented && (subscribed == nil || subscribed())
 		}
 		return ready
 	}, "the bridge did not become ready (first relist acked, stream subscribed) within "+readyTimeout.String())

@@ -4,15 +4,18 @@
 // of messages of the same size, rate and server.
 //
 // Everything runs on loopback: an embedded NATS server with JetStream, the
-// simulated runtime (crisim) served over a real unix socket, the real CRI
-// client, and a generator and publisher wired as the bridge wires them
-// (production defaults but for the mode under test and the relist period).
-// A driver makes the runtime start, stop and remove containers at a fixed
-// rate; each transition is timed from just before the driver's call to the
-// moment the publisher's OnAck reports the matching event (container ID and
-// event type). With Config.Stages, each bridge event is also timed at the
-// stages visible from outside the generator and the publisher: stream
-// arrival, hand-over to the publisher, queued, acked.
+// simulated runtime (crisim) served over a real unix socket, and the bridge
+// itself, package bridge as the pleg-bridge command runs it: the real CRI
+// client, generator, publisher and durable state (checkpoint and spool in a
+// data directory of each run's own), with the production defaults but for
+// the mode under test and the relist period. A driver makes the runtime
+// start, stop and remove containers at a fixed rate; each transition is
+// timed from just before the driver's call to the moment the bridge's OnAck
+// hook reports the matching event (container ID and event type), after the
+// checkpoint recorded it. With Config.Stages, the bridge's runtime and sink
+// hooks also time each event at the stages visible from outside the
+// generator and the publisher: stream arrival, hand-over to the publisher,
+// queued, acked.
 //
 // The simulated runtime and its driver run in a child process by default
 // (RuntimeProcess), as containerd runs beside the bridge on a node, so that
@@ -25,6 +28,6 @@
 //
 // pleg-bench (cmd/pleg-bench) prints the results as a table, and
 // BenchmarkDetectionLatency runs the same harness briefly. Nothing else may
-// import this package; it imports the bridge's packages as cmd/pleg-bridge
-// does, crisim for the runtime and the CRI API for its event types.
+// import this package; it imports package bridge as cmd/pleg-bridge does,
+// crisim for the runtime and the CRI API for its event types.
 package latencybench

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/pleg-bridge/pleg-bridge/publish"
@@ -82,8 +83,8 @@ const (
 	DefaultContainersPerPod = 4
 )
 
-// Names the harness publishes under: the bridge's default subject prefix and
-// stream, and a node of its own.
+// Names the harness publishes under: the bridge's default subject prefix
+// (and stream), and a node of its own.
 const (
 	nodeName      = "bench-node"
 	subjectPrefix = schemas.DefaultSubjectPrefix
@@ -278,15 +279,28 @@ func (h *Harness) setUp(ctx context.Context) error {
 		return err
 	}
 	defer nc.Close()
-	_, err = publish.EnsureStream(ctx, js, publish.StreamOptions{
-		Name: schemas.DefaultStream, SubjectPrefix: subjectPrefix, Replicas: 1,
-		MaxAge: 168 * time.Hour, DuplicateWindow: publish.DefaultDuplicateWindow,
-	})
-	return err
+	return bridge.EnsureStream(ctx, js, h.bridgeOptions())
 }
 
-// connect opens a connection with a JetStream handle set up as the bridge
-// sets up its own (room for twice the publisher's messages in flight).
+// bridgeOptions are the options the harness's bridges share: the production
+// defaults (a spool as large as the command's default) on the harness's
+// NATS server and stream. runBridge adds the runtime, the mode, a data
+// directory and its hooks.
+func (h *Harness) bridgeOptions() bridge.Options {
+	return bridge.Options{
+		Node:          nodeName,
+		SubjectPrefix: subjectPrefix,
+		RelistPeriod:  h.cfg.RelistPeriod,
+		NATS:          bridge.NATSOptions{URL: h.ns.ClientURL()},
+		Stream:        bridge.StreamOptions{Manage: true},
+		SpoolMaxBytes: bridge.DefaultSpoolMaxBytes,
+		Logger:        h.cfg.Logger,
+	}
+}
+
+// connect opens a connection for raw mode and the stream setup, with a
+// JetStream handle that has room for twice the publisher's messages in
+// flight, so that raw publishing never waits on nats.go's pending limit.
 func (h *Harness) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(h.ns.ClientURL(), nats.Name("pleg-bench "+name))
 	if err != nil {

@@ -2,12 +2,12 @@ package latencybench
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
-	"github.com/pleg-bridge/pleg-bridge/publish"
 )
 
 // timedRuntime is the bridge's Runtime with the arrival of each stream event
@@ -43,10 +43,12 @@ func lifecycleType(t runtimeapi.ContainerEventType) (generator.LifecycleEventTyp
 // timedSink hands the generator's events to the publisher one Send call at
 // a time, stamping each before and after (Config.Stages). The publisher
 // encodes and queues the events of a Send one by one anyway, and only the
-// merge goroutine sends, so the order and the work are the same.
+// merge goroutine sends, so the order and the work are the same. A refusal
+// (*generator.SinkFullError) is passed on with the count of the whole call,
+// so that the generator keeps the right events.
 type timedSink struct {
-	pub *publish.Publisher
-	tr  *tracker
+	sink generator.Sink
+	tr   *tracker
 }
 
 // Send implements generator.Sink.
@@ -54,7 +56,10 @@ func (s timedSink) Send(ctx context.Context, events []generator.Event) error {
 	for i := range events {
 		tr := transition{events[i].Container.ID, events[i].Type}
 		s.tr.stamp(tr, time.Now(), setHanded)
-		if err := s.pub.Send(ctx, events[i:i+1]); err != nil {
+		if err := s.sink.Send(ctx, events[i:i+1]); err != nil {
+			if full, ok := errors.AsType[*generator.SinkFullError](err); ok {
+				return &generator.SinkFullError{Recorded: i + full.Recorded}
+			}
 			return err
 		}
 		s.tr.stamp(tr, time.Now(), setQueued)
