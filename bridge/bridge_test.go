@@ -41,6 +41,52 @@ func testOptions(endpoint, url, dataDir string) bridge.Options {
 	}
 }
 
+// testNode is a simulated runtime served on a unix socket and a NATS
+// server, both until the test ends.
+type testNode struct {
+	model    *crisim.Runtime
+	endpoint string
+	url      string
+	js       jetstream.JetStream
+}
+
+func newTestNode(t *testing.T) *testNode {
+	t.Helper()
+	n := &testNode{model: crisim.NewRuntime(crisim.Options{})}
+	_, n.endpoint = crisimtest.Serve(t, n.model)
+	_, n.url = publishtest.NewServer(t)
+	_, n.js = publishtest.Connect(t, n.url)
+	return n
+}
+
+// startPod runs the pod shop/web-0 with a running container of each name,
+// and returns its sandbox and container IDs.
+func (n *testNode) startPod(t *testing.T, names ...string) (string, []string) {
+	t.Helper()
+	sb, err := n.model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, name := range names {
+		ids = append(ids, n.startContainer(t, sb, name))
+	}
+	return sb, ids
+}
+
+// startContainer creates and starts a container in the sandbox sb.
+func (n *testNode) startContainer(t *testing.T, sb, name string) string {
+	t.Helper()
+	c, err := n.model.CreateContainer(sb, crisim.ContainerConfig{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.model.StartContainer(c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // runBridge runs a bridge with opts until the returned stop is called, which
 // waits for Run and fails the test if it returned an error.
 func runBridge(t *testing.T, opts bridge.Options) (b *bridge.Bridge, stop func()) {
@@ -168,20 +214,13 @@ func TestNewNamesTheOptionsAtFault(t *testing.T) {
 // observes the acks: each sees the events the stream receives.
 func TestHooksSeeTheProductionPipeline(t *testing.T) {
 	t.Parallel()
-	model := crisim.NewRuntime(crisim.Options{})
-	_, endpoint := crisimtest.Serve(t, model)
-	_, url := publishtest.NewServer(t)
-	_, js := publishtest.Connect(t, url)
-	sb, _ := model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1"})
-	c, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"})
-	if err := model.StartContainer(c); err != nil {
-		t.Fatal(err)
-	}
+	n := newTestNode(t)
+	n.startPod(t, "app")
 
 	var mu sync.Mutex
 	var listed, sent, acked []string // guarded by mu
 	acks := make(chan struct{}, 16)
-	opts := testOptions(endpoint, url, t.TempDir())
+	opts := testOptions(n.endpoint, n.url, t.TempDir())
 	opts.Hooks = bridge.Hooks{
 		WrapRuntime: func(rt generator.Runtime) generator.Runtime { return listingRuntime{rt, &mu, &listed} },
 		WrapSink:    func(s generator.Sink) generator.Sink { return recordingSink{s, &mu, &sent} },
@@ -193,7 +232,7 @@ func TestHooksSeeTheProductionPipeline(t *testing.T) {
 		},
 	}
 	b, stop := runBridge(t, opts)
-	got := fetchAll(t, js, "PLEG", 2)
+	got := fetchAll(t, n.js, "PLEG", 2)
 	checkLines(t, got, []string{"ContainerStarted shop/web-0", "ContainerStarted shop/web-0/app"})
 	for range 2 {
 		select {
@@ -252,29 +291,19 @@ func (s recordingSink) Send(ctx context.Context, events []generator.Event) error
 // re-publication.
 func TestRestartFromTheCheckpointNeitherRepublishesNorForgets(t *testing.T) {
 	t.Parallel()
-	model := crisim.NewRuntime(crisim.Options{})
-	_, endpoint := crisimtest.Serve(t, model)
-	_, url := publishtest.NewServer(t)
-	_, js := publishtest.Connect(t, url)
+	n := newTestNode(t)
 	dir := t.TempDir()
-	sb, _ := model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1"})
-	keep, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "keep"})
-	gone, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "gone"})
-	for _, c := range []string{keep, gone} {
-		if err := model.StartContainer(c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sb, ids := n.startPod(t, "keep", "gone")
 	// runOnce runs a bridge into its own stream until want events are
 	// there, stops it, and returns the stream's contents.
 	runOnce := func(stream string, want int) []string {
 		t.Helper()
-		opts := testOptions(endpoint, url, dir)
+		opts := testOptions(n.endpoint, n.url, dir)
 		opts.Stream.Name, opts.SubjectPrefix = stream, strings.ToLower(stream)
 		_, stop := runBridge(t, opts)
-		got := fetchAll(t, js, stream, want)
+		got := fetchAll(t, n.js, stream, want)
 		stop()
-		info, err := js.Stream(t.Context(), stream)
+		info, err := n.js.Stream(t.Context(), stream)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,15 +315,12 @@ func TestRestartFromTheCheckpointNeitherRepublishesNorForgets(t *testing.T) {
 	checkLines(t, runOnce("RUN1", 3), []string{"ContainerStarted shop/web-0", "ContainerStarted shop/web-0/keep", "ContainerStarted shop/web-0/gone"})
 
 	// While the bridge is down, a running container disappears.
-	if err := model.RemoveContainer(gone); err != nil {
+	if err := n.model.RemoveContainer(ids[1]); err != nil {
 		t.Fatal(err)
 	}
 	checkLines(t, runOnce("RUN2", 2), []string{"ContainerDied shop/web-0/gone", "ContainerRemoved shop/web-0/gone"})
 
-	fresh, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "fresh"})
-	if err := model.StartContainer(fresh); err != nil {
-		t.Fatal(err)
-	}
+	n.startContainer(t, sb, "fresh")
 	checkLines(t, runOnce("RUN3", 1), []string{"ContainerStarted shop/web-0/fresh"})
 }
 
@@ -302,20 +328,13 @@ func TestRestartFromTheCheckpointNeitherRepublishesNorForgets(t *testing.T) {
 // publishes the node's running containers again, as a first start does.
 func TestRunWithoutADataDirectoryKeepsNothing(t *testing.T) {
 	t.Parallel()
-	model := crisim.NewRuntime(crisim.Options{})
-	_, endpoint := crisimtest.Serve(t, model)
-	_, url := publishtest.NewServer(t)
-	_, js := publishtest.Connect(t, url)
-	sb, _ := model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1"})
-	c, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"})
-	if err := model.StartContainer(c); err != nil {
-		t.Fatal(err)
-	}
+	n := newTestNode(t)
+	n.startPod(t, "app")
 	for _, stream := range []string{"MEM1", "MEM2"} {
-		opts := testOptions(endpoint, url, "")
+		opts := testOptions(n.endpoint, n.url, "")
 		opts.Stream.Name, opts.SubjectPrefix = stream, strings.ToLower(stream)
 		_, stop := runBridge(t, opts)
-		checkLines(t, fetchAll(t, js, stream, 2), []string{"ContainerStarted shop/web-0", "ContainerStarted shop/web-0/app"})
+		checkLines(t, fetchAll(t, n.js, stream, 2), []string{"ContainerStarted shop/web-0", "ContainerStarted shop/web-0/app"})
 		stop()
 	}
 }
