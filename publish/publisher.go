@@ -508,6 +508,14 @@ func (d *delivery) run(ctx context.Context) error {
 	defer d.retryTimer.Stop()
 	stallCheck := time.NewTicker(stallCheckInterval)
 	defer stallCheck.Stop()
+	// A reconnect ends an outage: what waits for a retry goes at once,
+	// rather than after a backoff that grew during the outage (up to
+	// RetryBackoffMax).
+	var reconnected chan nats.Status
+	if nc := d.p.js.Conn(); nc != nil {
+		reconnected = nc.StatusChanged(nats.CONNECTED)
+		defer nc.RemoveStatusListener(reconnected)
+	}
 
 	done := ctx.Done()
 	var drainDeadline <-chan time.Time
@@ -534,6 +542,8 @@ func (d *delivery) run(ctx context.Context) error {
 			d.retryDue(now)
 		case now := <-stallCheck.C:
 			d.checkStall(now)
+		case <-reconnected:
+			d.retryAllNow()
 		case <-done:
 			done = nil
 			// From here on the queue only shrinks: Send refuses events.
@@ -781,6 +791,8 @@ func (d *delivery) delivered(pq *podQueue) {
 			"stalled_for", now.Sub(d.stalledAt), "failed_attempts", d.stallFailures)
 		d.stalledAt = time.Time{}
 		d.stallFailures = 0
+		// As after a reconnect: the stall (an election, say) is over.
+		d.retryAllNow()
 	}
 	pq.failures = 0
 	e := pq.events[0]
@@ -889,6 +901,16 @@ func (d *delivery) retryC() <-chan time.Time {
 		d.armedAt = at
 	}
 	return d.retryTimer.C
+}
+
+// retryAllNow moves every pod waiting for a retry to the ready line, with
+// its backoff reset: whatever failed them has just ended.
+func (d *delivery) retryAllNow() {
+	for _, pq := range d.retries {
+		pq.failures = 0
+		d.ready = append(d.ready, pq)
+	}
+	d.retries = d.retries[:0]
 }
 
 // retryDue moves the pods whose retry time has come to the ready line.

@@ -711,3 +711,43 @@ func TestRunFailsWhenTheConnectionIsClosedUnderIt(t *testing.T) {
 		t.Errorf("Pending() = %d, want 0", got)
 	}
 }
+
+func TestPublisherRetriesAtOnceWhenTheConnectionIsBack(t *testing.T) {
+	t.Parallel()
+	rs, stop := newRestartableServer(t)
+	_, js := publishtest.Connect(t, rs.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	ensureStream(t, js)
+	// A backoff longer than the test's wait: only the reconnect can
+	// bring the retry in time.
+	f := newFixtureOn(t, js, publish.Options{RetryBackoffMin: time.Hour, RetryBackoffMax: time.Hour})
+	f.run(t)
+
+	stop()
+	sent := []generator.Event{testEvent("pod-a", 0), testEvent("pod-b", 0)}
+	f.send(t, sent...)
+	f.waitLog(t, "publishing stalled")
+	rs.start(t)
+	f.waitAcks(t, len(sent))
+	checkPerPodOrder(t, fetchAll(t, js, len(sent)), sent)
+}
+
+func TestPublisherRetriesAtOnceWhenAcksResume(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{
+		noStream: true,
+		Options:  publish.Options{RetryBackoffMin: time.Hour, RetryBackoffMax: time.Hour},
+	})
+	f.run(t)
+	first := testEvent("pod-a", 0)
+	f.send(t, first)
+	f.waitLog(t, "publishing stalled")
+
+	// The stream appears (as a new stream leader would be elected); the
+	// next ack, of another pod, ends the stall and brings pod-a's retry
+	// forward.
+	ensureStream(t, f.js)
+	second := testEvent("pod-b", 0)
+	f.send(t, second)
+	f.waitAcks(t, 2)
+	checkPerPodOrder(t, fetchAll(t, f.js, 2), []generator.Event{first, second})
+}
