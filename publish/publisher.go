@@ -16,7 +16,6 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
-	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // Publisher defaults.
@@ -80,8 +79,8 @@ type Options struct {
 	// anything newer.
 	Spool *durable.Spool
 	// Stream is the name of the stream the events land in, asked before a
-	// retry that could be stored twice (see DuplicateWindow); empty means
-	// schemas.DefaultStream.
+	// retry that could be stored twice (see DuplicateWindow); empty: the
+	// stream that takes the event's subject, looked up once.
 	Stream string
 	// DuplicateWindow is the stream's duplicate window; 0 means
 	// DefaultDuplicateWindow. A retry of a publish that may have been
@@ -284,9 +283,6 @@ func applyDefaults(o *Options) error {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
-	}
-	if o.Stream == "" {
-		o.Stream = schemas.DefaultStream
 	}
 	if o.RetryBackoffMax < o.RetryBackoffMin {
 		return fmt.Errorf("retry backoff max %s is below retry backoff min %s", o.RetryBackoffMax, o.RetryBackoffMin)

@@ -91,7 +91,7 @@ type checkResult struct {
 // many outstanding, so neither side blocks.
 type checker struct {
 	js      jetstream.JetStream
-	stream  string
+	stream  string // empty: looked up by subject
 	timeout time.Duration // of one check
 	reqs    chan checkRequest
 	results chan checkResult
@@ -133,11 +133,7 @@ func (c *checker) work(ctx context.Context) {
 		res := checkResult{pod: req.pod}
 		cctx, cancel := context.WithTimeout(ctx, c.timeout)
 		if stream == nil {
-			s, err := c.js.Stream(cctx, c.stream)
-			if err != nil {
-				res.err = fmt.Errorf("look up stream %s: %w", c.stream, err)
-			}
-			stream = s
+			stream, res.err = c.lookUp(cctx, req.subject)
 		}
 		if res.err == nil {
 			res.stored, res.err = lastOnSubjectIs(cctx, stream, req.subject, req.id)
@@ -152,6 +148,24 @@ func (c *checker) work(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// lookUp returns the stream named in Options.Stream, or else the one whose
+// subjects take subject.
+func (c *checker) lookUp(ctx context.Context, subject string) (jetstream.Stream, error) {
+	name := c.stream
+	if name == "" {
+		n, err := c.js.StreamNameBySubject(ctx, subject)
+		if err != nil {
+			return nil, fmt.Errorf("look up the stream of %s: %w", subject, err)
+		}
+		name = n
+	}
+	s, err := c.js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", name, err)
+	}
+	return s, nil
 }
 
 // lastOnSubjectIs reports whether the last message stream holds on subject

@@ -127,6 +127,7 @@ func TestARetryAfterTheDuplicateWindowDoesNotStoreAStoredEventTwice(t *testing.T
 	gate := newReplyGate(t, rs.url[len("nats://"):])
 	_, js := publishtest.Connect(t, gate.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	f := newFixtureOn(t, js, publish.Options{
+		Stream:          "PLEG", // the other test finds it by subject
 		DuplicateWindow: window,
 		AckTimeout:      time.Second,
 		RetryBackoffMin: 50 * time.Millisecond,
