@@ -91,7 +91,7 @@ type checkResult struct {
 // many outstanding, so neither side blocks.
 type checker struct {
 	js      jetstream.JetStream
-	stream  string // empty: looked up by subject
+	stream  string        // empty: looked up by subject
 	timeout time.Duration // of one check
 	reqs    chan checkRequest
 	results chan checkResult
