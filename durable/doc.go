@@ -30,25 +30,29 @@
 // (fsync and rename, generations, compaction, torn lines) that a spool
 // would have needed again. bbolt gives them, and ordered keys for the
 // spool's append and delete-from-front, in one file; containerd keeps its
-// own metadata in it. Measured at 30,000 containers (bench_test.go), six
-// rounds interleaved with the journal's benchmarks on 2 shared cores
-// (load about 9):
+// own metadata in it. Measured at 30,000 containers (bench_test.go)
+// against the journal's benchmarks, in rounds interleaved on the same 2
+// cores (six rounds at load 3, and six at load 9 in brackets):
 //
-//   - a flush of 100 new acks: 10-15 ms (the journal: 3.2-8.7 ms with its
-//     compactions amortised, 1.5-4.4 ms for the append alone), about 1.6
-//     times the journal's and a thirtieth of the 500 ms it must keep;
-//   - a flush that also collects removed containers: 12-26 ms (the journal
-//     collected only by rewriting its snapshot: 171-388 ms);
-//   - the restore at Open: 350-520 ms (the journal: 240-680 ms from its
-//     snapshot, 0.9-2.5 s with a full journal beside it);
-//   - the file: 60 MB with one record per container, 81 MB with two (the
-//     journal: a 18.6 MB snapshot, plus a journal of up to as much). bbolt
-//     leaves its B+tree pages partly empty and grows its file in 16 MB
-//     steps.
+//   - a flush of 100 new acks: 4.5-7.6 ms [10-15] where the journal took
+//     1.1-3.6 ms [3.2-8.7] with its compactions amortised (0.7-2.9 ms for
+//     the append alone): about 4 [1.6] times the journal, and still a
+//     sixtieth [thirtieth] of the 500 ms a flush must keep within;
+//   - a flush that also collects removed containers: 6.5-12 ms [12-26];
+//     the journal collected only by rewriting its snapshot, 106-162 ms
+//     [171-388];
+//   - the restore at Open: 193-231 ms [352-517]; the journal 206-239 ms
+//     [242-677] from its snapshot, 0.5-0.7 s [0.9-2.5] with a full journal;
+//   - the file: 60 MB with one record per container, up to 94 MB with two,
+//     where the journal kept a 18.6 MB snapshot and up to as much journal:
+//     bbolt leaves its B+tree pages partly empty and grows the file in
+//     16 MB steps.
 //
 // A flush rewrites the pages of the records it changes (about 230 pages
 // for 100 acks of random container IDs) where the journal appended 70 KB;
-// both are far inside the interval, and bbolt does no compaction.
+// both are far inside the interval, and bbolt has no compaction to pause
+// for. The checkpoint is no longer held in memory either, only what Open
+// restored.
 //
 // It imports generator (for the Event type) and bbolt; it must not import
 // NATS, CRI, publish or anything under cmd.

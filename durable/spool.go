@@ -29,8 +29,9 @@ type SpoolEntry struct {
 // Run writes the queued appends and the entries marked Done within 100 ms,
 // in one transaction (fsynced in batches, as Vector's and Fluent Bit's disk
 // buffers do). Take reads entries back in order, from the file or from the
-// queue of unwritten appends; only those, and the entries taken and not
-// yet Done, are held in memory, so the spool may be far larger than memory.
+// queue of unwritten appends. Only that queue is held in memory, with the
+// size of each entry taken and not yet Done: the spool may be far larger
+// than memory, and a Take reads no more of the file than it returns.
 //
 // Crash windows: appends not yet written (up to 100 ms of them) are lost
 // by a crash; the restarted generator derives them again from the

@@ -1,6 +1,7 @@
 package durable_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -135,11 +136,25 @@ func TestSpoolAppendsThePrefixThatFits(t *testing.T) {
 
 func TestSpoolDisabledWithoutABound(t *testing.T) {
 	t.Parallel()
-	s, _ := open(t, t.TempDir(), durable.Options{})
-	defer closeStore(t, s)
+	dir := t.TempDir()
+	s, _ := open(t, dir, durable.Options{SpoolMaxBytes: 1 << 20})
+	evs := spoolEvents(0, 2)
+	s.Spool().Append(evs)
+	closeStore(t, s)
+
+	// Entries of an earlier run with a spool stay, with a warning, for the
+	// next bridge with one.
+	s, logs := open(t, dir, durable.Options{})
 	if s.Spool() != nil {
 		t.Error("a store without SpoolMaxBytes has a spool")
 	}
+	if w := logs.records(t, "WARN"); len(w) != 1 || w[0]["spool_entries"] != 2.0 {
+		t.Errorf("want one warning counting 2 entries, got %v", w)
+	}
+	closeStore(t, s)
+	s, _ = open(t, dir, durable.Options{SpoolMaxBytes: 1 << 20})
+	defer closeStore(t, s)
+	checkOrder(t, "spooled", eventsOf(s.Spool().Take(10)), evs)
 }
 
 // TestSpoolCrashWindows takes crash images while Run runs: an append is
@@ -305,8 +320,7 @@ func TestSpoolConcurrentAppendTakeDone(t *testing.T) {
 	go func() { wg.Wait(); close(appended) }()
 
 	var mu sync.Mutex
-	var seqs []uint64
-	var ids []string
+	var taken []durable.SpoolEntry
 	var tg sync.WaitGroup
 	for range takers {
 		tg.Go(func() {
@@ -324,10 +338,7 @@ func TestSpoolConcurrentAppendTakeDone(t *testing.T) {
 					continue
 				}
 				mu.Lock()
-				for _, e := range got {
-					seqs = append(seqs, e.Seq)
-					ids = append(ids, e.Event.Container.ID)
-				}
+				taken = append(taken, got...)
 				mu.Unlock()
 				for _, e := range got {
 					sp.Done(e.Seq)
@@ -341,21 +352,27 @@ func TestSpoolConcurrentAppendTakeDone(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 
-	if len(ids) != appenders*perAppender {
-		t.Fatalf("took %d entries, want %d", len(ids), appenders*perAppender)
+	if len(taken) != appenders*perAppender {
+		t.Fatalf("took %d entries, want %d", len(taken), appenders*perAppender)
 	}
-	slices.Sort(seqs)
-	if len(slices.Compact(seqs)) != len(ids) {
-		t.Error("an entry was taken twice")
-	}
-	// Each appender's entries were taken in its order; the takers
-	// interleave, so compare within each appender by Seq.
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			t.Fatalf("container %s taken twice", id)
+	// In Seq order, each appender's events come in the order it appended
+	// them, and no entry or event comes twice.
+	slices.SortFunc(taken, func(a, b durable.SpoolEntry) int { return cmp.Compare(a.Seq, b.Seq) })
+	last := make([]string, appenders)
+	for i, e := range taken {
+		if i > 0 && e.Seq == taken[i-1].Seq {
+			t.Fatalf("entry %d taken twice", e.Seq)
 		}
-		seen[id] = true
+		id := e.Event.Container.ID
+		var n int
+		if _, err := fmt.Sscanf(id, "c%d", &n); err != nil {
+			t.Fatalf("container %q: %v", id, err)
+		}
+		a := n / perAppender
+		if id <= last[a] {
+			t.Fatalf("appender %d: %s taken after %s", a, id, last[a])
+		}
+		last[a] = id
 	}
 	if sp.Len() != 0 || sp.Bytes() != 0 {
 		t.Errorf("Len %d, Bytes %d after every Done", sp.Len(), sp.Bytes())

@@ -133,6 +133,9 @@ func Open(dir string, opts Options) (*Store, error) {
 				s.ckpt = newCheckpoint(l.checkpoint, l.removed)
 				if opts.SpoolMaxBytes > 0 {
 					s.spool = newSpool(db, opts.SpoolMaxBytes, l.spool, logger)
+				} else if l.spool.count > 0 {
+					logger.Warn("the spool is disabled and holds events of an earlier run; they wait for a bridge with a spool",
+						"path", s.path, "spool_entries", l.spool.count)
 				}
 				logger.Info("opened durable state", "path", s.path, "containers", l.containers,
 					"spool_entries", l.spool.count, "spool_bytes", l.spool.bytes)
