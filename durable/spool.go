@@ -27,11 +27,17 @@ type SpoolEntry struct {
 // Append only encodes the events and queues them in memory: it never waits
 // for the disk, because the generator's goroutine calls it. The Store's
 // Run writes the queued appends and the entries marked Done within 100 ms,
-// in one transaction (fsynced in batches, as Vector's and Fluent Bit's disk
-// buffers do). Take reads entries back in order, from the file or from the
-// queue of unwritten appends. Only that queue is held in memory, with the
-// size of each entry taken and not yet Done: the spool may be far larger
+// in one transaction: fsynced in batches, as Vector's disk buffer is. Take
+// reads entries back in order, from the file or from the queue of
+// unwritten appends. Only that queue is held in memory, with the size of
+// each entry taken and not yet Done (Fluent Bit likewise keeps most of its
+// filesystem chunks "down", on disk only): the spool may be far larger
 // than memory, and a Take reads no more of the file than it returns.
+//
+// The bound counts encoded bytes, as Fluent Bit's storage.total_limit_size
+// does, but a full spool refuses the new events (Append returns how many
+// it took) instead of discarding the oldest: the generator keeps what was
+// refused and reports it later, so nothing is lost in silence.
 //
 // Crash windows: appends not yet written (up to 100 ms of them) are lost
 // by a crash; the restarted generator derives them again from the
@@ -151,8 +157,9 @@ func (s *Spool) Append(events []generator.Event) int {
 
 // Take returns up to max of the oldest entries not yet taken, in Seq order.
 // They stay in the spool until Done; no entry is returned twice by one
-// process. It may read the file (never waiting for a write to finish) and
-// is safe for concurrent use.
+// process. It may read the file, which waits for a write only while bbolt
+// maps the file anew (when it grows past its mapping, a doubling up to
+// 1 GiB). It is safe for concurrent use.
 func (s *Spool) Take(max int) []SpoolEntry {
 	s.takeMu.Lock()
 	defer s.takeMu.Unlock()
