@@ -54,6 +54,8 @@
 // for. The checkpoint is no longer held in memory either, only what Open
 // restored.
 //
-// It imports generator (for the Event type) and bbolt; it must not import
-// NATS, CRI, publish or anything under cmd.
+// It imports generator, for the Event type, and bbolt. It must not import
+// NATS, the CRI API (generator brings it along, unused here), publish, the
+// wiring package or anything under cmd: it is storage, and knows nothing
+// of where the events come from or go.
 package durable
