@@ -751,3 +751,24 @@ func TestPublisherRetriesAtOnceWhenAcksResume(t *testing.T) {
 	f.waitAcks(t, 2)
 	checkPerPodOrder(t, fetchAll(t, f.js, 2), []generator.Event{first, second})
 }
+
+func TestPublisherLogsAStallWithoutAFailure(t *testing.T) {
+	t.Parallel()
+	_, url := publishtest.NewServer(t)
+	_, direct := publishtest.Connect(t, url)
+	ensureStream(t, direct)
+	// The publish is stored, its ack never comes, and the ack timeout is
+	// far: only the lack of acks tells of the stall.
+	gate := newReplyGate(t, url[len("nats://"):])
+	_, js := publishtest.Connect(t, gate.url())
+	f := newFixtureOn(t, js, publish.Options{AckTimeout: time.Hour, DrainTimeout: 50 * time.Millisecond})
+	f.run(t)
+	gate.swallowReplies()
+	f.send(t, testEvent("pod-a", 0))
+
+	r := f.waitLog(t, "publishing stalled")
+	attrs := attrsOf(r)
+	if r.Level != slog.LevelWarn || !strings.Contains(attrs, "in_flight=1") {
+		t.Errorf("stall logged at %v with %s, want WARN with in_flight=1", r.Level, attrs)
+	}
+}
