@@ -33,7 +33,7 @@ const (
 	tick = 100 * time.Millisecond
 	// checkpointTicks makes the checkpoint's acks wait at most 500 ms when
 	// nothing else is written: within a second of the acks it records
-	// (DESIGN.md §7), with one fsync where a flush per tick would take five.
+	// (the bridge's promise), with one fsync where a flush per tick would take five.
 	checkpointTicks = 5
 	// gcTicks is how often, in ticks, Run looks for removed containers to
 	// drop: once a minute. They are kept generator.DefaultTombstoneTTL, so a

@@ -24,7 +24,8 @@ const (
 	backfillChunk = 1024
 )
 
-// heldState is the generator's half of store-and-forward (DESIGN.md §7).
+// heldState is the generator's half of store-and-forward: nothing is lost
+// while NATS is away, however long.
 // The sink never blocks: when its outbox and spool are full it records a
 // prefix of the events and returns *SinkFullError. The events it did not
 // record are not kept as such: their records are marked (containerRecord.

@@ -4,7 +4,8 @@ import "time"
 
 // LifecycleEventType names a container lifecycle transition, as the kubelet's
 // PLEG names it. Only the three published types exist here; the kubelet's
-// ContainerChanged is deliberately not modelled (DESIGN.md §2).
+// ContainerChanged (created or unknown states) is deliberately not modelled:
+// it is not published.
 type LifecycleEventType string
 
 // The published Lifecycle event types.
@@ -77,7 +78,7 @@ type Event struct {
 	// FinishedAt is when the container exited.
 	FinishedAt time.Time
 	// Time is when the transition happened, by the runtime's clock where it
-	// gives one (DESIGN.md §5).
+	// gives one, else the observation's (the CloudEvent's time attribute).
 	Time       time.Time
 	DetectedBy Source
 	// ObservedAt is when the bridge observed the transition: the relist's

@@ -217,7 +217,8 @@ func (r *containerRecord) fill(s *sighting) {
 // produced yet, in order, and marks them produced. at is the observation's
 // time, used where the runtime gives no time of its own.
 //
-// The transition table of DESIGN.md §2: reaching running produces Started;
+// The transition table (the kubelet's generateEvents, states moving only
+// forward): reaching running produces Started;
 // reaching exited produces Died, preceded by a Started synthesized from
 // started_at if the start was never seen; reaching gone produces Died (if not
 // yet) and Removed. A sandbox has no started_at, so one first seen NOTREADY

@@ -8,7 +8,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// Mode selects the generator's sources (DESIGN.md §3).
+// Mode selects the generator's sources: the relist alone, or the event
+// stream with a slower relist as a safety net.
 type Mode string
 
 // Modes.

@@ -23,7 +23,7 @@ import (
 // Mode is the CloudEvents content mode of the NATS protocol binding.
 type Mode string
 
-// Content modes (DESIGN.md §5).
+// Content modes of the CloudEvents NATS protocol binding (PLEG_CE_MODE).
 const (
 	// ModeStructured sends the whole CloudEvent as JSON in the body, with
 	// Content-Type application/cloudevents+json. It is the default.
@@ -170,7 +170,7 @@ func CloudEventType(t generator.LifecycleEventType) string {
 }
 
 // Encode returns the NATS message of ev: its subject
-// <prefix>.<node>.<podUID>.<eventType> (tokens encoded per DESIGN.md §4), the
+// <prefix>.<node>.<podUID>.<eventType> (tokens encoded by schemas.EncodeToken), the
 // Nats-Msg-Id header set to the CloudEvent id, and the CloudEvent in the
 // Encoder's content mode. It fails for an event of an unknown type, without
 // a container ID or pod UID, or without any time; such an event cannot be

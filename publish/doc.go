@@ -2,7 +2,8 @@
 // delivers them to NATS JetStream.
 //
 // It owns three things: the Event → CloudEvent encoding (Encoder, the wire
-// contract of DESIGN.md §4 and §5), the stream setup (EnsureStream) and the
+// contract: subjects, headers and CloudEvent attributes, as the README's
+// "Subjects" and "Events" sections give them), the stream setup (EnsureStream) and the
 // delivery (Publisher): asynchronous, in order per pod, and exactly once in
 // the stream. The Publisher never blocks its caller for room: events wait in
 // a bounded memory outbox, then in the disk spool (durable.Spool) while NATS

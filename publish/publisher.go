@@ -105,7 +105,7 @@ type Options struct {
 }
 
 // Publisher delivers Lifecycle events to JetStream, exactly once and in
-// order per pod (DESIGN.md §4, §7). Send records events in a bounded
+// order per pod (the README's "Delivery" section). Send records events in a bounded
 // memory outbox, or in the spool on disk when the outbox is full, and never
 // blocks for room; Run publishes them asynchronously.
 //

@@ -14,7 +14,8 @@ import (
 )
 
 // DefaultDuplicateWindow is the stream's duplicate window when none is
-// configured (DESIGN.md §4).
+// configured: JetStream's own default, which the README documents for
+// PLEG_STREAM_DUPLICATE_WINDOW.
 const DefaultDuplicateWindow = 2 * time.Minute
 
 // StreamOptions describes the stream EnsureStream provisions.
