@@ -77,6 +77,9 @@ func (r Report) Table(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if d := r.Total.To.Sub(r.Total.From); d > 0 {
+		fmt.Fprintf(&b, "\nchurn: %d transitions made, %.0f a second", r.Total.Expected, float64(r.Total.Expected)/d.Seconds())
+	}
 	fmt.Fprintf(&b, "\nstream: %d messages, %d unexpected, %d undecodable; bridge: %.0f events given up (pleg_bridge_events_dropped_total)\n",
 		r.Stored, len(r.Unexpected), len(r.Undecodable), r.BridgeDropped)
 

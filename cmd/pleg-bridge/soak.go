@@ -25,7 +25,8 @@ Runs the simulated runtime with pod churn, NATS (one server or a cluster of
 three) and this binary's bridge as a child process, injects faults on a
 schedule, and accounts for every transition the runtime made: expected,
 found, missing, duplicated and out of order, per fault window. It exits
-non-zero on any loss. Faults: %s.
+non-zero on any loss. Faults:
+  %s
 
 `, strings.Join(soak.AllFaults, ", "))
 		fs.PrintDefaults()
