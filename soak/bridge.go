@@ -61,7 +61,9 @@ func newBridgeProcess(binary string, env []string, logPath, listenAddr string) *
 		env:     env,
 		logPath: logPath,
 		baseURL: "http://" + listenAddr,
-		client:  &http.Client{Timeout: 2 * time.Second},
+		// Generous: on a CI machine's two busy cores a slow answer is not
+		// the failure /healthz reports.
+		client: &http.Client{Timeout: 5 * time.Second},
 	}
 }
 

@@ -14,7 +14,7 @@
 //
 // The bridge is a black box here, seen only through its process, its HTTP
 // endpoint and the stream: soak must not import generator, statecache,
-// publish, the wiring package or cmd. It imports crisim (the runtime it
-// drives), natsembed (the servers it runs), consumer (to decode what was
-// stored, as any subscriber would) and nats.go.
+// publish, durable, the wiring package (bridge) or cmd. It imports crisim
+// (the runtime it drives), natsembed and nats-server (the servers it runs),
+// consumer (to decode what was stored, as any subscriber would) and nats.go.
 package soak
