@@ -105,9 +105,9 @@ type Accounting struct {
 }
 
 // transitionKey identifies a transition, and the message that reports it:
-// the CloudEvent id is derived from these two values only (DESIGN.md §5), so
-// counting messages by key counts them by id, and also catches one
-// transition stored under two ids.
+// the CloudEvent id is derived from these two values only (a contract of
+// the published events), so counting messages by key counts them by id, and
+// also catches one transition stored under two ids.
 type transitionKey struct {
 	containerID string
 	typ         string

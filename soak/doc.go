@@ -1,7 +1,8 @@
 // Package soak checks the bridge's delivery guarantee under churn and
 // faults, end to end: every container transition the runtime makes reaches
 // JetStream exactly once and in per-container order (Started, Died,
-// Removed), whatever fails meanwhile (DESIGN.md §7).
+// Removed), whatever fails meanwhile: NATS, its leaders, the bridge process,
+// the runtime or its event stream.
 //
 // Run owns a whole soak: the simulated runtime (crisim) served on a unix
 // socket, its own churn driver that records every transition it makes, NATS
