@@ -190,7 +190,7 @@ func build(opts Options) (_ *pipeline, err error) {
 	if p.store != nil {
 		ckpt, hook := p.store.Checkpoint(), opts.Hooks.OnAck
 		onAck = func(ev generator.Event) {
-			ckpt.RecordAck(ev)
+			ckpt.RecordAck(ev, 0)
 			if hook != nil {
 				hook(ev)
 			}

@@ -53,7 +53,7 @@ func benchStore(b *testing.B, now time.Time) (*durable.Store, string) {
 	}
 	b.Cleanup(func() { s.Close() })
 	for i := range benchContainers {
-		s.Checkpoint().RecordAck(benchEvent(i, generator.ContainerStarted, now))
+		s.Checkpoint().RecordAck(benchEvent(i, generator.ContainerStarted, now), 0)
 	}
 	if err := durable.Flush(s, now, false); err != nil {
 		b.Fatal(err)
@@ -82,7 +82,7 @@ func BenchmarkCheckpointFlush(b *testing.B) {
 		n := 0
 		for b.Loop() {
 			for range 100 {
-				s.Checkpoint().RecordAck(benchEvent(n%benchContainers, generator.ContainerDied, now))
+				s.Checkpoint().RecordAck(benchEvent(n%benchContainers, generator.ContainerDied, now), 0)
 				n++
 			}
 			if err := durable.Flush(s, now, false); err != nil {
@@ -98,8 +98,8 @@ func BenchmarkCheckpointFlush(b *testing.B) {
 		n := 0
 		for b.Loop() {
 			for range 100 {
-				s.Checkpoint().RecordAck(benchEvent(n, generator.ContainerRemoved, removedAt))
-				s.Checkpoint().RecordAck(benchEvent(n+benchContainers, generator.ContainerStarted, now))
+				s.Checkpoint().RecordAck(benchEvent(n, generator.ContainerRemoved, removedAt), 0)
+				s.Checkpoint().RecordAck(benchEvent(n+benchContainers, generator.ContainerStarted, now), 0)
 				n++
 			}
 			if err := durable.Flush(s, now, true); err != nil {

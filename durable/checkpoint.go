@@ -11,25 +11,39 @@ import (
 // type, so that a restarted bridge neither re-publishes everything as new
 // nor forgets what changed while it was down.
 //
+// With the acks it keeps a stream sequence: the highest the publisher
+// reported with them (publish.Options.OnAck), written in the same
+// transaction as the acks it came with. The publisher's promise is that
+// every message this node stored up to that sequence was acked and
+// reported before it, so the messages a checkpoint may not know of are
+// those stored after it: a restarted publisher reads them back from the
+// stream (publish.Options.ReconcileFrom) instead of trusting the stream's
+// duplicate window.
+//
 // RecordAck only notes the ack in memory; the Store's Run writes the acks
 // noted since its last write, within 500 ms, in one transaction. Acks not
-// yet written are lost by a crash, and re-published after it, which the
-// event ids make harmless within the stream's duplicate window. Records are
-// keyed by container and type, so recording an ack twice changes nothing.
+// yet written are lost by a crash; their messages were stored after the
+// sequence written last, so the restarted publisher finds them in the
+// stream and does not publish them again. Records are keyed by container
+// and type, so recording an ack twice changes nothing.
 //
 // It is safe for concurrent use.
 type Checkpoint struct {
-	restored []generator.Event // read at Open; never modified
+	restored    []generator.Event // read at Open; never modified
+	restoredSeq uint64            // read at Open; never modified
 
 	mu      sync.Mutex
 	pending map[string]record // guarded by mu; by ckptKey, acked but not yet written
+	// seq is the highest sequence recorded with the pending acks; 0 with
+	// none. Guarded by mu.
+	seq uint64
 	// removed holds when each removed container's removal was observed,
 	// for the collection that drops it keepRemoved later. Guarded by mu.
 	removed map[string]time.Time
 }
 
-func newCheckpoint(restored []generator.Event, removed map[string]time.Time) *Checkpoint {
-	return &Checkpoint{restored: restored, pending: map[string]record{}, removed: removed}
+func newCheckpoint(restored []generator.Event, seq uint64, removed map[string]time.Time) *Checkpoint {
+	return &Checkpoint{restored: restored, restoredSeq: seq, pending: map[string]record{}, removed: removed}
 }
 
 // Restored returns the events the checkpoint held at Open, one per
@@ -38,9 +52,16 @@ func newCheckpoint(restored []generator.Event, removed map[string]time.Time) *Ch
 // call returns the same slice: do not modify it.
 func (c *Checkpoint) Restored() []generator.Event { return c.restored }
 
-// RecordAck records an event JetStream acknowledged. It does no I/O and is
-// safe for concurrent use.
-func (c *Checkpoint) RecordAck(ev generator.Event) {
+// Sequence returns the stream sequence the checkpoint held at Open: the
+// highest recorded with an ack that was written. Zero means none is known
+// (a fresh store, or one written before the checkpoint kept sequences).
+func (c *Checkpoint) Sequence() uint64 { return c.restoredSeq }
+
+// RecordAck records an event JetStream acknowledged, with the stream
+// sequence the publisher reported with it (0: none). The checkpoint keeps
+// the highest sequence, written with the acks recorded up to it. It does
+// no I/O and is safe for concurrent use.
+func (c *Checkpoint) RecordAck(ev generator.Event, seq uint64) {
 	r := toRecord(ev)
 	k := ckptKey(r.ID, r.Type)
 	at := r.ObservedAt
@@ -50,19 +71,21 @@ func (c *Checkpoint) RecordAck(ev generator.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pending[k] = r
+	c.seq = max(c.seq, seq)
 	if r.Type == generator.ContainerRemoved {
 		c.removed[r.ID] = at
 	}
 }
 
-// take returns, for a flush, the acks not yet written (if acks), and the
-// containers removed more than keepRemoved before now (if collect). It
+// take returns, for a flush, the acks not yet written (if acks) with the
+// highest sequence recorded with them, and the containers removed more
+// than keepRemoved before now (if collect). It
 // takes them together: a collection writes the pending acks of the
 // containers it deletes in its own transaction, else they would be written
 // after it and stay in the file until a restart (the acks of events
 // delivered late, from the spool after a long outage, may be due for
 // collection when they come).
-func (c *Checkpoint) take(acks, collect bool, now time.Time) (map[string]record, []string) {
+func (c *Checkpoint) take(acks, collect bool, now time.Time) (map[string]record, uint64, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ids []string
@@ -75,19 +98,21 @@ func (c *Checkpoint) take(acks, collect bool, now time.Time) (map[string]record,
 		}
 	}
 	if !acks || len(c.pending) == 0 {
-		return nil, ids
+		return nil, 0, ids
 	}
-	p := c.pending
+	p, seq := c.pending, c.seq
 	c.pending = make(map[string]record, len(p))
-	return p, ids
+	c.seq = 0
+	return p, seq, ids
 }
 
-// putBack returns the acks of a failed flush to the pending ones. An ack
-// of the same key that came in since is the same event (one per container
-// and type), so either may stay.
-func (c *Checkpoint) putBack(acks map[string]record) {
+// putBack returns the acks of a failed flush, and their sequence, to the
+// pending ones. An ack of the same key that came in since is the same
+// event (one per container and type), so either may stay.
+func (c *Checkpoint) putBack(acks map[string]record, seq uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.seq = max(c.seq, seq)
 	for k, r := range acks {
 		if _, ok := c.pending[k]; !ok {
 			c.pending[k] = r

@@ -99,6 +99,11 @@ func TestStoreSurvivesSIGKILL(t *testing.T) {
 			t.Fatalf("ack %d lost while %d later ones survived", i, len(acked)-i)
 		}
 	}
+	// Ack i came with sequence i+1: the sequence written is that of the
+	// last ack written, never one past it.
+	if got := s.Checkpoint().Sequence(); got != uint64(len(acked)) {
+		t.Errorf("Sequence() = %d with %d acks restored, want %d", got, len(acked), len(acked))
+	}
 	entries := s.Spool().Take(len(acked) + 1000)
 	if len(entries) < durableN {
 		t.Fatalf("the spool holds %d entries, want at least the %d appended %v before the kill", len(entries), durableN, margin)
@@ -115,6 +120,8 @@ func crashID(i int) string { return fmt.Sprintf("c%08d", i) }
 
 // crashChild records acks and spools events until it is killed. Its
 // pace, 5 of each per millisecond, is a busy node's churn many times over.
+// It acks each container's ContainerStarted and spools its ContainerDied:
+// a spooled event that is acked too would be dropped at Open.
 func crashChild(t *testing.T, dir string) {
 	s, err := durable.Open(dir, durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
 	if err != nil {
@@ -126,8 +133,8 @@ func crashChild(t *testing.T, dir string) {
 	for range tick.C {
 		evs := make([]generator.Event, 5)
 		for i := range evs {
-			evs[i] = event("u", crashID(n+i), generator.ContainerStarted, t0)
-			s.Checkpoint().RecordAck(evs[i])
+			s.Checkpoint().RecordAck(event("u", crashID(n+i), generator.ContainerStarted, t0), uint64(n+i+1))
+			evs[i] = event("u", crashID(n+i), generator.ContainerDied, t0)
 		}
 		if got := s.Spool().Append(evs); got != len(evs) {
 			t.Fatalf("appended %d of %d", got, len(evs))

@@ -5,23 +5,30 @@
 // spool (a bounded FIFO of the events that did not fit the publisher's
 // memory outbox during a NATS outage, delivered before newer events once
 // NATS is back). Both live in one bbolt file, state.db, in three buckets:
-// meta (format version and node name), checkpoint (key: container ID, NUL,
-// event type; value: the event record as JSON) and spool (key: big-endian
-// sequence number; value: the same record).
+// meta (format version, node name, and the checkpoint's stream sequence,
+// up to which the publisher vouches that every message this node stored
+// was acked and recorded), checkpoint (key: container ID, NUL, event type;
+// value: the event record as JSON) and spool (key: big-endian sequence
+// number; value: the same record).
 //
 // The users never wait on the disk: Checkpoint.RecordAck and Spool.Append
 // only note in memory, and Store.Run writes what was noted in one bbolt
 // transaction per flush (the spool within 100 ms, the checkpoint within
 // 500 ms). The crash windows follow from that:
 //
-//   - Acks not yet written are lost by a crash; the restarted bridge
-//     publishes those events again, which their ids make harmless within
-//     the stream's duplicate window.
+//   - Acks not yet written are lost by a crash, and the sequence with
+//     them. Their messages were stored after the sequence last written
+//     (acks and sequence share a transaction), so the restarted publisher
+//     reads them back from the stream and recognises those events when the
+//     generator reports them again: not stored twice, even after the
+//     stream's duplicate window.
 //   - Spool appends not yet written are lost by a crash; the restarted
 //     generator derives them again from the checkpoint and the runtime, for
 //     the containers that still exist.
-//   - A spool entry Done but not yet removed is found again at the restart,
-//     marked Earlier, and its delivery checked against the stream.
+//   - A spool entry Done but not yet removed is found again at the
+//     restart. If its ack was written (a flush writes an entry's ack no
+//     later than its removal), Open drops it; if not, it comes back marked
+//     Earlier, and the publisher's reading of the stream recognises it.
 //   - A bbolt commit is all or nothing, so no crash leaves half a flush.
 //
 // Why bbolt and not the snapshot and journal the bridge kept before: the

@@ -2,8 +2,10 @@ package durable
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -42,9 +44,10 @@ type SpoolEntry struct {
 // Crash windows: appends not yet written (up to 100 ms of them) are lost
 // by a crash; the restarted generator derives them again from the
 // checkpoint and the runtime, for the containers that still exist. A Done
-// not yet written means the entry is found again at the restart, with
-// Earlier set, and delivered again: the publisher checks such an entry
-// against the stream before it re-sends it.
+// not yet written means the entry is found again at the restart: dropped
+// at Open if its ack was written (see dropDelivered), else offered with
+// Earlier set, and the publisher recognises it in the stream if it was
+// stored before it re-sends it.
 //
 // It is safe for concurrent use.
 type Spool struct {
@@ -106,6 +109,53 @@ func readSpoolExtent(tx *bolt.Tx, path string) (spoolExtent, error) {
 		e.bytes += int64(len(v))
 	}
 	return e, nil
+}
+
+// dropDelivered deletes the spool entries whose event the checkpoint holds
+// as acked. A flush writes an entry's ack before its removal when the Done
+// came after the flush took the spool's changes (see Store.flush): a crash
+// in between leaves the entry in the spool, delivered. The event id
+// depends on the container and the event type only, as the checkpoint's
+// key does, so an ack under that key is this entry's. Offered again, it
+// could be published again: the publisher's reconciliation reads only the
+// messages stored after the checkpoint's sequence, and the sequence
+// written with this entry's ack may be past its message. It decodes the
+// entries' ids only, and writes only when it drops something.
+func (s *Store) dropDelivered(db *bolt.DB) error {
+	var drop [][]byte
+	err := db.View(func(tx *bolt.Tx) error {
+		ckpt := tx.Bucket([]byte(bucketCheckpoint))
+		return tx.Bucket([]byte(bucketSpool)).ForEach(func(k, v []byte) error {
+			var key struct {
+				ID   string                       `json:"id"`
+				Type generator.LifecycleEventType `json:"type"`
+			}
+			if json.Unmarshal(v, &key) != nil || key.ID == "" {
+				return nil // Take drops it with a warning
+			}
+			if ckpt.Get([]byte(ckptKey(key.ID, key.Type))) != nil {
+				drop = append(drop, slices.Clone(k)) // k lives as long as tx
+			}
+			return nil
+		})
+	})
+	if err != nil || len(drop) == 0 {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte(bucketSpool))
+		for _, k := range drop {
+			if err := b.Delete(k); err != nil {
+				return fmt.Errorf("delete spool entry: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("drop delivered spool entries of %s: %w", s.path, err)
+	}
+	s.logger.Info("dropped the spool entries the checkpoint holds as delivered", "path", s.path, "spool_entries", len(drop))
+	return nil
 }
 
 func newSpool(db *bolt.DB, maxBytes int64, e spoolExtent, logger *slog.Logger) *Spool {

@@ -53,6 +53,9 @@ const (
 	bucketSpool      = "spool"
 	keyVersion       = "version"
 	keyNode          = "node"
+	// keySequence holds the checkpoint's stream sequence (Checkpoint.Sequence),
+	// 8 bytes big-endian, written with the acks; absent until the first.
+	keySequence = "sequence"
 	// keyImported marks a store into which the earlier checkpoint files
 	// were imported (see legacy.go).
 	keyImported = "imported"
@@ -130,7 +133,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			l, err = s.load(db, dir, opts, now)
 			if err == nil {
 				s.db = db
-				s.ckpt = newCheckpoint(l.checkpoint, l.removed)
+				s.ckpt = newCheckpoint(l.checkpoint, l.sequence, l.removed)
 				if opts.SpoolMaxBytes > 0 {
 					s.spool = newSpool(db, opts.SpoolMaxBytes, l.spool, logger)
 				} else if l.spool.count > 0 {
@@ -138,7 +141,7 @@ func Open(dir string, opts Options) (*Store, error) {
 						"path", s.path, "spool_entries", l.spool.count)
 				}
 				logger.Info("opened durable state", "path", s.path, "containers", l.containers,
-					"spool_entries", l.spool.count, "spool_bytes", l.spool.bytes)
+					"sequence", l.sequence, "spool_entries", l.spool.count, "spool_bytes", l.spool.bytes)
 				return s, nil
 			}
 			_ = db.Close() // only read, or its writes are set aside with it
@@ -218,13 +221,15 @@ func syncDir(dir string) error {
 // loaded is what Open reads from the file.
 type loaded struct {
 	checkpoint []generator.Event
+	sequence   uint64
 	removed    map[string]time.Time
 	containers int
 	spool      spoolExtent
 }
 
 // load checks that db is this node's store, creating its buckets in a
-// fresh one, imports the earlier checkpoint files of dir, and reads the
+// fresh one, imports the earlier checkpoint files of dir, drops the spool
+// entries the checkpoint holds as acked (dropDelivered), and reads the
 // checkpoint and the spool's extent. Records of containers removed more
 // than keepRemoved before now are not restored; the first collection
 // deletes them.
@@ -241,8 +246,17 @@ func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l lo
 	if err := importLegacy(db, dir, opts.Node, s.logger, now); err != nil {
 		return l, err
 	}
+	if err := s.dropDelivered(db); err != nil {
+		return l, err
+	}
 	l.removed = map[string]time.Time{}
 	err = db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket([]byte(bucketMeta)).Get([]byte(keySequence)); v != nil {
+			if len(v) != 8 {
+				return corrupt(fmt.Errorf("%s holds a checkpoint sequence of %d bytes", s.path, len(v)))
+			}
+			l.sequence = binary.BigEndian.Uint64(v)
+		}
 		var last string
 		err := tx.Bucket([]byte(bucketCheckpoint)).ForEach(func(k, v []byte) error {
 			r, err := decodeRecord(v)
@@ -395,12 +409,12 @@ func (s *Store) flush(now time.Time, withCheckpoint, collect bool) error {
 	if s.spool != nil {
 		w = s.spool.writes()
 	}
-	acks, expired := s.ckpt.take(withCheckpoint || len(w.appends) > 0 || len(w.done) > 0, collect, now)
+	acks, seq, expired := s.ckpt.take(withCheckpoint || len(w.appends) > 0 || len(w.done) > 0, collect, now)
 	if len(w.appends) == 0 && len(w.done) == 0 && len(acks) == 0 && len(expired) == 0 {
 		return nil
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		if err := putAcks(tx, acks); err != nil {
+		if err := putAcks(tx, acks, seq); err != nil {
 			return err
 		}
 		if err := deleteContainers(tx, expired); err != nil {
@@ -409,7 +423,7 @@ func (s *Store) flush(now time.Time, withCheckpoint, collect bool) error {
 		return putSpool(tx, w)
 	})
 	if err != nil {
-		s.ckpt.putBack(acks)
+		s.ckpt.putBack(acks, seq)
 		if s.spool != nil {
 			s.spool.writeFailed(w)
 		}
@@ -429,9 +443,19 @@ func ckptKey(id string, typ generator.LifecycleEventType) string {
 	return id + "\x00" + string(typ)
 }
 
-func putAcks(tx *bolt.Tx, acks map[string]record) error {
+// putAcks writes acks, and seq (0: none) as the checkpoint's sequence
+// unless a higher one is written already: in the same transaction, so that
+// no crash leaves the sequence without the acks it vouches for.
+func putAcks(tx *bolt.Tx, acks map[string]record, seq uint64) error {
 	if len(acks) == 0 {
 		return nil
+	}
+	if meta := tx.Bucket([]byte(bucketMeta)); seq > 0 {
+		if v := meta.Get([]byte(keySequence)); len(v) != 8 || binary.BigEndian.Uint64(v) < seq {
+			if err := meta.Put([]byte(keySequence), binary.BigEndian.AppendUint64(nil, seq)); err != nil {
+				return fmt.Errorf("put checkpoint sequence: %w", err)
+			}
+		}
 	}
 	b := tx.Bucket([]byte(bucketCheckpoint))
 	for k, r := range acks {

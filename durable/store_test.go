@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -33,10 +34,10 @@ func TestStoreRestoresTheCheckpointAfterCloseAndOpen(t *testing.T) {
 	}
 	acked[2].Container = generator.Container{ID: "sb", Sandbox: true}
 	for _, ev := range acked {
-		s.Checkpoint().RecordAck(ev)
+		s.Checkpoint().RecordAck(ev, 0)
 	}
 	// Recorded twice, as a retry acks it twice: restored once.
-	s.Checkpoint().RecordAck(acked[0])
+	s.Checkpoint().RecordAck(acked[0], 0)
 	closeStore(t, s)
 
 	s, logs := open(t, dir, durable.Options{})
@@ -44,6 +45,107 @@ func TestStoreRestoresTheCheckpointAfterCloseAndOpen(t *testing.T) {
 	checkEvents(t, "restored", s.Checkpoint().Restored(), acked...)
 	if w := logs.records(t, "WARN"); len(w) != 0 {
 		t.Errorf("warnings opening a good store: %v", w)
+	}
+}
+
+// TestCheckpointSequenceIsWrittenWithItsAcks: the sequence a checkpoint
+// holds is the highest recorded with an ack, written in the ack's
+// transaction: a crash image has it exactly when it has the acks, and it
+// survives Close and Open.
+func TestCheckpointSequenceIsWrittenWithItsAcks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, _ := open(t, dir, durable.Options{})
+	if got := s.Checkpoint().Sequence(); got != 0 {
+		t.Fatalf("a fresh store's Sequence() = %d, want 0", got)
+	}
+	a, b := event("u1", "a", generator.ContainerStarted, t0), event("u1", "b", generator.ContainerStarted, t0)
+	s.Checkpoint().RecordAck(a, 7)
+	s.Checkpoint().RecordAck(b, 5) // the publisher reported a lower one later: the highest is kept
+	img := crashImage(t, dir)
+	s2, _ := open(t, img, durable.Options{})
+	if got := s2.Checkpoint().Sequence(); got != 0 || len(s2.Checkpoint().Restored()) != 0 {
+		t.Errorf("crash image before the write: Sequence() = %d with %d acks, want 0 with none", got, len(s2.Checkpoint().Restored()))
+	}
+	closeStore(t, s2)
+
+	if err := durable.Flush(s, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	img = crashImage(t, dir)
+	s2, _ = open(t, img, durable.Options{})
+	if got := s2.Checkpoint().Sequence(); got != 7 {
+		t.Errorf("crash image after the write: Sequence() = %d, want 7", got)
+	}
+	checkEvents(t, "crash image after the write", s2.Checkpoint().Restored(), a, b)
+	closeStore(t, s2)
+
+	// A sequence is written only with acks, and never lowered; an ack
+	// without one (0) leaves it.
+	c := event("u1", "c", generator.ContainerStarted, t0)
+	s.Checkpoint().RecordAck(c, 0)
+	closeStore(t, s)
+	s, _ = open(t, dir, durable.Options{})
+	if got := s.Checkpoint().Sequence(); got != 7 {
+		t.Errorf("after Close and Open: Sequence() = %d, want 7", got)
+	}
+	s.Checkpoint().RecordAck(c, 3)
+	s.Checkpoint().RecordAck(a, 9)
+	// Sequence is what Open read, whatever is recorded since.
+	if got := s.Checkpoint().Sequence(); got != 7 {
+		t.Errorf("Sequence() after new acks = %d, want 7 (what Open read)", got)
+	}
+	closeStore(t, s)
+	s, _ = open(t, dir, durable.Options{})
+	defer closeStore(t, s)
+	if got := s.Checkpoint().Sequence(); got != 9 {
+		t.Errorf("after a second Close and Open: Sequence() = %d, want 9", got)
+	}
+}
+
+// TestOpenDropsSpoolEntriesTheCheckpointHoldsAsAcked: a flush can write an
+// entry's ack before its removal (the Done came after the flush took the
+// spool's changes). A crash in between leaves a delivered entry in the
+// spool, which Open drops instead of offering it again.
+func TestOpenDropsSpoolEntriesTheCheckpointHoldsAsAcked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := durable.Options{SpoolMaxBytes: 1 << 20}
+	s, _ := open(t, dir, opts)
+	started := event("u1", "a", generator.ContainerStarted, t0)
+	died := event("u1", "a", generator.ContainerDied, t0.Add(time.Second)) // same container, another type
+	other := event("u2", "b", generator.ContainerStarted, t0)
+	if n := s.Spool().Append([]generator.Event{started, died, other}); n != 3 {
+		t.Fatalf("appended %d of 3", n)
+	}
+	if err := durable.Flush(s, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	s.Spool().Take(3)
+	s.Checkpoint().RecordAck(started, 11) // its Done never comes: the crash
+	if err := durable.Flush(s, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	img := crashImage(t, dir)
+	closeStore(t, s)
+
+	s, logs := open(t, img, opts)
+	defer closeStore(t, s)
+	checkOrder(t, "spool restored", s.Spool().Restored(), []generator.Event{died, other})
+	if got := s.Spool().Len(); got != 2 {
+		t.Errorf("Spool().Len() = %d, want 2", got)
+	}
+	entries := s.Spool().Take(10)
+	checkOrder(t, "spool entries", eventsOf(entries), []generator.Event{died, other})
+	checkEvents(t, "checkpoint restored", s.Checkpoint().Restored(), started)
+	if got := s.Checkpoint().Sequence(); got != 11 {
+		t.Errorf("Sequence() = %d, want 11", got)
+	}
+	info := logs.records(t, "INFO")
+	if !slices.ContainsFunc(info, func(r map[string]any) bool {
+		return strings.HasPrefix(r["msg"].(string), "dropped the spool entries") && r["spool_entries"] == 1.0
+	}) {
+		t.Errorf("no Info log of the one entry dropped: %v", info)
 	}
 }
 
@@ -63,7 +165,7 @@ func TestStoreRunWritesWithinItsIntervalsAndIdlesWithoutIO(t *testing.T) {
 		advance(500 * time.Millisecond)
 
 		a := event("u1", "a", generator.ContainerStarted, t0)
-		s.Checkpoint().RecordAck(a)
+		s.Checkpoint().RecordAck(a, 0)
 		advance(400 * time.Millisecond)
 		if got := restoredAfterCrash(t, dir); len(got) != 0 {
 			t.Errorf("the checkpoint was written before its interval (%v): acks alone should wait for it", got)
@@ -81,7 +183,7 @@ func TestStoreRunWritesWithinItsIntervalsAndIdlesWithoutIO(t *testing.T) {
 		// A spool append is written within a tick, with the acks recorded
 		// so far.
 		b := event("u1", "b", generator.ContainerStarted, t0)
-		s.Checkpoint().RecordAck(b)
+		s.Checkpoint().RecordAck(b, 0)
 		spooled := event("u2", "c", generator.ContainerStarted, t0)
 		if n := s.Spool().Append([]generator.Event{spooled}); n != 1 {
 			t.Fatalf("appended %d of 1", n)
@@ -96,7 +198,7 @@ func TestStoreRunWritesWithinItsIntervalsAndIdlesWithoutIO(t *testing.T) {
 		// Acks after the last write are lost by a crash; the final write
 		// at shutdown keeps them.
 		c := event("u1", "c", generator.ContainerStarted, t0)
-		s.Checkpoint().RecordAck(c)
+		s.Checkpoint().RecordAck(c, 0)
 		checkEvents(t, "restored after a crash", restoredAfterCrash(t, dir), a, b)
 		cancel()
 		if err := <-done; err != nil {
@@ -145,7 +247,7 @@ func TestStoreDropsRemovedContainersAfterTheTombstoneTTL(t *testing.T) {
 		// An ID that the removed one is a prefix of stays.
 		longer := event("u1", "gone2", generator.ContainerStarted, now.Add(-time.Hour))
 		for _, ev := range append(removed, running, longer) {
-			s.Checkpoint().RecordAck(ev)
+			s.Checkpoint().RecordAck(ev, 0)
 		}
 		advance(generator.DefaultTombstoneTTL)
 		checkEvents(t, "restored within the TTL", restoredAfterCrash(t, dir), append(removed, running, longer)...)
@@ -170,8 +272,8 @@ func TestOpenDoesNotRestoreContainersRemovedLongAgo(t *testing.T) {
 		now := time.Now()
 		old := event("u1", "old", generator.ContainerRemoved, now.Add(-generator.DefaultTombstoneTTL-time.Second))
 		recent := event("u1", "recent", generator.ContainerRemoved, now.Add(-generator.DefaultTombstoneTTL+time.Minute))
-		s.Checkpoint().RecordAck(old)
-		s.Checkpoint().RecordAck(recent)
+		s.Checkpoint().RecordAck(old, 0)
+		s.Checkpoint().RecordAck(recent, 0)
 		closeStore(t, s)
 
 		s, _ = open(t, dir, durable.Options{})
@@ -198,7 +300,7 @@ func TestOpenSetsAnotherNodesStoreAside(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := open(t, dir, durable.Options{})
 	a := event("u1", "a", generator.ContainerStarted, t0)
-	s.Checkpoint().RecordAck(a)
+	s.Checkpoint().RecordAck(a, 0)
 	closeStore(t, s)
 
 	s, logs := open(t, dir, durable.Options{Node: "node-2"})
@@ -211,7 +313,7 @@ func TestOpenSetsAnotherNodesStoreAside(t *testing.T) {
 		t.Fatalf("want one warning naming the file set aside (%v) and node-1, got %v", aside, w)
 	}
 	b := event("u1", "b", generator.ContainerStarted, t0)
-	s.Checkpoint().RecordAck(b)
+	s.Checkpoint().RecordAck(b, 0)
 	closeStore(t, s)
 	s, _ = open(t, dir, durable.Options{Node: "node-2"})
 	checkEvents(t, "node-2's store", s.Checkpoint().Restored(), b)
@@ -250,7 +352,7 @@ func TestOpenSetsACorruptStoreAside(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			s, _ := open(t, dir, durable.Options{})
-			s.Checkpoint().RecordAck(event("u1", "a", generator.ContainerStarted, t0))
+			s.Checkpoint().RecordAck(event("u1", "a", generator.ContainerStarted, t0), 0)
 			closeStore(t, s)
 			path := filepath.Join(dir, durable.FileName)
 			data, err := os.ReadFile(path)
@@ -274,7 +376,7 @@ func TestOpenSetsACorruptStoreAside(t *testing.T) {
 			}
 			// The fresh store works.
 			b := event("u1", "b", generator.ContainerStarted, t0)
-			s.Checkpoint().RecordAck(b)
+			s.Checkpoint().RecordAck(b, 0)
 			closeStore(t, s)
 			s, logs = open(t, dir, durable.Options{})
 			defer closeStore(t, s)
