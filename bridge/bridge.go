@@ -186,14 +186,25 @@ func build(opts Options) (_ *pipeline, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("configure CloudEvents: %w", err)
 	}
-	onAck := opts.Hooks.OnAck
+	// The checkpoint records each ack with the publisher's watermark, and
+	// the publisher of a restart reads back what this node stored after
+	// the watermark written last: the acks a crash lost do not make it
+	// publish those events again, however long the bridge was down.
+	var onAck func(generator.Event, uint64)
+	var reconcileFrom uint64
+	if hook := opts.Hooks.OnAck; hook != nil {
+		onAck = func(ev generator.Event, _ uint64) { hook(ev) }
+	}
 	if p.store != nil {
 		ckpt, hook := p.store.Checkpoint(), opts.Hooks.OnAck
-		onAck = func(ev generator.Event) {
-			ckpt.RecordAck(ev, 0)
+		onAck = func(ev generator.Event, seq uint64) {
+			ckpt.RecordAck(ev, seq)
 			if hook != nil {
 				hook(ev)
 			}
+		}
+		if seq := ckpt.Sequence(); seq > 0 {
+			reconcileFrom = seq + 1
 		}
 	}
 	p.pub, err = publish.New(p.js, publish.Options{
@@ -203,6 +214,7 @@ func build(opts Options) (_ *pipeline, err error) {
 		Spool:           spool,
 		Stream:          opts.Stream.Name,
 		DuplicateWindow: opts.Stream.DuplicateWindow,
+		ReconcileFrom:   reconcileFrom,
 		DrainTimeout:    opts.ShutdownTimeout,
 		Registerer:      p.reg,
 		Logger:          log,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -322,6 +324,67 @@ func TestRestartFromTheCheckpointNeitherRepublishesNorForgets(t *testing.T) {
 
 	n.startContainer(t, sb, "fresh")
 	checkLines(t, runOnce("RUN3", 1), []string{"ContainerStarted shop/web-0/fresh"})
+}
+
+// TestARestartAfterTheDuplicateWindowStoresNothingACrashForgot: a crash
+// lost the checkpoint's last acks (its state is a copy of the data
+// directory taken before them), and the restart comes after the stream's
+// duplicate window. The checkpoint's sequence tells the restarted bridge
+// where to read the stream from; it finds the event the crash forgot and
+// publishes only what is new.
+func TestARestartAfterTheDuplicateWindowStoresNothingACrashForgot(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	dir := t.TempDir()
+	opts := testOptions(n.endpoint, n.url, dir)
+	opts.Stream.DuplicateWindow = 100 * time.Millisecond // the shortest JetStream takes
+	sb, _ := n.startPod(t, "first")
+	_, stop := runBridge(t, opts)
+	fetchAll(t, n.js, "PLEG", 2)
+	stop()
+	st, err := durable.Open(dir, durable.Options{Node: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Checkpoint().Sequence(); got != 2 {
+		t.Errorf("checkpoint sequence after two events = %d, want 2", got)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := t.TempDir()
+	data, err := os.ReadFile(filepath.Join(dir, durable.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(crashed, durable.FileName), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// The run whose ack the crash loses.
+	n.startContainer(t, sb, "second")
+	_, stop = runBridge(t, opts)
+	fetchAll(t, n.js, "PLEG", 3)
+	stop()
+	publishtest.WaitOutDuplicateWindow(t, n.js, "PLEG")
+
+	n.startContainer(t, sb, "third")
+	opts.DataDir = crashed
+	_, stop = runBridge(t, opts)
+	got := fetchAll(t, n.js, "PLEG", 4)
+	stop() // delivers what the generator sent: a re-publication would be in by now
+	checkLines(t, got[3:], []string{"ContainerStarted shop/web-0/third"})
+	s, err := n.js.Stream(t.Context(), "PLEG")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 4 {
+		t.Errorf("stream holds %d events, want 4: %q", info.State.Msgs, fetchAll(t, n.js, "PLEG", int(info.State.Msgs)))
+	}
 }
 
 // TestRunWithoutADataDirectoryKeepsNothing runs memory only: a restart

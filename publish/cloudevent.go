@@ -169,6 +169,12 @@ func CloudEventType(t generator.LifecycleEventType) string {
 	return ""
 }
 
+// nodeSubjects returns the subject filter of every event of the Encoder's
+// node: <prefix>.<node>.>.
+func (e *Encoder) nodeSubjects() string {
+	return e.prefix + "." + schemas.EncodeToken(e.node) + ".>"
+}
+
 // Encode returns the NATS message of ev: its subject
 // <prefix>.<node>.<podUID>.<eventType> (tokens encoded by schemas.EncodeToken), the
 // Nats-Msg-Id header set to the CloudEvent id, and the CloudEvent in the

@@ -8,12 +8,14 @@
 // the stream. The Publisher never blocks its caller for room: events wait in
 // a bounded memory outbox, then in the disk spool (durable.Spool) while NATS
 // is away, and what fits in neither is refused with a
-// generator.SinkFullError, for the generator to send again. A retry that
-// could come after the stream's duplicate window, and a spool entry of an
-// earlier run, is checked against the stream before it is published
-// (verify.go). A stalled publication (a leader election, a server or
-// cluster that is down) is logged once when it starts and once when acks
-// resume.
+// generator.SinkFullError, for the generator to send again. Exactly once
+// holds past the stream's duplicate window too: before it publishes
+// anything, a restarted Publisher reads back the ids of what this node
+// stored after the checkpoint's sequence, and does not publish those
+// events again (reconcile.go); a retry that could come after the window is
+// checked against the stream before it is published (verify.go). A
+// stalled publication (a leader election, a server or cluster that is
+// down) is logged once when it starts and once when acks resume.
 //
 // publish imports generator for the Event type, the Sink interface and
 // SinkFullError only, schemas for the data type and the subject encoding,

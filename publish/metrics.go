@@ -16,6 +16,9 @@ const (
 	resultError     = "error"
 	resultStored    = "stored"
 	resultMissing   = "missing"
+	// resultReconciled: found by the read of what an earlier run stored
+	// (reconcile.go), not by a check.
+	resultReconciled = "reconciled"
 )
 
 // metrics are the Publisher's collectors. They exist, unregistered, when no
@@ -38,6 +41,9 @@ type metrics struct {
 	checkStored  prometheus.Counter
 	checkMissing prometheus.Counter
 	checkError   prometheus.Counter
+	// checkReconciled counts the events found stored by the read of what
+	// an earlier run stored.
+	checkReconciled prometheus.Counter
 }
 
 // newMetrics creates the collectors and registers them on reg. pending
@@ -95,7 +101,7 @@ func newMetrics(reg prometheus.Registerer, pending func() int, spool *durable.Sp
 		}),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pleg_bridge_publish_checks_total",
-			Help: "Checks against the stream of an event that may be stored already (a retry near the end of the duplicate window, or a spool entry of an earlier run), by result: stored (delivered, not published again), missing (published), error (retried).",
+			Help: "Checks against the stream of an event that may be stored already (a retry near the end of the duplicate window, an event an earlier run may have stored), by result: stored (delivered, not published again), missing (published), error (retried), reconciled (found among the messages an earlier run stored after its checkpoint, read at start: delivered, not published again).",
 		}, []string{"result"}),
 	}
 	m.acked = m.published.WithLabelValues(resultAcked)
@@ -104,6 +110,7 @@ func newMetrics(reg prometheus.Registerer, pending func() int, spool *durable.Sp
 	m.checkStored = m.checks.WithLabelValues(resultStored)
 	m.checkMissing = m.checks.WithLabelValues(resultMissing)
 	m.checkError = m.checks.WithLabelValues(resultError)
+	m.checkReconciled = m.checks.WithLabelValues(resultReconciled)
 	if reg == nil {
 		return m, nil
 	}

@@ -87,6 +87,14 @@ type Options struct {
 	// stored more than half of it ago is checked against the stream before
 	// it is sent. It must not exceed the stream's window.
 	DuplicateWindow time.Duration
+	// ReconcileFrom is the first stream sequence whose messages an earlier
+	// run may have stored without its acks being recorded: the sequence
+	// the checkpoint holds (the highest OnAck reported with the acks it
+	// wrote), plus one. 0 means there is none to reconcile with (no
+	// checkpoint, or one without a sequence). Before it publishes
+	// anything, Run reads back the ids of this node's messages from there
+	// and does not publish those events again (reconcile.go).
+	ReconcileFrom uint64
 	// RetryBackoffMin and RetryBackoffMax bound the jittered, doubling wait
 	// before a failed publish is retried.
 	RetryBackoffMin, RetryBackoffMax time.Duration
@@ -98,10 +106,15 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Logger is tagged with component=publisher; nil logs nothing.
 	Logger *slog.Logger
-	// OnAck, if set, is called with each event after JetStream acked it,
-	// in per-pod Send order, from Run's goroutine. It must not block for
-	// long: delivery waits for it.
-	OnAck func(ev generator.Event)
+	// OnAck, if set, is called with each event after JetStream acked it
+	// (or it was found stored), in per-pod Send order, from Run's
+	// goroutine. It must not block for long: delivery waits for it. seq is
+	// not the event's own sequence but a watermark: every message this
+	// node stored at or below it was acked and reported to OnAck, by this
+	// run or by an earlier one that recorded it (reconcile.go). Record the
+	// highest seq with the acks, written together: the next run's
+	// ReconcileFrom is that plus one.
+	OnAck func(ev generator.Event, seq uint64)
 }
 
 // Publisher delivers Lifecycle events to JetStream, exactly once and in
@@ -175,6 +188,9 @@ type outboxEvent struct {
 	// earlier is set for a spool entry of an earlier process, until a
 	// check found it is not stored.
 	earlier bool
+	// mark holds the watermark back while the event may be stored and is
+	// not delivered; nil before its first send.
+	mark *sendMark
 	// maybeStoredAt is when the first attempt that may have been stored
 	// was sent (its outcome unknown); zero while every attempt is known
 	// to have failed.
@@ -413,13 +429,16 @@ func (p *Publisher) Run(ctx context.Context) error {
 		return errors.New("run publisher: already running or ran")
 	}
 	defer p.closeIntake()
-	// The checks serve the drain too, after ctx is done.
+	// The checks, and the read of what an earlier run stored, serve the
+	// drain too, after ctx is done.
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	chk := newChecker(p.js, p.opts.Stream, p.opts.MaxInFlight, p.opts.AckTimeout)
 	chk.start(cctx, min(checkWorkers, p.opts.MaxInFlight))
+	var reading sync.WaitGroup
 	defer func() {
 		cancel()
 		chk.wait()
+		reading.Wait()
 	}()
 	d := &delivery{
 		p:        p,
@@ -427,6 +446,12 @@ func (p *Publisher) Run(ctx context.Context) error {
 		pods:     make(map[string]*podQueue),
 		inflight: make(map[*nats.Msg]inflight, p.opts.MaxInFlight),
 		checking: make(map[*podQueue]struct{}),
+	}
+	if p.opts.ReconcileFrom > 0 {
+		// Nothing is published before the stream is read back.
+		d.reconciling = true
+		d.reconciled = make(chan storedSet, 1)
+		reading.Go(func() { p.reconcile(cctx, d.reconciled) })
 	}
 	if sp := p.opts.Spool; sp != nil && sp.Len() > 0 {
 		p.log.Info("delivering the events an earlier run left in the spool, before newer ones",
@@ -472,6 +497,16 @@ type delivery struct {
 	// spoolInUse is set while events taken from the spool are undelivered,
 	// so that the spool's emptying is logged once.
 	spoolInUse bool
+
+	// reconciling is set until the read of what an earlier run stored
+	// arrives on reconciled (reconcile.go); nothing is published before.
+	reconciling bool
+	reconciled  chan storedSet
+	// found maps the ids the read found to their sequences, for the run;
+	// recognised holds those that were reported again.
+	found      map[string]uint64
+	recognised map[string]struct{}
+	wm         watermark
 }
 
 type inflight struct {
@@ -533,11 +568,14 @@ func (d *delivery) run(ctx context.Context) error {
 			d.handle(r)
 		case r := <-d.chk.results:
 			d.checked(r)
+		case set := <-d.reconciled:
+			d.reconciledWith(set, time.Now())
 		case now := <-d.retryC():
 			d.armedAt = time.Time{}
 			d.retryDue(now)
 		case now := <-stallCheck.C:
 			d.checkStall(now)
+			d.checkHold(now)
 		case <-reconnected:
 			d.retryAllNow()
 		case <-done:
@@ -652,6 +690,9 @@ func (d *delivery) addSpooled(en durable.SpoolEntry) {
 // is room in flight. It returns an error only when the connection is
 // closed for good.
 func (d *delivery) dispatch() error {
+	if d.reconciling {
+		return nil
+	}
 	for d.inFlight+len(d.checking) < d.p.opts.MaxInFlight && len(d.ready) > 0 {
 		pq := d.ready[0]
 		d.ready[0] = nil
@@ -672,7 +713,9 @@ func (d *delivery) dispatch() error {
 // is published again: it may have been stored longer ago than JetStream's
 // duplicate detection can be relied on (verify.go).
 func (d *delivery) needsCheck(e *outboxEvent, now time.Time) bool {
-	if e.earlier {
+	if e.earlier && d.p.opts.ReconcileFrom == 0 {
+		// Without the read (reconcile.go), which knows every message an
+		// earlier run stored after its checkpoint, the entry is asked for.
 		return true
 	}
 	return !e.maybeStoredAt.IsZero() && now.Sub(e.maybeStoredAt) >= d.p.opts.DuplicateWindow/2
@@ -683,6 +726,13 @@ func (d *delivery) publish(pq *podQueue) error {
 	sent := time.Now()
 	if d.inFlight+len(d.checking) == 0 {
 		d.progressAt = sent
+	}
+	if d.found != nil {
+		id := e.msg.Header.Get(jetstream.MsgIDHeader)
+		if _, ok := d.found[id]; ok {
+			d.recognise(pq, id, sent)
+			return nil
+		}
 	}
 	if d.needsCheck(e, sent) {
 		d.checking[pq] = struct{}{}
@@ -715,6 +765,9 @@ func (d *delivery) publish(pq *podQueue) error {
 		d.failed(pq, err)
 		return nil
 	}
+	if e.mark == nil {
+		e.mark = d.wm.sent()
+	}
 	d.inFlight++
 	d.p.metrics.inFlight.Inc()
 	d.inflight[e.msg] = inflight{pod: pq, sent: sent}
@@ -733,12 +786,20 @@ func (d *delivery) handle(r ackResult) {
 	pq := r.pod
 	if r.err != nil {
 		d.p.metrics.failed.Inc()
-		if e := pq.events[0]; e.maybeStoredAt.IsZero() && maybeStored(r.err) {
-			e.maybeStoredAt = r.sent
+		if e := pq.events[0]; e.maybeStoredAt.IsZero() {
+			if maybeStored(r.err) {
+				e.maybeStoredAt = r.sent
+			} else if e.mark != nil {
+				// No attempt of it can be stored: it holds the
+				// watermark back no more, until it is sent again.
+				d.wm.settled(e.mark)
+				e.mark = nil
+			}
 		}
 		d.failed(pq, r.err)
 		return
 	}
+	d.wm.stored(r.ack.Sequence)
 	if r.ack.Duplicate {
 		d.p.metrics.duplicate.Inc()
 	} else {
@@ -761,7 +822,8 @@ func (d *delivery) checked(r checkResult) {
 		// NATS is still away, most likely: a failed attempt like any.
 		d.p.metrics.checkError.Inc()
 		d.failed(pq, r.err)
-	case r.stored:
+	case r.seq > 0:
+		d.wm.stored(r.seq)
 		d.p.metrics.checkStored.Inc()
 		d.p.log.Debug("event already stored: not publishing it again",
 			"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type))
@@ -793,8 +855,12 @@ func (d *delivery) delivered(pq *podQueue) {
 	pq.failures = 0
 	e := pq.events[0]
 	d.advance(pq)
+	if e.mark != nil {
+		d.wm.settled(e.mark)
+		e.mark = nil
+	}
 	if d.p.opts.OnAck != nil {
-		d.p.opts.OnAck(e.ev)
+		d.p.opts.OnAck(e.ev, d.wm.value())
 	}
 	if e.spooled {
 		d.done(e.seq)
@@ -937,7 +1003,7 @@ func (d *delivery) giveUp(reason string) {
 			}
 			continue
 		case r := <-d.chk.results:
-			if r.err == nil && r.stored {
+			if r.err == nil && r.seq > 0 {
 				d.checked(r)
 			}
 			continue

@@ -33,7 +33,7 @@ func BenchmarkPublish(b *testing.B) {
 	pub, err := publish.New(js, publish.Options{
 		Encoder: newEncoder(b, publish.EncoderOptions{}),
 		Logger:  slog.New(slog.DiscardHandler),
-		OnAck: func(ev generator.Event) {
+		OnAck: func(ev generator.Event, _ uint64) {
 			latencies = append(latencies, time.Since(ev.ObservedAt))
 			if len(latencies) == b.N {
 				close(done)

@@ -54,10 +54,11 @@ type fixture struct {
 	logs chan slog.Record
 }
 
-// ackedEvent is an event OnAck reported, and when.
+// ackedEvent is an event OnAck reported, with its watermark, and when.
 type ackedEvent struct {
-	ev generator.Event
-	at time.Time
+	ev  generator.Event
+	seq uint64
+	at  time.Time
 }
 
 type fixtureOptions struct {
@@ -88,7 +89,7 @@ func newFixtureOn(t *testing.T, js jetstream.JetStream, opts publish.Options) *f
 	}
 	opts.Registerer = f.reg
 	opts.Logger = slog.New(&recordHandler{records: f.logs})
-	opts.OnAck = func(ev generator.Event) { f.acks <- ackedEvent{ev: ev, at: time.Now()} }
+	opts.OnAck = func(ev generator.Event, seq uint64) { f.acks <- ackedEvent{ev: ev, seq: seq, at: time.Now()} }
 	pub, err := publish.New(js, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)

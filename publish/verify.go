@@ -18,11 +18,10 @@ import (
 // timed out, a connection lost with the publish on the wire: nothing that
 // proves it was not stored) is therefore safe only while that attempt is
 // younger than the window. Past half the window (the other half is margin
-// for clocks and queues between our send and the server's store), and for
-// every spool entry an earlier process left (it may have been published,
-// its ack lost in the crash), the publisher asks the stream first: the last
-// message on the event's exact subject, compared by Nats-Msg-Id. If it is
-// this event, the event is delivered and is not published again.
+// for clocks and queues between our send and the server's store), the
+// publisher asks the stream first: the last message on the event's exact
+// subject, compared by Nats-Msg-Id. If it is this event, the event is
+// delivered and is not published again.
 //
 // Why the last message on the exact subject suffices: the subject is
 // <prefix>.<node>.<podUID>.<eventType>, so only this node's publisher
@@ -32,12 +31,20 @@ import (
 // queue), it is younger than the window when the re-send arrives, and
 // JetStream drops the re-send as a duplicate.
 //
+// That argument holds within one run only. What an earlier run stored and
+// its checkpoint does not know of (acks a crash lost, spool entries it
+// published) is found by the read at start (reconcile.go) instead, which
+// is exact: the last message on a subject is not, when two containers of a
+// pod had events of one type stored after the checkpoint. Only without
+// that read (Options.ReconcileFrom 0: a checkpoint of a bridge that did not
+// record sequences) is an earlier run's spool entry asked for this way.
+//
 // An expected-last-subject-sequence condition on every publish would make
 // the publication idempotent with no read, but it needs the subject's last
 // sequence before each publish (a read per pod after every restart, and
 // state per subject) and turns a concurrent writer or a purge into errors
-// that stall a pod. The check costs one get per retry that is this old, and
-// per earlier spool entry; nothing on the normal path.
+// that stall a pod. The check costs one get per retry that is this old;
+// nothing on the normal path.
 //
 // The get is a direct get if the stream allows them (AllowDirect), else the
 // stream leader answers through the JetStream API. A replica answers a
@@ -55,11 +62,25 @@ import (
 // of a stored message and the outage outlasts the window, the event is
 // stored twice.
 //
-// Crash window: a spool entry acked and marked Done, with a later event of
-// the same pod and type acked too, all within the spool's write interval
-// (100 ms) before a crash, is found again at the restart with the later
-// event last on its subject; if the restart comes after the duplicate
-// window, the entry is stored a second time.
+// Crash windows, after the duplicate window (within it, ids make any
+// re-send harmless):
+//
+//   - Acks not yet written by the checkpoint (500 ms of them), and messages
+//     in flight: their messages were stored after the sequence the
+//     checkpoint wrote, the read at the restart finds them, and the events
+//     the generator reports again are not published.
+//   - A spool entry acked but not yet removed: Open drops it if its ack
+//     was written (durable), the read finds it if not.
+//   - A message of the earlier run still in a server's queue when the read
+//     takes the stream's last sequence is stored after it and not read; a
+//     re-send comes within the window of that store, and is dropped.
+//   - A checkpoint without a sequence (a fresh data directory, a store set
+//     aside, one written by a bridge that did not record sequences) gives
+//     nothing to read from: what the generator reports again is published
+//     again, and stored twice if the earlier copy is older than the window.
+//     So does, without a sequence, a spool entry acked and Done with a later
+//     event of its pod and type, all within the spool's write interval
+//     (100 ms) before a crash: the later event is last on the subject.
 
 // checkWorkers bounds the checks running at once. A check is one request
 // and reply; after an outage a few hundred of them may be due at once (one
@@ -77,12 +98,12 @@ type checkRequest struct {
 	id      string
 }
 
-// checkResult answers a checkRequest: stored, or an error when the stream
-// could not be asked.
+// checkResult answers a checkRequest: the sequence the message is stored
+// at (0: not stored), or an error when the stream could not be asked.
 type checkResult struct {
-	pod    *podQueue
-	stored bool
-	err    error
+	pod *podQueue
+	seq uint64
+	err error
 }
 
 // checker runs the checks of one Run on a few worker goroutines. The
@@ -133,10 +154,10 @@ func (c *checker) work(ctx context.Context) {
 		res := checkResult{pod: req.pod}
 		cctx, cancel := context.WithTimeout(ctx, c.timeout)
 		if stream == nil {
-			stream, res.err = c.lookUp(cctx, req.subject)
+			stream, res.err = lookUpStream(cctx, c.js, c.stream, req.subject)
 		}
 		if res.err == nil {
-			res.stored, res.err = lastOnSubjectIs(cctx, stream, req.subject, req.id)
+			res.seq, res.err = lastOnSubjectIs(cctx, stream, req.subject, req.id)
 			if res.err != nil {
 				stream = nil
 			}
@@ -150,35 +171,21 @@ func (c *checker) work(ctx context.Context) {
 	}
 }
 
-// lookUp returns the stream named in Options.Stream, or else the one whose
-// subjects take subject.
-func (c *checker) lookUp(ctx context.Context, subject string) (jetstream.Stream, error) {
-	name := c.stream
-	if name == "" {
-		n, err := c.js.StreamNameBySubject(ctx, subject)
-		if err != nil {
-			return nil, fmt.Errorf("look up the stream of %s: %w", subject, err)
-		}
-		name = n
-	}
-	s, err := c.js.Stream(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("look up stream %s: %w", name, err)
-	}
-	return s, nil
-}
-
-// lastOnSubjectIs reports whether the last message stream holds on subject
-// has the message id id. No message on the subject means false.
-func lastOnSubjectIs(ctx context.Context, stream jetstream.Stream, subject, id string) (bool, error) {
+// lastOnSubjectIs returns the sequence of the last message stream holds on
+// subject if it has the message id id, else 0 (also when the subject has
+// no message).
+func lastOnSubjectIs(ctx context.Context, stream jetstream.Stream, subject, id string) (uint64, error) {
 	m, err := stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
+		return 0, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("get last message on %s: %w", subject, err)
+		return 0, fmt.Errorf("get last message on %s: %w", subject, err)
 	}
-	return m.Header.Get(jetstream.MsgIDHeader) == id, nil
+	if m.Header.Get(jetstream.MsgIDHeader) != id {
+		return 0, nil
+	}
+	return m.Sequence, nil
 }
 
 // maybeStored reports whether a failed publish attempt may have been

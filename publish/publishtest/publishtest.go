@@ -125,3 +125,50 @@ func WaitStream(t testing.TB, js jetstream.JetStream, stream string) {
 		}
 	}
 }
+
+// WaitOutDuplicateWindow returns once the stream has forgotten every
+// message id stored before the call, or fails the test after 30 s. It
+// stores a probe id on <prefix>.probe, a subject no node's events use (the
+// stream's first subject is <prefix>.>), and publishes it again until the stream stores it a second
+// time: JetStream forgets ids in the order it stored them, so every earlier
+// one is forgotten by then. Both probes are deleted again, so that the
+// stream holds what the test published. No clock is read: the server's
+// own expiry decides.
+func WaitOutDuplicateWindow(t testing.TB, js jetstream.JetStream, stream string) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("look up stream %s: %v", stream, err)
+	}
+	subjects := s.CachedInfo().Config.Subjects
+	if len(subjects) == 0 || !strings.HasSuffix(subjects[0], ".>") {
+		t.Fatalf("stream %s has subjects %q, want <prefix>.> first", stream, subjects)
+	}
+	subject := strings.TrimSuffix(subjects[0], ">") + "probe"
+	probe := func() *jetstream.PubAck {
+		msg := &nats.Msg{Subject: subject, Header: nats.Header{jetstream.MsgIDHeader: {"probe"}}}
+		ack, err := js.PublishMsg(ctx, msg)
+		if err != nil {
+			t.Fatalf("publish probe: %v", err)
+		}
+		return ack
+	}
+	first := probe()
+	if first.Duplicate {
+		t.Fatal("the first probe is a duplicate: the probe of an earlier wait is still remembered")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	again := probe()
+	for again.Duplicate {
+		if time.Now().After(deadline) {
+			t.Fatal("the probe id was still remembered 30s after it was stored")
+		}
+		again = probe()
+	}
+	for _, seq := range []uint64{first.Sequence, again.Sequence} {
+		if err := s.DeleteMsg(ctx, seq); err != nil {
+			t.Fatalf("delete probe %d: %v", seq, err)
+		}
+	}
+}

@@ -1,0 +1,338 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Reconciliation with an earlier run, and the sequence OnAck reports.
+//
+// The checkpoint writes its acks every 500 ms, so a crash loses the acks of
+// the last half second or so, and of the messages in flight. The restarted
+// generator reports those events again, with the same ids; if the restart
+// comes after the stream's duplicate window, JetStream stores them a second
+// time. So before the first publish of a run, the Publisher reads back the
+// Nats-Msg-Id of every message this node stored after the checkpoint's
+// sequence (Options.ReconcileFrom), and an event whose id it read is
+// delivered without being published: OnAck reports it (with the sequence
+// the read found it at), a spool entry is Done, and
+// pleg_bridge_publish_checks_total{result="reconciled"} counts it.
+//
+// The read is one ephemeral pull consumer, filtered to this node's subjects
+// (<prefix>.<node>.>), headers only, from ReconcileFrom up to the stream's
+// last sequence when the read starts: typically the few hundred messages of
+// the half second before a crash. Nothing of this run is published before
+// it succeeds; a failure (NATS away, no stream yet) is retried with the
+// publish backoff, and at once after a reconnect. It is a plain consumer,
+// not an OrderedConsumer: the ordered consumer recreates itself with
+// retries that no context of ours can cut short, and Run must return when
+// told. Its consumer sequence shows a message lost on the way, as the
+// ordered consumer's would, and the read then starts again.
+//
+// What makes that read enough is the sequence OnAck reports, which the
+// checkpoint writes with the acks (durable.Checkpoint.RecordAck): every
+// message this node stored at or below it was acked and reported to OnAck,
+// by this run or an earlier one whose checkpoint recorded it. The highest
+// ack's own sequence would not do: acks come back out of order when a
+// publish is retried (its first attempt may have been stored long before
+// the retry's ack, with many messages of other nodes between), so the
+// Publisher keeps a watermark instead. A message sent once the Publisher
+// knew of sequence h (an ack, a check, the read) is stored after h, so the
+// watermark is h at the first send of the oldest message that may be
+// stored and is not acked yet, or the highest sequence known when there is
+// none.
+//
+// The messages the read found are held for the watermark too: until the
+// generator has reported each again, or reconcileHold has passed, the
+// watermark does not move past ReconcileFrom−1. A run that crashes soon
+// after its start, before its generator reported them again, leaves them to
+// the next read. The events that no report brings within reconcileHold are
+// those the generator will not report again (their acks were written after
+// all, or the container is gone), and the hold ends, so that the next read
+// stays small.
+//
+// The set of ids read lives for the run: an event reported again later in
+// it (a backfill, a second source) is still recognised.
+
+// reconcileBatch bounds the messages of one pull: the whole read, after a
+// crash, most of the time.
+const reconcileBatch = 1024
+
+// reconcileHold is how long the messages the read found hold the watermark
+// back, waiting for the generator to report their events again. Its first
+// relist and the runtime's replay of recent events come within seconds,
+// also on a full node; a minute leaves room for a slow start and costs the
+// next read no more than a minute of this node's messages.
+const reconcileHold = time.Minute
+
+// reconcileInactive is how long the server keeps the read's consumer when
+// the Publisher is gone without deleting it (a crash during the read).
+const reconcileInactive = 30 * time.Second
+
+// storedSet is what the read found: the stream sequence of each message id
+// this node stored from ReconcileFrom, and the stream's last sequence when
+// the read started.
+type storedSet struct {
+	ids  map[string]uint64
+	last uint64
+}
+
+// reconcile reads the stored set, retrying until it succeeds or ctx is
+// done, and sends it on out, which has room for it. It logs the first
+// failure of a series at Warn, and the success after failures at Info.
+func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
+	var reconnected chan nats.Status
+	if nc := p.js.Conn(); nc != nil {
+		reconnected = nc.StatusChanged(nats.CONNECTED)
+		defer nc.RemoveStatusListener(reconnected)
+	}
+	start := time.Now()
+	for failures := 0; ; {
+		set, err := p.readStored(ctx, p.opts.ReconcileFrom)
+		if err == nil {
+			p.log.Info("read the messages an earlier run stored after its checkpoint; publishing starts",
+				"messages", len(set.ids), "from_sequence", p.opts.ReconcileFrom, "to_sequence", set.last,
+				"took", time.Since(start), "failed_attempts", failures)
+			out <- set
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		failures++
+		delay := retryDelay(p.opts.RetryBackoffMin, p.opts.RetryBackoffMax, failures)
+		if failures == 1 {
+			p.log.Warn("cannot read what an earlier run stored; nothing is published until then, retrying",
+				"from_sequence", p.opts.ReconcileFrom, "retry_in", delay, "err", err)
+		} else {
+			p.log.Debug("read what an earlier run stored, will retry", "attempt", failures, "retry_in", delay, "err", err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-reconnected:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// readStored reads the Nats-Msg-Id of every message on this node's subjects
+// stored from sequence from up to the stream's last sequence. Each request
+// is bounded by AckTimeout.
+func (p *Publisher) readStored(ctx context.Context, from uint64) (storedSet, error) {
+	set := storedSet{ids: map[string]uint64{}}
+	filter := p.enc.nodeSubjects()
+	rctx, cancel := context.WithTimeout(ctx, p.opts.AckTimeout)
+	defer cancel()
+	stream, err := lookUpStream(rctx, p.js, p.opts.Stream, filter)
+	if err != nil {
+		return set, err
+	}
+	info, err := stream.Info(rctx)
+	if err != nil {
+		return set, fmt.Errorf("get stream info: %w", err)
+	}
+	set.last = info.State.LastSeq
+	if set.last < from {
+		if from > 1 && set.last+1 < from {
+			// The stream holds fewer messages than the checkpoint saw:
+			// it was purged or created anew. Nothing after the checkpoint
+			// can be in it.
+			p.log.Warn("the stream ends before the checkpoint's sequence: was it recreated or purged?",
+				"stream", info.Config.Name, "last_sequence", set.last, "checkpoint_sequence", from-1)
+		}
+		return set, nil
+	}
+	cons, err := stream.CreateConsumer(rctx, jetstream.ConsumerConfig{
+		Description:       "pleg-bridge: reconciliation with an earlier run",
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       from,
+		FilterSubject:     filter,
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       true,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: reconcileInactive,
+	})
+	if err != nil {
+		return set, fmt.Errorf("create consumer on stream %s: %w", info.Config.Name, err)
+	}
+	name := cons.CachedInfo().Name
+	defer func() {
+		// The consumer would go after reconcileInactive; deleted now, it
+		// does not linger in listings.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AckTimeout)
+		defer cancel()
+		if err := stream.DeleteConsumer(dctx, name); err != nil {
+			p.log.Debug("delete the reconciliation consumer", "consumer", name, "err", err)
+		}
+	}()
+	pending := cons.CachedInfo().NumPending
+	var delivered uint64 // consumer sequence of the last message
+	for pending > 0 {
+		if err := ctx.Err(); err != nil {
+			return set, err
+		}
+		// No wait: the server sends what it has and says when it is
+		// done, so the last pull does not wait out an expiry.
+		batch, err := cons.FetchNoWait(int(min(pending, reconcileBatch)))
+		if err != nil {
+			return set, fmt.Errorf("fetch from consumer %s: %w", name, err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return set, fmt.Errorf("read message metadata: %w", err)
+			}
+			if md.Sequence.Consumer != delivered+1 {
+				return set, fmt.Errorf("consumer %s skipped from delivery %d to %d: a message was lost on the way",
+					name, delivered, md.Sequence.Consumer)
+			}
+			delivered = md.Sequence.Consumer
+			got++
+			pending = md.NumPending
+			if md.Sequence.Stream > set.last {
+				// Stored after the read started: not an earlier run's.
+				pending = 0
+				continue
+			}
+			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
+				set.ids[id] = md.Sequence.Stream
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return set, fmt.Errorf("fetch from consumer %s: %w", name, err)
+		}
+		if got == 0 && pending > 0 {
+			return set, fmt.Errorf("consumer %s delivered nothing with %d messages pending", name, pending)
+		}
+	}
+	return set, nil
+}
+
+// lookUpStream returns the stream named name, or, if name is empty, the
+// one whose subjects take subject.
+func lookUpStream(ctx context.Context, js jetstream.JetStream, name, subject string) (jetstream.Stream, error) {
+	if name == "" {
+		n, err := js.StreamNameBySubject(ctx, subject)
+		if err != nil {
+			return nil, fmt.Errorf("look up the stream of %s: %w", subject, err)
+		}
+		name = n
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// reconciledWith takes in the read of what an earlier run stored: publishing
+// may start.
+func (d *delivery) reconciledWith(set storedSet, now time.Time) {
+	d.reconciling = false
+	d.wm.stored(set.last)
+	if len(set.ids) > 0 {
+		// Else left nil: publish looks nothing up.
+		d.found = set.ids
+		d.recognised = make(map[string]struct{}, len(set.ids))
+		d.wm.holding = true
+		d.wm.holdAt = d.p.opts.ReconcileFrom - 1
+		d.wm.holdUntil = now.Add(reconcileHold)
+	}
+}
+
+// recognise delivers the head event of pq, which the read found stored by
+// an earlier run, without publishing it.
+func (d *delivery) recognise(pq *podQueue, id string, now time.Time) {
+	e := pq.events[0]
+	d.p.metrics.checkReconciled.Inc()
+	d.p.log.Debug("event stored by an earlier run: not publishing it again",
+		"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type), "sequence", d.found[id])
+	d.recognised[id] = struct{}{}
+	d.checkHold(now)
+	d.delivered(pq)
+}
+
+// checkHold ends the hold of the read's messages on the watermark once
+// every one was recognised, or reconcileHold is over, and logs how many
+// were.
+func (d *delivery) checkHold(now time.Time) {
+	if !d.wm.holding || (len(d.recognised) < len(d.found) && now.Before(d.wm.holdUntil)) {
+		return
+	}
+	d.wm.holding = false
+	d.p.log.Info("recognised the events an earlier run stored after its checkpoint",
+		"recognised", len(d.recognised), "messages", len(d.found))
+}
+
+// watermark computes the sequence OnAck reports. Only Run's goroutine
+// touches it.
+type watermark struct {
+	// high is the highest sequence this run knows this node stored at:
+	// acks, checks, the read's end.
+	high uint64
+	// marks holds, in send order, a mark for the messages that may be
+	// stored and are not delivered, each with high at their first send;
+	// floors never decrease along it. Marks emptied at its front are
+	// dropped, those behind a live one wait for it.
+	marks []*sendMark
+	// holding is set while the read's messages hold the watermark at
+	// holdAt (ReconcileFrom−1), until holdUntil or all are recognised.
+	holding   bool
+	holdAt    uint64
+	holdUntil time.Time
+}
+
+// sendMark counts the messages first sent while high was floor, and not
+// delivered yet.
+type sendMark struct {
+	floor uint64
+	n     int
+}
+
+// stored takes in that this node's message is stored at seq.
+func (w *watermark) stored(seq uint64) { w.high = max(w.high, seq) }
+
+// sent returns the mark of a message sent now for the first time (or the
+// first time since a failure that proved it was not stored).
+func (w *watermark) sent() *sendMark {
+	if n := len(w.marks); n > 0 && w.marks[n-1].floor == w.high {
+		w.marks[n-1].n++
+		return w.marks[n-1]
+	}
+	m := &sendMark{floor: w.high, n: 1}
+	w.marks = append(w.marks, m)
+	return m
+}
+
+// settled releases the mark of a message that is delivered, or proved not
+// stored.
+func (w *watermark) settled(m *sendMark) {
+	m.n--
+	for len(w.marks) > 0 && w.marks[0].n == 0 {
+		w.marks[0] = nil
+		w.marks = w.marks[1:]
+	}
+}
+
+// value returns the watermark: every message this node stored at or below
+// it was acked and reported to OnAck (or is held, above).
+func (w *watermark) value() uint64 {
+	v := w.high
+	if len(w.marks) > 0 {
+		v = w.marks[0].floor
+	}
+	if w.holding {
+		v = min(v, w.holdAt)
+	}
+	return v
+}
