@@ -27,7 +27,7 @@
 //     the containers that still exist.
 //   - A spool entry Done but not yet removed is found again at the
 //     restart. If its ack was written (a flush writes an entry's ack no
-//     later than its removal), Open drops it; if not, it comes back marked
+//     later than its removal), Take drops it; if not, it comes back marked
 //     Earlier, and the publisher's reading of the stream recognises it.
 //   - A bbolt commit is all or nothing, so no crash leaves half a flush.
 //

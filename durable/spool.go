@@ -2,10 +2,8 @@ package durable
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -45,7 +43,7 @@ type SpoolEntry struct {
 // by a crash; the restarted generator derives them again from the
 // checkpoint and the runtime, for the containers that still exist. A Done
 // not yet written means the entry is found again at the restart: dropped
-// at Open if its ack was written (see dropDelivered), else offered with
+// when taken if its ack was written (see delivered), else offered with
 // Earlier set, and the publisher recognises it in the stream if it was
 // stored before it re-sends it.
 //
@@ -109,53 +107,6 @@ func readSpoolExtent(tx *bolt.Tx, path string) (spoolExtent, error) {
 		e.bytes += int64(len(v))
 	}
 	return e, nil
-}
-
-// dropDelivered deletes the spool entries whose event the checkpoint holds
-// as acked. A flush writes an entry's ack before its removal when the Done
-// came after the flush took the spool's changes (see Store.flush): a crash
-// in between leaves the entry in the spool, delivered. The event id
-// depends on the container and the event type only, as the checkpoint's
-// key does, so an ack under that key is this entry's. Offered again, it
-// could be published again: the publisher's reconciliation reads only the
-// messages stored after the checkpoint's sequence, and the sequence
-// written with this entry's ack may be past its message. It decodes the
-// entries' ids only, and writes only when it drops something.
-func (s *Store) dropDelivered(db *bolt.DB) error {
-	var drop [][]byte
-	err := db.View(func(tx *bolt.Tx) error {
-		ckpt := tx.Bucket([]byte(bucketCheckpoint))
-		return tx.Bucket([]byte(bucketSpool)).ForEach(func(k, v []byte) error {
-			var key struct {
-				ID   string                       `json:"id"`
-				Type generator.LifecycleEventType `json:"type"`
-			}
-			if json.Unmarshal(v, &key) != nil || key.ID == "" {
-				return nil // Take drops it with a warning
-			}
-			if ckpt.Get([]byte(ckptKey(key.ID, key.Type))) != nil {
-				drop = append(drop, slices.Clone(k)) // k lives as long as tx
-			}
-			return nil
-		})
-	})
-	if err != nil || len(drop) == 0 {
-		return err
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket([]byte(bucketSpool))
-		for _, k := range drop {
-			if err := b.Delete(k); err != nil {
-				return fmt.Errorf("delete spool entry: %w", err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("drop delivered spool entries of %s: %w", s.path, err)
-	}
-	s.logger.Info("dropped the spool entries the checkpoint holds as delivered", "path", s.path, "spool_entries", len(drop))
-	return nil
 }
 
 func newSpool(db *bolt.DB, maxBytes int64, e spoolExtent, logger *slog.Logger) *Spool {
@@ -251,13 +202,17 @@ func (s *Spool) takeQueued(out []SpoolEntry, max int) []SpoolEntry {
 // the file until Done, and no Done comes for an entry not yet taken, so
 // none disappears under the read. An entry that does not decode is dropped
 // with a warning: it cannot be published, and the spool must not stop at
-// it. ok is false if the file could not be read. The caller holds takeMu.
+// it. So is, with a note at Info, an earlier process's entry that was
+// delivered (see delivered). ok is false if the file could not be read.
+// The caller holds takeMu.
 func (s *Spool) readFile(out []SpoolEntry, max int, from, inFile uint64) (_ []SpoolEntry, ok bool) {
 	next := inFile // unless max stops the read first
 	var sizes []int64
 	var bad []uint64
 	var badBytes int64
+	dropped := 0
 	err := s.db.View(func(tx *bolt.Tx) error {
+		ckpt := tx.Bucket([]byte(bucketCheckpoint))
 		c := tx.Bucket([]byte(bucketSpool)).Cursor()
 		for k, v := c.Seek(seqKey(from)); k != nil; k, v = c.Next() {
 			seq := binary.BigEndian.Uint64(k)
@@ -275,6 +230,12 @@ func (s *Spool) readFile(out []SpoolEntry, max int, from, inFile uint64) (_ []Sp
 				badBytes += int64(len(v))
 				continue
 			}
+			if seq < s.earlier && delivered(ckpt, r) {
+				dropped++
+				bad = append(bad, seq)
+				badBytes += int64(len(v))
+				continue
+			}
 			out = append(out, SpoolEntry{Seq: seq, Event: r.event(), Earlier: seq < s.earlier})
 			sizes = append(sizes, int64(len(v)))
 		}
@@ -285,6 +246,9 @@ func (s *Spool) readFile(out []SpoolEntry, max int, from, inFile uint64) (_ []Sp
 		// taken, and the entries stay for the next process.
 		s.logger.Warn("cannot read the spool", "err", err)
 		return out[:len(out)-len(sizes)], false
+	}
+	if dropped > 0 {
+		s.logger.Info("dropped spool entries of an earlier run that the checkpoint holds as delivered", "spool_entries", dropped)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -297,6 +261,20 @@ func (s *Spool) readFile(out []SpoolEntry, max int, from, inFile uint64) (_ []Sp
 	s.bytes -= badBytes
 	s.done = append(s.done, bad...)
 	return out, true
+}
+
+// delivered reports whether the checkpoint ckpt holds r's event as acked.
+// A flush writes an entry's ack no later than its removal, and in an
+// earlier flush when the Done came after the flush took the spool's
+// changes (see Store.flush): a crash in between leaves the entry in the
+// spool, delivered. The event id depends on the container and the event
+// type only, as the checkpoint's key does, so an ack under that key is
+// this entry's. Offered again, it could be published again: the
+// publisher's read of the stream at start covers only the messages stored
+// after the checkpoint's sequence, and the sequence written with this
+// entry's ack may be past its message.
+func delivered(ckpt *bolt.Bucket, r record) bool {
+	return ckpt.Get([]byte(ckptKey(r.ID, r.Type))) != nil
 }
 
 // Done marks a taken entry delivered (acked) or given up: its bytes are
@@ -339,17 +317,18 @@ func (s *Spool) Bytes() int64 {
 }
 
 // Restored returns the events of the entries the spool held at Open that
-// are still in the file, in order: the generator is seeded with them, as
-// with the checkpoint, so that it does not report them again. Call it
-// before delivery starts. It reads the file.
+// are still in the file and not delivered, in order: the generator is
+// seeded with them, as with the checkpoint, so that it does not report
+// them again. Call it before delivery starts. It reads the file.
 func (s *Spool) Restored() []generator.Event {
 	var evs []generator.Event
 	err := s.db.View(func(tx *bolt.Tx) error {
+		ckpt := tx.Bucket([]byte(bucketCheckpoint))
 		c := tx.Bucket([]byte(bucketSpool)).Cursor()
 		for k, v := c.First(); k != nil && binary.BigEndian.Uint64(k) < s.earlier; k, v = c.Next() {
 			r, err := decodeRecord(v)
-			if err != nil {
-				continue // Take drops it with a warning
+			if err != nil || delivered(ckpt, r) {
+				continue // Take drops it
 			}
 			evs = append(evs, r.event())
 		}

@@ -228,8 +228,7 @@ type loaded struct {
 }
 
 // load checks that db is this node's store, creating its buckets in a
-// fresh one, imports the earlier checkpoint files of dir, drops the spool
-// entries the checkpoint holds as acked (dropDelivered), and reads the
+// fresh one, imports the earlier checkpoint files of dir, and reads the
 // checkpoint and the spool's extent. Records of containers removed more
 // than keepRemoved before now are not restored; the first collection
 // deletes them.
@@ -244,9 +243,6 @@ func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l lo
 		return l, err
 	}
 	if err := importLegacy(db, dir, opts.Node, s.logger, now); err != nil {
-		return l, err
-	}
-	if err := s.dropDelivered(db); err != nil {
 		return l, err
 	}
 	l.removed = map[string]time.Time{}
