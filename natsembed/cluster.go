@@ -262,6 +262,24 @@ func (c *Cluster) MetaLeader() int {
 	return leader
 }
 
+// WaitMetaLeader waits until a running server leads the JetStream meta
+// group and returns its index. After the meta leader is stopped, the others
+// elect a new one within a few seconds; publishing to a stream does not
+// wait for that, so a caller that needs the new leader waits here. It
+// returns an error after the cluster's ready timeout.
+func (c *Cluster) WaitMetaLeader() (int, error) {
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for {
+		if leader := c.MetaLeader(); leader >= 0 {
+			return leader, nil
+		}
+		if time.Now().After(deadline) {
+			return -1, fmt.Errorf("wait for a jetstream meta leader: none after %s", clusterReadyTimeout)
+		}
+		time.Sleep(clusterPollInterval)
+	}
+}
+
 // Stop shuts server i down and waits until it stopped. To its clients and
 // its peers that is a crash: connections and routes drop, nothing is
 // handed over. Stopping a stopped server does nothing.
