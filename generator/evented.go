@@ -23,7 +23,57 @@ const (
 	// missedGrace is how long the stream has to report a transition before a
 	// relist that finds it counts it as missed by the stream.
 	missedGrace = 2 * time.Second
+	// replayQuiet ends a connection's replay once no message came for this
+	// long: containerd 2.x sends what it kept for a new subscriber at once,
+	// back to back, so a gap this long means the backlog is through.
+	replayQuiet = 300 * time.Millisecond
+	// replayMax bounds a replay however it goes on: relists wait for its end
+	// (see replayGate), and /healthz counts only on relists.
+	replayMax = 10 * time.Second
 )
+
+// replayGate tells the merge when a stream connection's replay is over.
+// containerd 2.x keeps the events emitted while nobody listened and sends
+// them to the next subscriber first; they are older than anything a relist
+// taken now would list. A relist merged before them would find a container
+// exited or gone whose start only the replay reports, and the forward-only
+// merge would then refuse that start as stale: for a sandbox, which has no
+// started_at to fill it in from, or a container created and removed while
+// the stream was down, the ContainerStarted would be lost. So the merge holds
+// relist batches while a replay is in progress, and applies the replay first.
+//
+// A replay is over at the first message the runtime stamped at or after the
+// connection opened (the backlog comes first, oldest first, so everything
+// kept has arrived), when no message came for replayQuiet, after replayMax,
+// or when the connection ends. Its methods are safe for concurrent use.
+type replayGate struct {
+	mu   sync.Mutex
+	done chan struct{} // guarded by mu; closed while no replay is in progress
+}
+
+func newReplayGate() *replayGate {
+	done := make(chan struct{})
+	close(done)
+	return &replayGate{done: done}
+}
+
+// over returns a channel that is closed once no replay is in progress.
+func (r *replayGate) over() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done
+}
+
+// begin starts a replay and returns the function that ends it, which may be
+// called more than once.
+func (r *replayGate) begin() (end func()) {
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.done = done
+	r.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
+}
 
 // streamSupervisor is the evented source. It decides (in auto mode) whether
 // to subscribe at all, then keeps a GetContainerEvents stream open and hands
@@ -54,6 +104,8 @@ type streamSupervisor struct {
 	// answers again, so waiting out the reconnect backoff would only delay
 	// evented mode.
 	runtimeBack <-chan struct{}
+	// replay is open while a new connection's replayed backlog comes in.
+	replay *replayGate
 
 	connectedAt atomic.Int64 // unix ns when the current connection opened; 0 while none is open
 	// eventsSinceRelist counts the messages received since the last full
@@ -161,14 +213,19 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 		s.connectedAt.Store(0)
 		s.metrics.streamConnected.Set(0)
 	}()
-	s.relist() // the relist after every connect
+	// The replay opens before the relist after every connect is asked for,
+	// so that relist is merged after whatever the runtime replays.
+	endReplay := s.replay.begin()
+	s.relist()
 
 	var events int
 	gotEvent := make(chan struct{}, 1)
+	replayed := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	wg.Go(func() { s.promoteWhenHealthy(wctx, requireEvents, gotEvent) })
+	wg.Go(func() { endReplayWhenQuiet(wctx, endReplay, replayed) })
 	err := s.rt.WatchEvents(wctx, func(ev *runtimeapi.ContainerEventResponse) {
 		events++
 		s.eventsSinceRelist.Add(1)
@@ -184,8 +241,40 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 				"container_id", ev.GetContainerId(), "event_type", ev.GetContainerEventType().String())
 			s.relist()
 		}
+		// Only once the message is in the merge's buffer: the merge drains
+		// the buffer before it applies a relist the replay held back.
+		if at := ev.GetCreatedAt(); at >= start.UnixNano() {
+			endReplay() // a live message: the backlog is through
+		} else {
+			select {
+			case replayed <- struct{}{}:
+			default:
+			}
+		}
 	})
 	return time.Since(start), events, err
+}
+
+// endReplayWhenQuiet ends a connection's replay when no replayed message
+// came for replayQuiet, after replayMax, or when ctx (the connection) ends.
+func endReplayWhenQuiet(ctx context.Context, end func(), replayed <-chan struct{}) {
+	defer end()
+	quiet := time.NewTimer(replayQuiet)
+	defer quiet.Stop()
+	limit := time.NewTimer(replayMax)
+	defer limit.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-quiet.C:
+			return
+		case <-limit.C:
+			return
+		case <-replayed:
+			quiet.Reset(replayQuiet)
+		}
+	}
 }
 
 // promoteWhenHealthy returns the generator to evented mode once the current
@@ -260,6 +349,10 @@ func (g *Generator) applyStreamEvent(ctx context.Context, ev *runtimeapi.Contain
 		return nil
 	}
 	g.metrics.streamEvents.WithLabelValues("accepted").Inc()
+	if g.logger.Enabled(ctx, slog.LevelDebug) {
+		g.logger.Debug("stream message", "event_type", ev.GetContainerEventType().String(), "container_id", ev.GetContainerId(),
+			"created_at", time.Unix(0, ev.GetCreatedAt()).UTC())
+	}
 	if err := g.apply(ctx, b); err != nil {
 		return err
 	}

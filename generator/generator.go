@@ -207,6 +207,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		relist:      g.requestRelist,
 		messages:    g.streamBuf,
 		runtimeBack: g.runtimeBack,
+		replay:      newReplayGate(),
 	}
 	return g
 }
@@ -306,7 +307,9 @@ func (g *Generator) mergeLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case req := <-g.batches:
-			err = g.apply(ctx, req.b)
+			if err = g.mergeStreamFirst(ctx); err == nil {
+				err = g.apply(ctx, req.b)
+			}
 			req.done <- err // buffered: the submitter may have gone
 		case ev := <-g.streamBuf:
 			err = g.applyStreamEvent(ctx, ev)
@@ -317,6 +320,38 @@ func (g *Generator) mergeLoop(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// mergeStreamFirst runs in the merge goroutine before a relist batch is
+// applied: it waits for the end of a stream replay in progress, merging the
+// replay meanwhile, then merges every stream message already received. A
+// stream message is never newer than the relist for being merged first: the
+// merge refuses what would move a container backwards, and a relist declares
+// gone only what nothing saw after it began. The other way round, a relist
+// merged before an older message can make that message stale and lose the
+// transition it reports (see replayGate).
+func (g *Generator) mergeStreamFirst(ctx context.Context) error {
+	over := g.stream.replay.over()
+	for waiting := true; waiting; {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-over:
+			waiting = false
+		case ev := <-g.streamBuf:
+			if err := g.applyStreamEvent(ctx, ev); err != nil {
+				return err
+			}
+		}
+	}
+	// What is buffered now, not what keeps coming: a storm must not keep
+	// the relist out.
+	for range len(g.streamBuf) {
+		if err := g.applyStreamEvent(ctx, <-g.streamBuf); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // submit hands a batch to the merge goroutine and waits until it is applied.
@@ -440,8 +475,16 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 	if b.subject != "" && !slices.ContainsFunc(events, func(e Event) bool { return e.Container.ID == b.subject }) {
 		g.metrics.suppressed.WithLabelValues(string(b.source)).Inc()
 	}
+	debug := g.logger.Enabled(ctx, slog.LevelDebug)
+	if debug && b.source == SourceRelist {
+		g.logger.Debug("relist merged", "at", b.at, "full", b.full, "pods", len(b.pods), "events", len(events))
+	}
 	for _, ev := range events {
 		g.metrics.events.WithLabelValues(string(ev.Type), string(ev.DetectedBy)).Inc()
+		if debug {
+			g.logger.Debug("lifecycle event", "event_type", ev.Type, "container_id", ev.Container.ID,
+				"pod_uid", ev.Pod.UID, "sandbox", ev.Container.Sandbox, "source", ev.DetectedBy, "full_relist", b.full)
+		}
 	}
 	if len(events) == 0 {
 		return nil

@@ -743,3 +743,59 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestARelistWaitsForTheStreamsReplay lets a runtime that replays what it
+// kept while nobody listened (containerd 2.x) start and stop a sandbox, and
+// run a container from start to removal, while the stream is down. The
+// relist after the reconnect lists them stopped or gone; merged before the
+// replay, it would make the replayed starts stale and lose them (a sandbox
+// has no started_at to fill its start in from, and a removed container
+// leaves nothing to list). Merged after it, every transition is reported in
+// order.
+func TestARelistWaitsForTheStreamsReplay(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{
+			Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour,
+			StreamBackoffMin: 5 * time.Second, StreamBackoffMax: 5 * time.Second, StreamFailureLimit: 10,
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		<-f.rt.StreamOpened()
+		advance(time.Second)
+
+		f.rt.EndStreams(codes.Unavailable)
+		advance(time.Second) // the relist after the stream ended finds nothing new
+		// Enough of them that a relist merged anywhere but after the
+		// whole replay would find some of them already ended.
+		m := f.rt.Model()
+		want := map[string][]string{}
+		for i := range 20 {
+			sb := must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("stopped-%d", i)}))
+			must(0, m.StopPodSandbox(sb))
+			want[sb] = []string{"ContainerStarted", "ContainerDied"}
+			sb = must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("running-%d", i)}))
+			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+			must(0, m.StartContainer(c))
+			must(0, m.StopContainer(c, 1, "Error", ""))
+			must(0, m.RemoveContainer(c))
+			want[sb] = []string{"ContainerStarted"}
+			want[c] = []string{"ContainerStarted", "ContainerDied", "ContainerRemoved"}
+		}
+		<-f.rt.StreamOpened() // the reconnect, after the backoff
+		advance(time.Second)
+
+		got := map[string][]string{}
+		for _, e := range f.rec.Events() {
+			got[e.Container.ID] = append(got[e.Container.ID], string(e.Type))
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("events per container (-want +got):\n%s", diff)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
