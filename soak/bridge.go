@@ -132,6 +132,36 @@ func (b *bridgeProcess) waitReady(ctx context.Context, timeout time.Duration) er
 	}
 }
 
+// waitNotReady polls /readyz until it answers 503, and returns the answer's
+// body (the reason). It returns an error if it still answers otherwise at
+// deadline, or if ctx ends or the process exits first.
+func (b *bridgeProcess) waitNotReady(ctx context.Context, deadline time.Time) (string, error) {
+	ticker := time.NewTicker(readyPoll)
+	defer ticker.Stop()
+	last := "no answer yet"
+	for {
+		status, body, err := b.get(ctx, "/readyz")
+		switch {
+		case err == nil && status == http.StatusServiceUnavailable:
+			return body, nil
+		case err == nil:
+			last = fmt.Sprintf("%d %s", status, body)
+		default:
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("still %s at the end (log: %s)", last, b.logPath)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-b.done():
+			return "", errors.New("the bridge exited")
+		case <-ticker.C:
+		}
+	}
+}
+
 // get asks the bridge's HTTP endpoint for path.
 func (b *bridgeProcess) get(ctx context.Context, path string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.baseURL+path, nil)

@@ -244,15 +244,18 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 	case FaultNATSRestart, FaultNATSOutage:
 		down := time.Now()
 		s.nats.stopAll()
+		var readiness string
 		if fault == FaultNATSOutage {
-			if err := s.wait(ctx, o.outage()); err != nil {
+			end := down.Add(o.outage())
+			readiness = s.readyzDuring(ctx, down, end)
+			if err := s.waitUntil(ctx, end); err != nil {
 				return "", err
 			}
 		}
 		if err := s.nats.startAll(); err != nil {
 			return "", err
 		}
-		note := fmt.Sprintf("NATS down for %v", roundDelay(time.Since(down)))
+		note := fmt.Sprintf("NATS down for %v%s", roundDelay(time.Since(down)), readiness)
 		return note + s.bridgeRecovery(ctx), nil
 
 	case FaultLeaderKill, FaultMetaLeaderChange:
@@ -340,6 +343,21 @@ func (s *soak) bridgeRecovery(ctx context.Context) string {
 		return "; bridge NOT ready again"
 	}
 	return fmt.Sprintf("; bridge ready again %v after NATS", roundDelay(time.Since(back)))
+}
+
+// readyzDuring checks, while NATS is down from down until end, that the
+// bridge tells its readiness probe so: /readyz must answer 503 with the
+// reason before end. A bridge that stays ready through an outage is a
+// problem, since a Service would keep sending it readers it cannot serve.
+func (s *soak) readyzDuring(ctx context.Context, down, end time.Time) string {
+	body, err := s.bridge.waitNotReady(ctx, end)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.problem("/readyz during the NATS outage: %v", err)
+		}
+		return "; /readyz NOT 503 during it"
+	}
+	return fmt.Sprintf("; /readyz 503 after %v (%q)", roundDelay(time.Since(down)), body)
 }
 
 // scrapeDropped adds the running bridge's count of events given up to the

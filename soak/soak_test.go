@@ -2,6 +2,7 @@ package soak_test
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,8 @@ func TestShortSoakLosesNothing(t *testing.T) {
 		FaultLength:     time.Second,
 		SettleTimeout:   30 * time.Second,
 		Stdout:          &progress,
+		// Every event and stream message in the log, for logFindings.
+		BridgeEnv: []string{"PLEG_LOG_LEVEL=debug"},
 	})
 	if err != nil {
 		t.Fatalf("soak: %v\nprogress:\n%s", err, progress.String())
@@ -53,6 +56,7 @@ func TestShortSoakLosesNothing(t *testing.T) {
 	t.Logf("progress:\n%s\n%s", progress.String(), table.String())
 	if rep.Failed() {
 		t.Errorf("the soak found loss, duplication or disorder (bridge log: %s)", filepath.Join(dir, "bridge.log"))
+		logFindings(t, filepath.Join(dir, "bridge.log"), rep)
 	}
 	// Every window saw churn, so each fault was tested with transitions
 	// in flight.
@@ -64,4 +68,36 @@ func TestShortSoakLosesNothing(t *testing.T) {
 	if got := len(rep.Windows); got != 6 {
 		t.Errorf("%d windows, want 6: baseline, four faults, recovery", got)
 	}
+}
+
+// logFindings logs the bridge's log lines that name a container or pod at
+// fault, since the test's directory, and the log in it, is removed when the
+// test ends: a failure in CI must be explainable from its output alone.
+func logFindings(t *testing.T, logPath string, rep soak.Report) {
+	t.Helper()
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Logf("read the bridge log: %v", err)
+		return
+	}
+	var ids []string
+	for _, list := range [][]soak.Finding{rep.Missing, rep.Duplicated, rep.OutOfOrder} {
+		for _, f := range list {
+			ids = append(ids, f.ContainerID, f.PodUID)
+		}
+	}
+	const maxLines = 200
+	var lines []string
+	for line := range strings.Lines(string(data)) {
+		for _, id := range ids {
+			if id != "" && strings.Contains(line, id) {
+				lines = append(lines, strings.TrimRight(line, "\n"))
+				break
+			}
+		}
+		if len(lines) == maxLines {
+			break
+		}
+	}
+	t.Logf("bridge log lines naming what is at fault (%d, at most %d):\n%s", len(lines), maxLines, strings.Join(lines, "\n"))
 }
