@@ -30,25 +30,40 @@ const (
 	// replayMax bounds a replay however it goes on: relists wait for its end
 	// (see replayGate), and /healthz counts only on relists.
 	replayMax = 10 * time.Second
+	// replayHold bounds how long a relist taken while the stream is down
+	// waits for the next connection and its replay. A working connection
+	// that breaks is retried at once, and the first relist that finds a
+	// restarted runtime answering reconnects at once (runtimeBack), so the
+	// wait is usually milliseconds; past this, relisting goes on as if no
+	// replay were coming (a stream failing over and over, backing off).
+	replayHold = 3 * time.Second
+	// reconnectAtOnceAfter is how long a connection must have lasted for its
+	// end to be retried without a backoff: a stream that breaks after
+	// working (a dropped connection) is back before anything is missed,
+	// while one that ends as soon as it opens backs off.
+	reconnectAtOnceAfter = time.Second
 )
 
-// replayGate tells the merge when a stream connection's replay is over.
-// containerd 2.x keeps the events emitted while nobody listened and sends
+// replayGate tells the merge when to hold relists back for the stream.
+// containerd 2.x keeps the events emitted while nobody listens and sends
 // them to the next subscriber first; they are older than anything a relist
-// taken now would list. A relist merged before them would find a container
+// taken meanwhile lists. A relist merged before them would find a container
 // exited or gone whose start only the replay reports, and the forward-only
 // merge would then refuse that start as stale: for a sandbox, which has no
-// started_at to fill it in from, or a container created and removed while
-// the stream was down, the ContainerStarted would be lost. So the merge holds
-// relist batches while a replay is in progress, and applies the replay first.
+// started_at to fill its start in from, or a container removed before its
+// status could be read, the ContainerStarted would be lost. So from the
+// moment the supervisor sets out to connect (at start, and whenever a
+// connection ends) until the new connection's replay is over, the gate is
+// open and the merge holds relist batches back, merging the stream
+// meanwhile (Generator.mergeStreamFirst).
 //
 // A replay is over at the first message the runtime stamped at or after the
 // connection opened (the backlog comes first, oldest first, so everything
-// kept has arrived), when no message came for replayQuiet, after replayMax,
-// or when the connection ends. Its methods are safe for concurrent use.
+// kept has arrived), when no message came for replayQuiet, or after
+// replayMax. Its methods are safe for concurrent use.
 type replayGate struct {
 	mu   sync.Mutex
-	done chan struct{} // guarded by mu; closed while no replay is in progress
+	done chan struct{} // guarded by mu; closed while the gate is shut
 }
 
 func newReplayGate() *replayGate {
@@ -57,22 +72,34 @@ func newReplayGate() *replayGate {
 	return &replayGate{done: done}
 }
 
-// over returns a channel that is closed once no replay is in progress.
-func (r *replayGate) over() <-chan struct{} {
+// shut returns a channel that is closed once the gate is shut: no replay
+// is pending or in progress.
+func (r *replayGate) shut() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.done
 }
 
-// begin starts a replay and returns the function that ends it, which may be
-// called more than once.
-func (r *replayGate) begin() (end func()) {
-	done := make(chan struct{})
+// open opens the gate, if it is not open already.
+func (r *replayGate) open() {
 	r.mu.Lock()
-	r.done = done
-	r.mu.Unlock()
-	var once sync.Once
-	return func() { once.Do(func() { close(done) }) }
+	defer r.mu.Unlock()
+	select {
+	case <-r.done:
+		r.done = make(chan struct{})
+	default:
+	}
+}
+
+// close shuts the gate, if it is not shut already.
+func (r *replayGate) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.done:
+	default:
+		close(r.done)
+	}
 }
 
 // streamSupervisor is the evented source. It decides (in auto mode) whether
@@ -104,7 +131,8 @@ type streamSupervisor struct {
 	// answers again, so waiting out the reconnect backoff would only delay
 	// evented mode.
 	runtimeBack <-chan struct{}
-	// replay is open while a new connection's replayed backlog comes in.
+	// replay is open from the moment the supervisor sets out to connect
+	// until that connection's replayed backlog is in.
 	replay *replayGate
 
 	connectedAt atomic.Int64 // unix ns when the current connection opened; 0 while none is open
@@ -125,6 +153,10 @@ type streamSupervisor struct {
 // that does not implement GetContainerEvents). It returns nil; connection
 // failures are logged, counted and retried with capped, jittered backoff.
 func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
+	// From the start: the first relist must wait for what the runtime kept
+	// while the bridge was away.
+	s.replay.open()
+	defer s.replay.close()
 	if mode == ModeAuto {
 		ok, why, err := s.detect(ctx)
 		if err != nil {
@@ -148,6 +180,9 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		// Whatever the runtime keeps for the next connection must be merged
+		// before any relist taken from now on.
+		s.replay.open()
 		if up >= s.opts.StreamHealthyAfter && events > 0 {
 			failures, delay = 0, s.opts.StreamBackoffMin
 		} else {
@@ -161,6 +196,9 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 		}
 		if failures >= s.opts.StreamFailureLimit && s.mode() == ModeEvented {
 			s.setMode(ModeGeneric, fmt.Sprintf("event stream failed %d times in a row: %v", failures, err))
+		}
+		if up >= reconnectAtOnceAfter {
+			continue // a working connection broke: the next one's relist covers the gap
 		}
 		// Whatever happened while the stream was down is found by a relist.
 		s.relist()
@@ -213,9 +251,8 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 		s.connectedAt.Store(0)
 		s.metrics.streamConnected.Set(0)
 	}()
-	// The replay opens before the relist after every connect is asked for,
-	// so that relist is merged after whatever the runtime replays.
-	endReplay := s.replay.begin()
+	// The gate is open (Run opened it), so this relist is merged after
+	// whatever the runtime replays.
 	s.relist()
 
 	var events int
@@ -225,7 +262,7 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 	defer wg.Wait()
 	defer cancel()
 	wg.Go(func() { s.promoteWhenHealthy(wctx, requireEvents, gotEvent) })
-	wg.Go(func() { endReplayWhenQuiet(wctx, endReplay, replayed) })
+	wg.Go(func() { endReplayWhenQuiet(wctx, s.replay, replayed) })
 	err := s.rt.WatchEvents(wctx, func(ev *runtimeapi.ContainerEventResponse) {
 		events++
 		s.eventsSinceRelist.Add(1)
@@ -244,7 +281,7 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 		// Only once the message is in the merge's buffer: the merge drains
 		// the buffer before it applies a relist the replay held back.
 		if at := ev.GetCreatedAt(); at >= start.UnixNano() {
-			endReplay() // a live message: the backlog is through
+			s.replay.close() // a live message: the backlog is through
 		} else {
 			select {
 			case replayed <- struct{}{}:
@@ -255,10 +292,11 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 	return time.Since(start), events, err
 }
 
-// endReplayWhenQuiet ends a connection's replay when no replayed message
-// came for replayQuiet, after replayMax, or when ctx (the connection) ends.
-func endReplayWhenQuiet(ctx context.Context, end func(), replayed <-chan struct{}) {
-	defer end()
+// endReplayWhenQuiet shuts the gate when no replayed message came for
+// replayQuiet, or after replayMax. When ctx (the connection) ends first, it
+// leaves the gate as it is: the supervisor keeps it open for the next
+// connection.
+func endReplayWhenQuiet(ctx context.Context, gate *replayGate, replayed <-chan struct{}) {
 	quiet := time.NewTimer(replayQuiet)
 	defer quiet.Stop()
 	limit := time.NewTimer(replayMax)
@@ -267,9 +305,13 @@ func endReplayWhenQuiet(ctx context.Context, end func(), replayed <-chan struct{
 		select {
 		case <-ctx.Done():
 			return
+		case <-gate.shut():
+			return // a live message came
 		case <-quiet.C:
+			gate.close()
 			return
 		case <-limit.C:
+			gate.close()
 			return
 		case <-replayed:
 			quiet.Reset(replayQuiet)

@@ -323,21 +323,27 @@ func (g *Generator) mergeLoop(ctx context.Context) error {
 }
 
 // mergeStreamFirst runs in the merge goroutine before a relist batch is
-// applied: it waits for the end of a stream replay in progress, merging the
-// replay meanwhile, then merges every stream message already received. A
-// stream message is never newer than the relist for being merged first: the
-// merge refuses what would move a container backwards, and a relist declares
-// gone only what nothing saw after it began. The other way round, a relist
-// merged before an older message can make that message stale and lose the
-// transition it reports (see replayGate).
+// applied: while the replay gate is open, it waits, merging the stream
+// meanwhile (while no connection is open, at most replayHold), then merges
+// every stream message already received. A stream message is never newer
+// than the relist for being merged first: the merge refuses what would move
+// a container backwards, and a relist declares gone only what nothing saw
+// after it began. The other way round, a relist merged before an older
+// message can make that message stale and lose the transition it reports
+// (see replayGate).
 func (g *Generator) mergeStreamFirst(ctx context.Context) error {
-	over := g.stream.replay.over()
+	shut := g.stream.replay.shut()
+	hold := time.NewTimer(replayHold)
+	defer hold.Stop()
 	for waiting := true; waiting; {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-over:
+		case <-shut:
 			waiting = false
+		case <-hold.C:
+			// While connected, the replay ends by itself within replayMax.
+			waiting = g.stream.connectedAt.Load() != 0
 		case ev := <-g.streamBuf:
 			if err := g.applyStreamEvent(ctx, ev); err != nil {
 				return err
@@ -382,7 +388,16 @@ func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration)
 		case <-g.relistNow:
 			t.Stop()
 		}
-		err := g.relistOnce(ctx)
+		err := g.relistOnce(ctx, func() {
+			if failing {
+				// The runtime answers again: reconnect now, so that this
+				// relist, held for the stream's replay, is not held long.
+				select {
+				case g.runtimeBack <- struct{}{}:
+				default:
+				}
+			}
+		})
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -394,23 +409,21 @@ func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration)
 		case failing:
 			failing = false
 			g.logger.Info("relist recovered")
-			select {
-			case g.runtimeBack <- struct{}{}:
-			default:
-			}
 		}
 		t.Reset(period())
 	}
 }
 
-// relistOnce takes one full relist and has it merged.
-func (g *Generator) relistOnce(ctx context.Context) error {
+// relistOnce takes one full relist and has it merged, calling listed once
+// the runtime answered, before the merge.
+func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 	start := time.Now()
 	b, err := g.relister.relist(ctx, nil)
 	if err != nil {
 		g.metrics.relists.WithLabelValues("full", "error").Inc()
 		return err
 	}
+	listed()
 	if err := g.submit(ctx, b); err != nil {
 		return err
 	}

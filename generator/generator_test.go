@@ -744,14 +744,44 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// replayScenario starts and ends pods on m while the stream is down, enough
+// of them that a relist merged anywhere but after the whole replay would
+// find some already ended: a sandbox started and stopped (it has no
+// started_at to fill a lost start in from), and a container run from
+// creation to removal in another pod (nothing left to list). It returns the
+// events each container must get, in order.
+func replayScenario(t *testing.T, m *crisim.Runtime) map[string][]string {
+	t.Helper()
+	want := map[string][]string{}
+	for i := range 20 {
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("stopped-%d", i)}))
+		must(0, m.StopPodSandbox(sb))
+		want[sb] = []string{"ContainerStarted", "ContainerDied"}
+		sb = must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("running-%d", i)}))
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		must(0, m.StartContainer(c))
+		must(0, m.StopContainer(c, 1, "Error", ""))
+		must(0, m.RemoveContainer(c))
+		want[sb] = []string{"ContainerStarted"}
+		want[c] = []string{"ContainerStarted", "ContainerDied", "ContainerRemoved"}
+	}
+	return want
+}
+
+func eventTypesByContainer(evs []generator.Event) map[string][]string {
+	got := map[string][]string{}
+	for _, e := range evs {
+		got[e.Container.ID] = append(got[e.Container.ID], string(e.Type))
+	}
+	return got
+}
+
 // TestARelistWaitsForTheStreamsReplay lets a runtime that replays what it
-// kept while nobody listened (containerd 2.x) start and stop a sandbox, and
-// run a container from start to removal, while the stream is down. The
-// relist after the reconnect lists them stopped or gone; merged before the
-// replay, it would make the replayed starts stale and lose them (a sandbox
-// has no started_at to fill its start in from, and a removed container
-// leaves nothing to list). Merged after it, every transition is reported in
-// order.
+// kept while nobody listened (containerd 2.x) start and end pods while the
+// stream is down. The relist after the reconnect lists them ended; merged
+// before the replay, it would make the replayed starts stale to the
+// forward-only merge, and lose them. Merged after it, every transition is
+// reported, in order.
 func TestARelistWaitsForTheStreamsReplay(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -765,32 +795,55 @@ func TestARelistWaitsForTheStreamsReplay(t *testing.T) {
 		<-f.rt.StreamOpened()
 		advance(time.Second)
 
+		// The stream ends and the runtime refuses the immediate reconnect,
+		// so the stream stays down for the backoff.
+		f.rt.FailNext("WatchEvents", status.Error(codes.Unavailable, "restarting"))
 		f.rt.EndStreams(codes.Unavailable)
-		advance(time.Second) // the relist after the stream ended finds nothing new
-		// Enough of them that a relist merged anywhere but after the
-		// whole replay would find some of them already ended.
-		m := f.rt.Model()
-		want := map[string][]string{}
-		for i := range 20 {
-			sb := must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("stopped-%d", i)}))
-			must(0, m.StopPodSandbox(sb))
-			want[sb] = []string{"ContainerStarted", "ContainerDied"}
-			sb = must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("running-%d", i)}))
-			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
-			must(0, m.StartContainer(c))
-			must(0, m.StopContainer(c, 1, "Error", ""))
-			must(0, m.RemoveContainer(c))
-			want[sb] = []string{"ContainerStarted"}
-			want[c] = []string{"ContainerStarted", "ContainerDied", "ContainerRemoved"}
-		}
+		advance(time.Second)
+		want := replayScenario(t, f.rt.Model())
 		<-f.rt.StreamOpened() // the reconnect, after the backoff
 		advance(time.Second)
 
-		got := map[string][]string{}
-		for _, e := range f.rec.Events() {
-			got[e.Container.ID] = append(got[e.Container.ID], string(e.Type))
+		if diff := cmp.Diff(want, eventTypesByContainer(f.rec.Events())); diff != "" {
+			t.Errorf("events per container (-want +got):\n%s", diff)
 		}
-		if diff := cmp.Diff(want, got); diff != "" {
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
+
+// TestARelistWhileTheStreamIsDownWaitsForItsReplay is the same loss through
+// another door: the relist the bridge takes when the stream ends lists the
+// pods ended before the reconnect brings their replayed starts. It is held
+// until the replay is in (at most replayHold, 3 s, longer than this
+// reconnect's backoff of 2.5 s).
+func TestARelistWhileTheStreamIsDownWaitsForItsReplay(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{
+			Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour,
+			StreamBackoffMin: 2500 * time.Millisecond, StreamBackoffMax: 2500 * time.Millisecond, StreamFailureLimit: 10,
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		<-f.rt.StreamOpened()
+		advance(time.Second)
+
+		// The relist after the stream's end waits in the runtime while the
+		// pods come and go, so it lists them ended.
+		f.rt.Hang()
+		f.rt.FailNext("WatchEvents", status.Error(codes.Unavailable, "restarting"))
+		f.rt.EndStreams(codes.Unavailable)
+		synctest.Wait()
+		want := replayScenario(t, f.rt.Model())
+		f.rt.Unhang()
+		<-f.rt.StreamOpened() // the reconnect
+		advance(5 * time.Second)
+
+		if diff := cmp.Diff(want, eventTypesByContainer(f.rec.Events())); diff != "" {
 			t.Errorf("events per container (-want +got):\n%s", diff)
 		}
 		cancel()
