@@ -385,8 +385,9 @@ func TestDecodesWhatPublishEncodes(t *testing.T) {
 	code := int32(137)
 	at := time.Date(2026, 1, 2, 3, 9, 0, 500000001, time.UTC)
 	ev := generator.Event{
-		Type:       generator.ContainerDied,
-		Pod:        generator.Pod{UID: "uid with space%", Namespace: "default", Name: "wéb-0"},
+		Type: generator.ContainerDied,
+		Pod: generator.Pod{UID: "uid with space%", Namespace: "default", Name: "wéb-0",
+			Meta: generator.NewPodMeta(map[string]string{"app": "web"}, map[string]string{"team": "payments"})},
 		Container:  generator.Container{ID: "3b9f", Name: "app", Image: "registry.example/app:1.2"},
 		State:      generator.StateExited,
 		ExitCode:   &code,
@@ -424,8 +425,9 @@ func TestDecodesWhatPublishEncodes(t *testing.T) {
 				Node:        "node-1.example.com",
 				ContainerID: "3b9f",
 				Data: schemas.EventData{
-					Node:       "node-1.example.com",
-					Pod:        schemas.Pod{UID: "uid with space%", Namespace: "default", Name: "wéb-0"},
+					Node: "node-1.example.com",
+					Pod: schemas.Pod{UID: "uid with space%", Namespace: "default", Name: "wéb-0",
+						Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"team": "payments"}},
 					Container:  schemas.Container{ID: "3b9f", Name: "app", Image: "registry.example/app:1.2"},
 					State:      "exited",
 					ExitCode:   &code,

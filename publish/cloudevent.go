@@ -270,14 +270,25 @@ func ceSubject(ev generator.Event) string {
 }
 
 // data maps ev to the data contract. Unknown values stay out: a nil exit
-// code and zero times are omitted, never written as zero.
+// code, zero times and the labels of a pod whose sandbox was not seen are
+// omitted, never written as zero. The label maps are the pod's shared ones,
+// only read here.
 func (e *Encoder) data(ev generator.Event) schemas.EventData {
+	var labels, annotations map[string]string
+	if m := ev.Pod.Meta; m != nil {
+		labels, annotations = m.Labels, m.Annotations
+		if labels == nil {
+			labels = map[string]string{} // known: the sandbox has none
+		}
+	}
 	return schemas.EventData{
 		Node: e.node,
 		Pod: schemas.Pod{
-			UID:       ev.Pod.UID,
-			Namespace: ev.Pod.Namespace,
-			Name:      ev.Pod.Name,
+			UID:         ev.Pod.UID,
+			Namespace:   ev.Pod.Namespace,
+			Name:        ev.Pod.Name,
+			Labels:      labels,
+			Annotations: annotations,
 		},
 		Container: schemas.Container{
 			ID:       ev.Container.ID,

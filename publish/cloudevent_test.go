@@ -43,7 +43,10 @@ func exitCode(c int32) *int32 { return &c }
 // goldenEvents is one event of each Lifecycle type of the same container.
 func goldenEvents(t testing.TB) map[generator.LifecycleEventType]generator.Event {
 	t.Helper()
-	pod := generator.Pod{UID: testPodUID, Namespace: "default", Name: "web-0"}
+	pod := generator.Pod{UID: testPodUID, Namespace: "default", Name: "web-0", Meta: generator.NewPodMeta(
+		map[string]string{"app.kubernetes.io/name": "web", "pod-template-hash": "5d8f7c9b4"},
+		map[string]string{"example.com/team": "payments"},
+	)}
 	ctr := generator.Container{
 		ID: testContainerID, Name: "app", Attempt: 0,
 		Image:    "registry.example/app:1.2",
@@ -318,6 +321,47 @@ func TestEncode(t *testing.T) {
 				}
 				if ce.Node != "n?1" || ce.data["node"] != "n?1" {
 					t.Errorf("node extension %q, data node %v, want n?1 for both", ce.Node, ce.data["node"])
+				}
+			},
+		},
+		{
+			name:   "the pod's labels and allowlisted annotations are in the data",
+			evType: generator.ContainerStarted,
+			check: func(t *testing.T, _ *nats.Msg, ce structured) {
+				pod := ce.data["pod"].(map[string]any)
+				want := map[string]any{"app.kubernetes.io/name": "web", "pod-template-hash": "5d8f7c9b4"}
+				if diff := cmp.Diff(want, pod["labels"]); diff != "" {
+					t.Errorf("data pod.labels (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(map[string]any{"example.com/team": "payments"}, pod["annotations"]); diff != "" {
+					t.Errorf("data pod.annotations (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name:   "labels are left out when no sandbox of the pod was seen",
+			evType: generator.ContainerDied,
+			event:  func(ev *generator.Event) { ev.Pod.Meta = nil },
+			check: func(t *testing.T, _ *nats.Msg, ce structured) {
+				pod := ce.data["pod"].(map[string]any)
+				for _, k := range []string{"labels", "annotations"} {
+					if v, ok := pod[k]; ok {
+						t.Errorf("data pod.%s = %v, want it left out", k, v)
+					}
+				}
+			},
+		},
+		{
+			name:   "a pod without labels writes empty labels and no annotations unless some are allowed",
+			evType: generator.ContainerRemoved,
+			event:  func(ev *generator.Event) { ev.Pod.Meta = generator.NewPodMeta(nil, nil) },
+			check: func(t *testing.T, _ *nats.Msg, ce structured) {
+				pod := ce.data["pod"].(map[string]any)
+				if diff := cmp.Diff(map[string]any{}, pod["labels"]); diff != "" {
+					t.Errorf("data pod.labels (-want +got):\n%s", diff)
+				}
+				if v, ok := pod["annotations"]; ok {
+					t.Errorf("data pod.annotations = %v, want it left out", v)
 				}
 			},
 		},
