@@ -238,6 +238,7 @@ func build(opts Options) (_ *pipeline, err error) {
 		RelistPeriod:        opts.RelistPeriod,
 		RelistThreshold:     opts.RelistThreshold,
 		EventedRelistPeriod: opts.EventedRelistPeriod,
+		PodAnnotations:      opts.PodAnnotations,
 		Published:           published,
 		Logger:              log,
 		Metrics:             metrics,

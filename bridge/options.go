@@ -42,6 +42,9 @@ type Options struct {
 	SubjectPrefix string
 	// CEMode is the CloudEvents content mode; empty means structured.
 	CEMode publish.Mode
+	// PodAnnotations are the keys of the pod annotations events carry
+	// (generator.Options.PodAnnotations); empty means none.
+	PodAnnotations []string
 
 	// CRIEndpoint is the runtime's socket, unix:///path or a bare path.
 	// Required: finding a default (generator.DiscoverEndpoint) is the

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,10 +20,13 @@ import (
 )
 
 // Content types and the header prefix of the CloudEvents NATS binding.
+// contentTypeCloudEventsBare is how the binding itself names structured
+// mode; pleg-bridge writes the JSON event format's full name.
 const (
-	contentTypeCloudEvents = "application/cloudevents+json"
-	contentTypeJSON        = "application/json"
-	binaryHeaderPrefix     = "ce-"
+	contentTypeCloudEvents     = "application/cloudevents+json"
+	contentTypeCloudEventsBare = "application/cloudevents"
+	contentTypeJSON            = "application/json"
+	binaryHeaderPrefix         = "ce-"
 )
 
 // Event is one decoded pleg-bridge CloudEvent and where it was read from.
@@ -82,12 +86,17 @@ func DecodeMsg(msg jetstream.Msg) (Event, error) {
 	return e, nil
 }
 
-// Decode decodes a pleg-bridge CloudEvent published on subject. A message
-// whose Content-Type is application/cloudevents+json is in structured mode:
-// the body is the CloudEvent in JSON. A message with a ce-specversion header
-// is in binary mode: the attributes are ce- headers (matched without regard
-// to case, values percent-decoded as publish encodes them) and the body is
-// the data.
+// Decode decodes a pleg-bridge CloudEvent published on subject, in either
+// content mode of the CloudEvents NATS binding. A message whose
+// Content-Type is application/cloudevents+json (or the bare
+// application/cloudevents) is in structured mode: the body is the
+// CloudEvent in JSON. A message with a ce-specversion header is in binary
+// mode: every attribute is a ce- header (matched without regard to case,
+// values unquoted and percent-decoded as the binding says) and the body is
+// the data. The datacontenttype of a binary message is its
+// ce-datacontenttype header; messages from bridges older than that header
+// carry it in Content-Type, which is read when ce-datacontenttype is
+// missing.
 //
 // It returns an error naming what is missing or wrong: no CloudEvent at
 // all, a specversion other than 1.0, a type that is not a pleg-bridge type,
@@ -99,8 +108,8 @@ func Decode(subject string, header nats.Header, body []byte) (Event, error) {
 		err error
 	)
 	contentType := headerValue(header, "Content-Type")
-	switch {
-	case mediaType(contentType) == contentTypeCloudEvents:
+	switch mt := mediaType(contentType); {
+	case mt == contentTypeCloudEvents || mt == contentTypeCloudEventsBare:
 		ce, err = parseStructured(body)
 	case headerValue(header, binaryHeaderPrefix+"specversion") != "":
 		ce, err = parseBinary(header, contentType, body)
@@ -156,21 +165,18 @@ func parseStructured(body []byte) (cloudEvent, error) {
 	return ce, nil
 }
 
-// parseBinary reads the attributes from ce- headers. Their values are
-// percent-decoded: like the CloudEvents HTTP binding, pleg-bridge escapes
-// spaces, '"', '%' and bytes outside printable ASCII in header values.
+// parseBinary reads the attributes from ce- headers, decoding each value
+// with decodeHeaderValue. contentType is the Content-Type header, the
+// datacontenttype of binary messages published before pleg-bridge wrote
+// ce-datacontenttype.
 func parseBinary(h nats.Header, contentType string, body []byte) (cloudEvent, error) {
 	var err error
 	attr := func(name string) string {
-		v := headerValue(h, binaryHeaderPrefix+name)
-		if err != nil || !strings.Contains(v, "%") {
-			return v
+		v, derr := decodeHeaderValue(headerValue(h, binaryHeaderPrefix+name))
+		if derr != nil && err == nil {
+			err = fmt.Errorf("header %s%s: %w", binaryHeaderPrefix, name, derr)
 		}
-		u, uerr := url.PathUnescape(v)
-		if uerr != nil {
-			err = fmt.Errorf("header %s%s: %w", binaryHeaderPrefix, name, uerr)
-		}
-		return u
+		return v
 	}
 	ce := cloudEvent{
 		SpecVersion:     attr("specversion"),
@@ -179,7 +185,7 @@ func parseBinary(h nats.Header, contentType string, body []byte) (cloudEvent, er
 		Type:            attr("type"),
 		Subject:         attr("subject"),
 		Time:            attr("time"),
-		DataContentType: contentType,
+		DataContentType: cmp.Or(attr("datacontenttype"), contentType),
 		DataSchema:      attr("dataschema"),
 		PodUID:          attr("poduid"),
 		Node:            attr("node"),
@@ -187,6 +193,38 @@ func parseBinary(h nats.Header, contentType string, body []byte) (cloudEvent, er
 		Data:            body,
 	}
 	return ce, err
+}
+
+// decodeHeaderValue decodes a ce- header value as the CloudEvents NATS
+// binding prescribes: a double-quoted value (RFC 7230 quoted-string, written
+// by older binding versions) is unquoted first, then one round of
+// percent-decoding is done; the result must be valid UTF-8, so an overlong
+// or truncated encoded sequence is refused. pleg-bridge itself never
+// quotes: it percent-encodes spaces, '"', '%' and every byte outside
+// printable ASCII.
+func decodeHeaderValue(v string) (string, error) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		var b strings.Builder
+		inner := v[1 : len(v)-1]
+		for i := 0; i < len(inner); i++ {
+			if inner[i] == '\\' && i+1 < len(inner) {
+				i++
+			}
+			b.WriteByte(inner[i])
+		}
+		v = b.String()
+	}
+	if strings.Contains(v, "%") {
+		u, err := url.PathUnescape(v)
+		if err != nil {
+			return "", err
+		}
+		v = u
+	}
+	if !utf8.ValidString(v) {
+		return "", fmt.Errorf("value %q is not UTF-8 once percent-decoded", v)
+	}
+	return v, nil
 }
 
 // event validates the attributes and decodes the data.

@@ -49,8 +49,6 @@ func TestDecode(t *testing.T) {
 				for k, v := range h {
 					upper["Ce-"+strings.TrimPrefix(k, "ce-")] = v
 				}
-				upper["content-type"] = upper["Ce-Content-Type"]
-				delete(upper, "Ce-Content-Type")
 				return upper, body
 			},
 			want: want,
@@ -72,6 +70,52 @@ func TestDecode(t *testing.T) {
 				delete(m, "data")
 				m["data_base64"] = base64.StdEncoding.EncodeToString(f.dataJSON(t))
 				return h, mustMarshal(t, m)
+			},
+			want: want,
+		},
+		{
+			name: "a binary event from a bridge that put datacontenttype in Content-Type still decodes",
+			build: func(t *testing.T) (nats.Header, []byte) {
+				h, body := f.binary(t)
+				delete(h, "ce-datacontenttype")
+				h.Set("Content-Type", "application/json")
+				return h, body
+			},
+			want: want,
+		},
+		{
+			name: "a binary event with neither ce-datacontenttype nor Content-Type is taken as JSON",
+			build: func(t *testing.T) (nats.Header, []byte) {
+				h, body := f.binary(t)
+				delete(h, "ce-datacontenttype")
+				return h, body
+			},
+			want: want,
+		},
+		{
+			name: "the bare application/cloudevents content type of the NATS binding is structured",
+			build: func(t *testing.T) (nats.Header, []byte) {
+				_, body := f.structured(t)
+				return nats.Header{"Content-Type": {"application/cloudevents"}}, body
+			},
+			want: want,
+		},
+		{
+			name: "binary header values in double quotes, as older binding versions allow, are unquoted",
+			build: func(t *testing.T) (nats.Header, []byte) {
+				h, body := f.binary(t)
+				h.Set("ce-subject", `"default/web-0/app"`)
+				h.Set("ce-source", `"/nodes/node\-1"`)
+				return h, body
+			},
+			want: want,
+		},
+		{
+			name: "needlessly percent-encoded and lower-case escapes are accepted",
+			build: func(t *testing.T) (nats.Header, []byte) {
+				h, body := f.binary(t)
+				h.Set("ce-subject", "default%2fweb%2D0/app")
+				return h, body
 			},
 			want: want,
 		},
@@ -238,8 +282,23 @@ func TestDecodeErrors(t *testing.T) {
 		},
 		{
 			name:    "a binary event whose data is not JSON is named",
-			build:   binaryWith("Content-Type", "text/plain"),
+			build:   binaryWith("ce-datacontenttype", "text/plain"),
 			wantErr: `datacontenttype "text/plain" is not application/json`,
+		},
+		{
+			name: "an old binary event whose Content-Type is not JSON is named",
+			build: func(t *testing.T) (nats.Header, []byte) {
+				h, body := f.binary(t)
+				delete(h, "ce-datacontenttype")
+				h.Set("Content-Type", "text/plain")
+				return h, body
+			},
+			wantErr: `datacontenttype "text/plain" is not application/json`,
+		},
+		{
+			name:    "a percent-encoded header value that is not UTF-8 is refused",
+			build:   binaryWith("ce-subject", "default%C0%A0web"),
+			wantErr: "header ce-subject",
 		},
 	}
 	for _, tt := range tests {
@@ -326,8 +385,9 @@ func TestDecodesWhatPublishEncodes(t *testing.T) {
 	code := int32(137)
 	at := time.Date(2026, 1, 2, 3, 9, 0, 500000001, time.UTC)
 	ev := generator.Event{
-		Type:       generator.ContainerDied,
-		Pod:        generator.Pod{UID: "uid with space%", Namespace: "default", Name: "wéb-0"},
+		Type: generator.ContainerDied,
+		Pod: generator.Pod{UID: "uid with space%", Namespace: "default", Name: "wéb-0",
+			Meta: generator.NewPodMeta(map[string]string{"app": "web"}, map[string]string{"team": "payments"})},
 		Container:  generator.Container{ID: "3b9f", Name: "app", Image: "registry.example/app:1.2"},
 		State:      generator.StateExited,
 		ExitCode:   &code,
@@ -365,8 +425,9 @@ func TestDecodesWhatPublishEncodes(t *testing.T) {
 				Node:        "node-1.example.com",
 				ContainerID: "3b9f",
 				Data: schemas.EventData{
-					Node:       "node-1.example.com",
-					Pod:        schemas.Pod{UID: "uid with space%", Namespace: "default", Name: "wéb-0"},
+					Node: "node-1.example.com",
+					Pod: schemas.Pod{UID: "uid with space%", Namespace: "default", Name: "wéb-0",
+						Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"team": "payments"}},
 					Container:  schemas.Container{ID: "3b9f", Name: "app", Image: "registry.example/app:1.2"},
 					State:      "exited",
 					ExitCode:   &code,

@@ -107,22 +107,23 @@ func (f fixture) structured(t testing.TB) (nats.Header, []byte) {
 	return nats.Header{"Content-Type": {"application/cloudevents+json"}}, body
 }
 
-// binary returns the message in binary content mode, with header values
-// percent-encoded as the CloudEvents HTTP binding does.
+// binary returns the message in binary content mode as the CloudEvents NATS
+// binding writes it: every attribute a ce- header, datacontenttype
+// included, no Content-Type, values percent-encoded.
 func (f fixture) binary(t testing.TB) (nats.Header, []byte) {
 	t.Helper()
 	h := nats.Header{
-		"Content-Type":   {"application/json"},
-		"ce-specversion": {"1.0"},
-		"ce-id":          {f.id()},
-		"ce-source":      {"/nodes/" + f.node},
-		"ce-type":        {f.ceType()},
-		"ce-subject":     {f.ceSubject()},
-		"ce-time":        {f.time.Format(time.RFC3339Nano)},
-		"ce-dataschema":  {f.dataSchema()},
-		"ce-poduid":      {f.podUID},
-		"ce-node":        {f.node},
-		"ce-containerid": {f.containerID},
+		"ce-specversion":     {"1.0"},
+		"ce-id":              {f.id()},
+		"ce-source":          {"/nodes/" + f.node},
+		"ce-type":            {f.ceType()},
+		"ce-subject":         {f.ceSubject()},
+		"ce-time":            {f.time.Format(time.RFC3339Nano)},
+		"ce-datacontenttype": {"application/json"},
+		"ce-dataschema":      {f.dataSchema()},
+		"ce-poduid":          {f.podUID},
+		"ce-node":            {f.node},
+		"ce-containerid":     {f.containerID},
 	}
 	for k, v := range h {
 		h[k] = []string{escapeHeader(v[0])}

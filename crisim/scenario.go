@@ -200,7 +200,10 @@ func (opts ChurnOptions) plan(n int, rng *rand.Rand) podPlan {
 		uid[i] = byte(rng.Uint32())
 	}
 	plan := podPlan{
-		pod: PodConfig{Name: fmt.Sprintf("churn-%d", n), Namespace: opts.Namespace, UID: formatUUID(uid)},
+		// Labels as a workload controller sets them, so that the demo and
+		// the soak carry pod labels through to the events.
+		pod: PodConfig{Name: fmt.Sprintf("churn-%d", n), Namespace: opts.Namespace, UID: formatUUID(uid),
+			Labels: map[string]string{"app": "churn", "pod-template-hash": fmt.Sprintf("%x", uid[:4])}},
 		// 0.75 to 1.25 times the lifetime, so pods do not end in lockstep.
 		runFor: time.Duration(float64(opts.Lifetime) * (0.75 + 0.5*rng.Float64())),
 	}

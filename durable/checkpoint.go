@@ -63,6 +63,9 @@ func (c *Checkpoint) Sequence() uint64 { return c.restoredSeq }
 // no I/O and is safe for concurrent use.
 func (c *Checkpoint) RecordAck(ev generator.Event, seq uint64) {
 	r := toRecord(ev)
+	// The checkpoint only tells the generator what was published; labels
+	// would multiply its size by a pod's labels for every container.
+	r.PodLabels, r.PodAnnotations = nil, nil
 	k := ckptKey(r.ID, r.Type)
 	at := r.ObservedAt
 	if r.Type == generator.ContainerRemoved && at.IsZero() {

@@ -16,31 +16,42 @@ import (
 // was added for the spool, whose events are published from the record and
 // must say which source found them. An older record without it decodes
 // with an empty DetectedBy, which only the checkpoint holds and never
-// publishes.
+// publishes. PodLabels and PodAnnotations were added for the spool too
+// (the event's Pod.Meta); the checkpoint leaves them out (see RecordAck).
 type record struct {
-	Type       generator.LifecycleEventType `json:"type"`
-	PodUID     string                       `json:"podUID"`
-	Namespace  string                       `json:"namespace,omitempty"`
-	PodName    string                       `json:"podName,omitempty"`
-	ID         string                       `json:"id"`
-	Name       string                       `json:"name,omitempty"`
-	Attempt    uint32                       `json:"attempt,omitempty"`
-	Sandbox    bool                         `json:"sandbox,omitempty"`
-	Image      string                       `json:"image,omitempty"`
-	ImageRef   string                       `json:"imageRef,omitempty"`
-	State      generator.State              `json:"state"`
-	ExitCode   *int32                       `json:"exitCode,omitempty"`
-	Reason     string                       `json:"reason,omitempty"`
-	Message    string                       `json:"message,omitempty"`
-	StartedAt  time.Time                    `json:"startedAt,omitzero"`
-	FinishedAt time.Time                    `json:"finishedAt,omitzero"`
-	Time       time.Time                    `json:"time,omitzero"`
-	DetectedBy generator.Source             `json:"detectedBy,omitempty"`
-	ObservedAt time.Time                    `json:"observedAt,omitzero"`
+	Type           generator.LifecycleEventType `json:"type"`
+	PodUID         string                       `json:"podUID"`
+	Namespace      string                       `json:"namespace,omitempty"`
+	PodName        string                       `json:"podName,omitempty"`
+	PodLabels      map[string]string            `json:"podLabels,omitzero"`
+	PodAnnotations map[string]string            `json:"podAnnotations,omitzero"`
+	ID             string                       `json:"id"`
+	Name           string                       `json:"name,omitempty"`
+	Attempt        uint32                       `json:"attempt,omitempty"`
+	Sandbox        bool                         `json:"sandbox,omitempty"`
+	Image          string                       `json:"image,omitempty"`
+	ImageRef       string                       `json:"imageRef,omitempty"`
+	State          generator.State              `json:"state"`
+	ExitCode       *int32                       `json:"exitCode,omitempty"`
+	Reason         string                       `json:"reason,omitempty"`
+	Message        string                       `json:"message,omitempty"`
+	StartedAt      time.Time                    `json:"startedAt,omitzero"`
+	FinishedAt     time.Time                    `json:"finishedAt,omitzero"`
+	Time           time.Time                    `json:"time,omitzero"`
+	DetectedBy     generator.Source             `json:"detectedBy,omitempty"`
+	ObservedAt     time.Time                    `json:"observedAt,omitzero"`
 }
 
 func toRecord(ev generator.Event) record {
+	var labels, annotations map[string]string
+	if m := ev.Pod.Meta; m != nil {
+		labels, annotations = m.Labels, m.Annotations
+		if labels == nil {
+			labels = map[string]string{} // known to be none; nil is unknown
+		}
+	}
 	return record{
+		PodLabels: labels, PodAnnotations: annotations,
 		Type: ev.Type, PodUID: ev.Pod.UID, Namespace: ev.Pod.Namespace, PodName: ev.Pod.Name,
 		ID: ev.Container.ID, Name: ev.Container.Name, Attempt: ev.Container.Attempt, Sandbox: ev.Container.Sandbox,
 		Image: ev.Container.Image, ImageRef: ev.Container.ImageRef, State: ev.State, ExitCode: ev.ExitCode,
@@ -50,8 +61,12 @@ func toRecord(ev generator.Event) record {
 }
 
 func (r record) event() generator.Event {
+	var meta *generator.PodMeta
+	if r.PodLabels != nil {
+		meta = generator.NewPodMeta(r.PodLabels, r.PodAnnotations)
+	}
 	return generator.Event{
-		Type: r.Type, Pod: generator.Pod{UID: r.PodUID, Namespace: r.Namespace, Name: r.PodName},
+		Type: r.Type, Pod: generator.Pod{UID: r.PodUID, Namespace: r.Namespace, Name: r.PodName, Meta: meta},
 		Container: generator.Container{ID: r.ID, Name: r.Name, Attempt: r.Attempt, Sandbox: r.Sandbox, Image: r.Image, ImageRef: r.ImageRef},
 		State:     r.State, ExitCode: r.ExitCode, Reason: r.Reason, Message: r.Message,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Time: r.Time, DetectedBy: r.DetectedBy, ObservedAt: r.ObservedAt,

@@ -24,6 +24,7 @@ type criSandbox interface {
 	GetId() string
 	GetMetadata() *runtimeapi.PodSandboxMetadata
 	GetLabels() map[string]string
+	GetAnnotations() map[string]string
 	GetState() runtimeapi.PodSandboxState
 	GetCreatedAt() int64
 }
@@ -98,9 +99,10 @@ func applyStatus(s *sighting, st *runtimeapi.ContainerStatus, now time.Time) {
 }
 
 // streamBatch converts one GetContainerEvents message into a partial view of
-// its pod, and the sandbox to relist if the event calls for confirmation. now
+// its pod, with the pod's metadata as meta reads it from the sandbox
+// status, and the sandbox to relist if the event calls for confirmation. now
 // stands in for a missing or absurd timestamp.
-func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time) (*batch, *relistScope, error) {
+func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time, meta metaFilter) (*batch, *relistScope, error) {
 	if ev.GetContainerId() == "" {
 		return nil, nil, fmt.Errorf("event %s has no container ID", ev.GetContainerEventType())
 	}
@@ -125,6 +127,9 @@ func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time) (*batch, 
 		return nil, nil, fmt.Errorf("event %s for container %s: sandbox %s has no pod UID", ev.GetContainerEventType(), ev.GetContainerId(), sbs.GetId())
 	}
 	sbID := sbs.GetId()
+	if sbID != "" {
+		pod.Meta = meta.podMeta(sbs, now)
+	}
 	// Room for the sandbox, every status and the event's own container.
 	obs := podObservation{pod: pod, containers: make([]sighting, 0, len(ev.GetContainersStatuses())+2)}
 	if sbID != "" {

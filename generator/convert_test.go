@@ -32,7 +32,7 @@ func TestBothSourcesSeeAContainerAlike(t *testing.T) {
 	if stopped == nil {
 		t.Fatal("the model emitted no STOPPED event")
 	}
-	b, _, err := streamBatch(stopped, now)
+	b, _, err := streamBatch(stopped, now, metaFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +59,10 @@ func TestBothSourcesSeeAContainerAlike(t *testing.T) {
 	if got := fromRelist[sb].info; !got.Sandbox || got.Attempt != 2 {
 		t.Errorf("sandbox described as %+v", got)
 	}
-	if pod := b.pods[0].pod; pod != sandboxPod(sandboxes[0]) || pod.UID != "uid-1" {
-		t.Errorf("the stream's pod %+v, the listing's %+v", pod, sandboxPod(sandboxes[0]))
+	listedPod := sandboxPod(sandboxes[0])
+	listedPod.Meta = metaFilter{}.podMeta(sandboxes[0], now)
+	if pod := b.pods[0].pod; !cmp.Equal(pod, listedPod) || pod.UID != "uid-1" {
+		t.Errorf("the stream's pod %+v, the listing's %+v", pod, listedPod)
 	}
 }
 
@@ -123,7 +125,7 @@ func TestStreamEventsAskForTargetedRelists(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ev := &runtimeapi.ContainerEventResponse{ContainerId: tt.container, ContainerEventType: tt.typ, PodSandboxStatus: tt.sandbox}
-			_, got, err := streamBatch(ev, time.Now())
+			_, got, err := streamBatch(ev, time.Now(), metaFilter{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -50,6 +50,11 @@ type Pod struct {
 	UID       string
 	Namespace string
 	Name      string
+	// Meta holds the pod's labels and allowlisted annotations; nil while
+	// no sandbox of the pod was seen (a container found through its own
+	// labels), for labels are then unknown. A pointer, shared and never
+	// modified (see PodMeta), which also keeps Pod comparable.
+	Meta *PodMeta
 }
 
 // Container describes a container or a pod sandbox.

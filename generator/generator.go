@@ -80,6 +80,9 @@ type Options struct {
 	// one relist.
 	StatusConcurrency int
 	TombstoneTTL      time.Duration
+	// PodAnnotations are the keys of the pod annotations that events carry
+	// (Event.Pod.Meta); no other annotation is read or kept. Empty: none.
+	PodAnnotations []string
 	// Published are events delivered before a restart (a checkpoint). The
 	// generator starts with them as its state: they are not reported again,
 	// and a container among them that is gone now is reported Died and
@@ -102,6 +105,7 @@ type Generator struct {
 	logger   *slog.Logger
 	metrics  *Metrics
 	cache    *statecache.Cache[*podRecord]
+	meta     metaFilter
 	relister *relister
 	targeted *targetedQueue
 	batches  chan mergeRequest
@@ -179,6 +183,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		logger:      opts.Logger.With("component", "generator"),
 		metrics:     opts.Metrics,
 		cache:       statecache.New[*podRecord](),
+		meta:        metaFilter{annotations: slices.Clone(opts.PodAnnotations)},
 		batches:     make(chan mergeRequest),
 		relistNow:   make(chan struct{}, 1),
 		runtimeBack: make(chan struct{}, 1),
@@ -196,6 +201,8 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		logger:            opts.Logger.With("component", "relister"),
 		statusConcurrency: opts.StatusConcurrency,
 		lookup:            g.lookup,
+		lookupMeta:        g.lookupMeta,
+		meta:              g.meta,
 	}
 	g.stream = &streamSupervisor{
 		rt:          rt,
@@ -210,6 +217,14 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		replay:      newReplayGate(),
 	}
 	return g
+}
+
+func (g *Generator) lookupMeta(podUID string) *PodMeta {
+	e, ok := g.cache.Get(podUID)
+	if !ok || e.Status == nil {
+		return nil
+	}
+	return e.Status.pod.Meta
 }
 
 func (g *Generator) lookup(podUID, containerID string) *containerRecord {

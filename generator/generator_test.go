@@ -111,8 +111,9 @@ func TestRelistReportsWhatIsAlreadyRunning(t *testing.T) {
 		t.Fatalf("events (-want +got):\n%s", diff)
 	}
 	for _, e := range evs {
-		if e.Pod != (generator.Pod{UID: "uid-1", Namespace: "shop", Name: "web-0"}) {
-			t.Errorf("pod = %+v", e.Pod)
+		// A pod without labels of its own has empty labels: known, none.
+		if want := (generator.Pod{UID: "uid-1", Namespace: "shop", Name: "web-0", Meta: generator.NewPodMeta(nil, nil)}); !cmp.Equal(e.Pod, want) {
+			t.Errorf("pod = %+v, meta %+v", e.Pod, e.Pod.Meta)
 		}
 		if e.Container.ID == c {
 			if e.Container.Name != "app" || e.Container.Image != "registry.example/app:1.2" || e.Container.Sandbox {
@@ -851,4 +852,50 @@ func TestARelistWhileTheStreamIsDownWaitsForItsReplay(t *testing.T) {
 			t.Fatalf("Run = %v", err)
 		}
 	})
+}
+
+func TestEventsCarryThePodsLabelsAndAllowlistedAnnotations(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, crisim.Options{}, generator.Options{PodAnnotations: []string{"team"}})
+	m := f.rt.Model()
+	sb := must(m.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1",
+		Labels:      map[string]string{"app": "web", "pod-template-hash": "5d8f"},
+		Annotations: map[string]string{"team": "payments", "kubectl.kubernetes.io/last-applied-configuration": `{"huge":true}`}}))
+	c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: "app", Labels: map[string]string{"container-only": "x"}}))
+	must(0, m.StartContainer(c))
+
+	f.relist(t)
+
+	want := generator.NewPodMeta(map[string]string{"app": "web", "pod-template-hash": "5d8f"}, map[string]string{"team": "payments"})
+	evs := f.rec.Events()
+	if len(evs) != 2 {
+		t.Fatalf("got %d events, want the sandbox's and the container's Started", len(evs))
+	}
+	for _, e := range evs {
+		if diff := cmp.Diff(want, e.Pod.Meta); diff != "" {
+			t.Errorf("%s of %s: pod meta (-want +got):\n%s", e.Type, e.Container.ID, diff)
+		}
+	}
+	if evs[0].Pod.Meta != evs[1].Pod.Meta {
+		t.Error("the events of one pod carry two copies of its labels")
+	}
+
+	// The pod's labels changed and the kubelet made it a new sandbox: its
+	// events from now on carry the new sandbox's labels.
+	if err := m.StopPodSandbox(sb); err != nil {
+		t.Fatal(err)
+	}
+	sb2 := must(m.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1", Attempt: 1,
+		Labels: map[string]string{"app": "web", "pod-template-hash": "77aa"}}))
+	f.relist(t)
+	later := f.rec.Events()[len(evs):]
+	if len(later) == 0 {
+		t.Fatal("no events after the new sandbox")
+	}
+	want2 := generator.NewPodMeta(map[string]string{"app": "web", "pod-template-hash": "77aa"}, map[string]string{})
+	for _, e := range later {
+		if diff := cmp.Diff(want2, e.Pod.Meta); diff != "" {
+			t.Errorf("%s of %s after sandbox %s: pod meta (-want +got):\n%s", e.Type, e.Container.ID, sb2, diff)
+		}
+	}
 }

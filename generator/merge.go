@@ -91,13 +91,18 @@ func mergePod(old *podRecord, obs podObservation, src Source, at time.Time) (*po
 
 // mergePodIdentity keeps the identity already known and fills in what a newer
 // observation adds: pod identity never changes for a UID, but a partial view
-// (a container's labels) may lack the namespace or name.
+// (a container's labels) may lack the namespace or name. The metadata is
+// that of the pod's newest sandbox seen (PodMeta.supersedes); a view without
+// it keeps what is known.
 func mergePodIdentity(old, obs Pod) Pod {
 	if old.Namespace == "" {
 		old.Namespace = obs.Namespace
 	}
 	if old.Name == "" {
 		old.Name = obs.Name
+	}
+	if obs.Meta.supersedes(old.Meta) {
+		old.Meta = obs.Meta
 	}
 	return old
 }

@@ -49,6 +49,11 @@ type relister struct {
 	// lookup returns the cached record of a container, if any. It is called
 	// concurrently with the merge, which is the only writer of the cache.
 	lookup func(podUID, containerID string) *containerRecord
+	// lookupMeta returns the cached metadata of a pod, if any; like lookup.
+	// A sandbox the cache took it from is not read again: a steady relist
+	// builds no label maps.
+	lookupMeta func(podUID string) *PodMeta
+	meta       metaFilter
 
 	mu      sync.Mutex
 	skipped map[string]bool // guarded by mu; malformed objects already reported
@@ -125,6 +130,7 @@ func (r *relister) group(sandboxes []*runtimeapi.PodSandbox, containers []*runti
 			r.reportSkipped(seenBad, "sandbox", sb.GetId(), "sandbox without pod UID in metadata or labels")
 			continue
 		}
+		pod.Meta = r.sandboxMeta(pod.UID, sb, at)
 		bySandbox[sb.GetId()] = pod
 		o := obsFor(pod)
 		o.containers = append(o.containers, sandboxSighting(sb, at))
@@ -155,6 +161,17 @@ func (r *relister) group(sandboxes []*runtimeapi.PodSandbox, containers []*runti
 	}
 	r.mu.Unlock()
 	return pods
+}
+
+// sandboxMeta returns the metadata of sandbox sb of pod podUID: the cached
+// one if the cache took it from sb, else read from sb.
+func (r *relister) sandboxMeta(podUID string, sb *runtimeapi.PodSandbox, at time.Time) *PodMeta {
+	if r.lookupMeta != nil {
+		if m := r.lookupMeta(podUID); m != nil && m.sandboxID == sb.GetId() {
+			return m
+		}
+	}
+	return r.meta.podMeta(sb, at)
 }
 
 // reportSkipped logs a malformed object at Warn and counts it, once for as

@@ -11,6 +11,8 @@ import (
 // of its containers and sandboxes, removed ones included until their
 // tombstones expire (Options.TombstoneTTL).
 type PodStatus struct {
+	// Pod.Meta is shared with the generator's state: read it, never modify
+	// it.
 	Pod Pod
 	// Containers lists the sandboxes first, then the containers, each group
 	// by ID.

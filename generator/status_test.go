@@ -70,7 +70,7 @@ func TestPodStatusNewerThan(t *testing.T) {
 			if r.err != nil || !r.ok {
 				t.Fatalf("PodStatusNewerThan = %+v", r)
 			}
-			if r.status.Pod != (generator.Pod{UID: "uid-1", Namespace: "shop", Name: "web-0"}) || !r.status.ObservedAt.After(since) {
+			if id := r.status.Pod; id.UID != "uid-1" || id.Namespace != "shop" || id.Name != "web-0" || !r.status.ObservedAt.After(since) {
 				t.Errorf("pod %+v observed at %v, want uid-1 after %v", r.status.Pod, r.status.ObservedAt, since)
 			}
 			c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: "app"}))

@@ -28,8 +28,10 @@ const (
 	// ModeStructured sends the whole CloudEvent as JSON in the body, with
 	// Content-Type application/cloudevents+json. It is the default.
 	ModeStructured Mode = "structured"
-	// ModeBinary sends the attributes as ce- headers and the data as the
-	// body, with Content-Type application/json.
+	// ModeBinary sends every attribute, datacontenttype included, as a ce-
+	// header and the data as the body. It sets no Content-Type: in the NATS
+	// binding, Content-Type only tells a structured message from a binary
+	// one.
 	ModeBinary Mode = "binary"
 )
 
@@ -268,14 +270,25 @@ func ceSubject(ev generator.Event) string {
 }
 
 // data maps ev to the data contract. Unknown values stay out: a nil exit
-// code and zero times are omitted, never written as zero.
+// code, zero times and the labels of a pod whose sandbox was not seen are
+// omitted, never written as zero. The label maps are the pod's shared ones,
+// only read here.
 func (e *Encoder) data(ev generator.Event) schemas.EventData {
+	var labels, annotations map[string]string
+	if m := ev.Pod.Meta; m != nil {
+		labels, annotations = m.Labels, m.Annotations
+		if labels == nil {
+			labels = map[string]string{} // known: the sandbox has none
+		}
+	}
 	return schemas.EventData{
 		Node: e.node,
 		Pod: schemas.Pod{
-			UID:       ev.Pod.UID,
-			Namespace: ev.Pod.Namespace,
-			Name:      ev.Pod.Name,
+			UID:         ev.Pod.UID,
+			Namespace:   ev.Pod.Namespace,
+			Name:        ev.Pod.Name,
+			Labels:      labels,
+			Annotations: annotations,
 		},
 		Container: schemas.Container{
 			ID:       ev.Container.ID,
@@ -305,18 +318,23 @@ func optionalTime(t time.Time) *time.Time {
 }
 
 // binaryHeaders returns the headers of ce in binary content mode: a ce-
-// header for every attribute and extension, Content-Type for
-// datacontenttype, and Nats-Msg-Id.
+// header for every attribute and extension, and Nats-Msg-Id.
+//
+// The CloudEvents NATS binding (1.0.3) maps every attribute to ce-<name>,
+// datacontenttype included; unlike the HTTP binding it does not use
+// Content-Type for it. A receiver takes a Content-Type starting with
+// application/cloudevents as structured mode and anything else, no
+// Content-Type included, as binary, so none is set here.
 func binaryHeaders(ce *event.Event) nats.Header {
 	h := nats.Header{
 		jetstream.MsgIDHeader: {ce.ID()},
-		"Content-Type":        {contentTypeJSON},
 		"ce-specversion":      {ce.SpecVersion()},
 		"ce-id":               {headerValue(ce.ID())},
 		"ce-source":           {headerValue(ce.Source())},
 		"ce-type":             {headerValue(ce.Type())},
 		"ce-subject":          {headerValue(ce.Subject())},
 		"ce-time":             {types.FormatTime(ce.Time())},
+		"ce-datacontenttype":  {headerValue(ce.DataContentType())},
 		"ce-dataschema":       {headerValue(ce.DataSchema())},
 	}
 	for name, v := range ce.Extensions() {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +43,10 @@ func exitCode(c int32) *int32 { return &c }
 // goldenEvents is one event of each Lifecycle type of the same container.
 func goldenEvents(t testing.TB) map[generator.LifecycleEventType]generator.Event {
 	t.Helper()
-	pod := generator.Pod{UID: testPodUID, Namespace: "default", Name: "web-0"}
+	pod := generator.Pod{UID: testPodUID, Namespace: "default", Name: "web-0", Meta: generator.NewPodMeta(
+		map[string]string{"app.kubernetes.io/name": "web", "pod-template-hash": "5d8f7c9b4"},
+		map[string]string{"example.com/team": "payments"},
+	)}
 	ctr := generator.Container{
 		ID: testContainerID, Name: "app", Attempt: 0,
 		Image:    "registry.example/app:1.2",
@@ -93,34 +99,67 @@ func encode(t testing.TB, enc *publish.Encoder, ev generator.Event) *nats.Msg {
 	return msg
 }
 
+// goldenPath is the golden file of a structured-mode message: the
+// CloudEvent JSON, indented.
 func goldenPath(t generator.LifecycleEventType) string {
 	return filepath.Join("testdata", string(t)+".golden.json")
 }
 
+// binaryGoldenPath is the golden file of a binary-mode message: its headers,
+// one "name: value" line each in name order, a blank line, and the body
+// (the data) indented.
+func binaryGoldenPath(t generator.LifecycleEventType) string {
+	return filepath.Join("testdata", string(t)+".binary.golden")
+}
+
+// checkGolden compares got with the golden file at path, or rewrites the
+// file with -update.
+func checkGolden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden file (run go test ./publish -update to create it): %v", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("encoded message differs from %s (-want +got):\n%s", path, diff)
+	}
+}
+
+func indentJSON(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		t.Fatalf("indent encoded JSON: %v\n%s", err, b)
+	}
+	out.WriteByte('\n')
+	return out.Bytes()
+}
+
 func TestEncodeMatchesGoldenFiles(t *testing.T) {
 	enc := newEncoder(t, publish.EncoderOptions{})
+	binary := newEncoder(t, publish.EncoderOptions{Mode: publish.ModeBinary})
 	events := goldenEvents(t)
 	for _, typ := range generator.LifecycleEventTypes {
-		t.Run(string(typ), func(t *testing.T) {
+		t.Run(string(typ)+"/structured", func(t *testing.T) {
 			msg := encode(t, enc, events[typ])
+			checkGolden(t, goldenPath(typ), indentJSON(t, msg.Data))
+		})
+		t.Run(string(typ)+"/binary", func(t *testing.T) {
+			msg := encode(t, binary, events[typ])
 			var got bytes.Buffer
-			if err := json.Indent(&got, msg.Data, "", "  "); err != nil {
-				t.Fatalf("indent encoded event: %v\n%s", err, msg.Data)
-			}
-			got.WriteByte('\n')
-			path := goldenPath(typ)
-			if *update {
-				if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
+			for _, name := range slices.Sorted(maps.Keys(msg.Header)) {
+				for _, v := range msg.Header[name] {
+					fmt.Fprintf(&got, "%s: %s\n", name, v)
 				}
 			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("read golden file (run go test ./publish -update to create it): %v", err)
-			}
-			if diff := cmp.Diff(string(want), got.String()); diff != "" {
-				t.Errorf("encoded %s differs from %s (-want +got):\n%s", typ, path, diff)
-			}
+			got.WriteByte('\n')
+			got.Write(indentJSON(t, msg.Data))
+			checkGolden(t, binaryGoldenPath(typ), got.Bytes())
 		})
 	}
 }
@@ -133,6 +172,52 @@ func TestGoldenFilesAreValidCloudEvents(t *testing.T) {
 				t.Fatal(err)
 			}
 			schemastest.ValidateCloudEvent(t, data)
+		})
+	}
+}
+
+// TestBinaryGoldenFilesCarryTheStructuredEvent reads each binary golden file
+// as a receiver following the NATS binding would (every ce- header is an
+// attribute, the body is the data) and finds the same CloudEvent as the
+// structured golden file: no attribute lost or added between the modes.
+func TestBinaryGoldenFilesCarryTheStructuredEvent(t *testing.T) {
+	for _, typ := range generator.LifecycleEventTypes {
+		t.Run(string(typ), func(t *testing.T) {
+			b, err := os.ReadFile(binaryGoldenPath(typ))
+			if err != nil {
+				t.Fatal(err)
+			}
+			head, body, ok := strings.Cut(string(b), "\n\n")
+			if !ok {
+				t.Fatalf("%s has no blank line between headers and body", binaryGoldenPath(typ))
+			}
+			fromBinary := map[string]any{}
+			for line := range strings.Lines(head) {
+				name, value, _ := strings.Cut(strings.TrimSuffix(line, "\n"), ": ")
+				if attr, ok := strings.CutPrefix(name, "ce-"); ok {
+					fromBinary[attr] = value
+				} else if name != "Nats-Msg-Id" {
+					t.Errorf("binary header %q is neither a ce- attribute nor Nats-Msg-Id", name)
+				}
+			}
+			schemastest.Validate(t, publish.CloudEventType(typ), []byte(body))
+			var data any
+			if err := json.Unmarshal([]byte(body), &data); err != nil {
+				t.Fatalf("binary body: %v", err)
+			}
+			fromBinary["data"] = data
+
+			structuredJSON, err := os.ReadFile(goldenPath(typ))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fromStructured map[string]any
+			if err := json.Unmarshal(structuredJSON, &fromStructured); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(fromStructured, fromBinary); diff != "" {
+				t.Errorf("binary golden file differs from the structured one (-structured +binary):\n%s", diff)
+			}
 		})
 	}
 }
@@ -236,6 +321,47 @@ func TestEncode(t *testing.T) {
 				}
 				if ce.Node != "n?1" || ce.data["node"] != "n?1" {
 					t.Errorf("node extension %q, data node %v, want n?1 for both", ce.Node, ce.data["node"])
+				}
+			},
+		},
+		{
+			name:   "the pod's labels and allowlisted annotations are in the data",
+			evType: generator.ContainerStarted,
+			check: func(t *testing.T, _ *nats.Msg, ce structured) {
+				pod := ce.data["pod"].(map[string]any)
+				want := map[string]any{"app.kubernetes.io/name": "web", "pod-template-hash": "5d8f7c9b4"}
+				if diff := cmp.Diff(want, pod["labels"]); diff != "" {
+					t.Errorf("data pod.labels (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(map[string]any{"example.com/team": "payments"}, pod["annotations"]); diff != "" {
+					t.Errorf("data pod.annotations (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name:   "labels are left out when no sandbox of the pod was seen",
+			evType: generator.ContainerDied,
+			event:  func(ev *generator.Event) { ev.Pod.Meta = nil },
+			check: func(t *testing.T, _ *nats.Msg, ce structured) {
+				pod := ce.data["pod"].(map[string]any)
+				for _, k := range []string{"labels", "annotations"} {
+					if v, ok := pod[k]; ok {
+						t.Errorf("data pod.%s = %v, want it left out", k, v)
+					}
+				}
+			},
+		},
+		{
+			name:   "a pod without labels writes empty labels and no annotations unless some are allowed",
+			evType: generator.ContainerRemoved,
+			event:  func(ev *generator.Event) { ev.Pod.Meta = generator.NewPodMeta(nil, nil) },
+			check: func(t *testing.T, _ *nats.Msg, ce structured) {
+				pod := ce.data["pod"].(map[string]any)
+				if diff := cmp.Diff(map[string]any{}, pod["labels"]); diff != "" {
+					t.Errorf("data pod.labels (-want +got):\n%s", diff)
+				}
+				if v, ok := pod["annotations"]; ok {
+					t.Errorf("data pod.annotations = %v, want it left out", v)
 				}
 			},
 		},
@@ -366,19 +492,22 @@ func TestEncodeBinaryModePutsAttributesInHeadersAndDataInBody(t *testing.T) {
 	msg := encode(t, binary, ev)
 
 	id := publish.EventID(testContainerID, generator.ContainerDied)
+	// Every attribute is a ce- header, datacontenttype included; there is
+	// no Content-Type, which in the NATS binding would only say whether
+	// the message is structured.
 	want := nats.Header{
-		"Nats-Msg-Id":    {id},
-		"Content-Type":   {"application/json"},
-		"ce-specversion": {"1.0"},
-		"ce-id":          {id},
-		"ce-source":      {"/clusters/prod/nodes/node-1"},
-		"ce-type":        {"pleg.v1.ContainerDied"},
-		"ce-subject":     {"default/web-0/app"},
-		"ce-time":        {"2026-01-02T03:09:00.5Z"},
-		"ce-dataschema":  {"https://pleg-bridge.dev/schemas/v1/ContainerDied.json"},
-		"ce-poduid":      {testPodUID},
-		"ce-node":        {"node-1"},
-		"ce-containerid": {testContainerID},
+		"Nats-Msg-Id":        {id},
+		"ce-specversion":     {"1.0"},
+		"ce-id":              {id},
+		"ce-source":          {"/clusters/prod/nodes/node-1"},
+		"ce-type":            {"pleg.v1.ContainerDied"},
+		"ce-subject":         {"default/web-0/app"},
+		"ce-time":            {"2026-01-02T03:09:00.5Z"},
+		"ce-datacontenttype": {"application/json"},
+		"ce-dataschema":      {"https://pleg-bridge.dev/schemas/v1/ContainerDied.json"},
+		"ce-poduid":          {testPodUID},
+		"ce-node":            {"node-1"},
+		"ce-containerid":     {testContainerID},
 	}
 	if diff := cmp.Diff(want, msg.Header); diff != "" {
 		t.Errorf("headers (-want +got):\n%s", diff)

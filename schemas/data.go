@@ -33,6 +33,13 @@ type Pod struct {
 	UID       string `json:"uid"`
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
+	// Labels are the pod's labels without the kubelet's io.kubernetes.*
+	// keys. Nil (left out) when the bridge saw no sandbox of the pod and so
+	// does not know them; empty, not nil, for a pod without labels.
+	Labels map[string]string `json:"labels,omitzero"`
+	// Annotations are the pod's annotations whose keys the bridge is told
+	// to publish (PLEG_POD_ANNOTATIONS). Nil when it is told none.
+	Annotations map[string]string `json:"annotations,omitzero"`
 }
 
 // Container describes the container or, with Sandbox set, the pod sandbox.

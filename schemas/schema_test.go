@@ -202,6 +202,18 @@ func TestEventDataIsValid(t *testing.T) {
 			},
 		},
 		{
+			name:   "a pod whose sandbox has no labels of its own writes empty labels",
+			ceType: schemas.TypeContainerStarted,
+			data: schemas.EventData{
+				Node:       "node-1",
+				Pod:        schemas.Pod{UID: "u1", Labels: map[string]string{}, Annotations: map[string]string{"team": "a"}},
+				Container:  schemas.Container{ID: "c1", Sandbox: true},
+				State:      "running",
+				DetectedBy: "relist",
+				ObservedAt: created,
+			},
+		},
+		{
 			name:   "a removed container",
 			ceType: schemas.TypeContainerRemoved,
 			data: schemas.EventData{
@@ -326,6 +338,30 @@ func TestSchemaChecksData(t *testing.T) {
 			name:   "an observedAt that is not a date-time is rejected",
 			ceType: schemas.TypeContainerDied,
 			edit:   func(d map[string]any) { d["observedAt"] = "2026-01-02 03:09:00" },
+		},
+		{
+			name:   "pod labels and annotations may be left out",
+			ceType: schemas.TypeContainerDied,
+			edit: func(d map[string]any) {
+				delete(d["pod"].(map[string]any), "labels")
+				delete(d["pod"].(map[string]any), "annotations")
+			},
+			valid: true,
+		},
+		{
+			name:   "a pod label whose value is not a string is rejected",
+			ceType: schemas.TypeContainerStarted,
+			edit:   func(d map[string]any) { d["pod"].(map[string]any)["labels"] = map[string]any{"replicas": 3} },
+		},
+		{
+			name:   "pod labels that are not an object are rejected",
+			ceType: schemas.TypeContainerStarted,
+			edit:   func(d map[string]any) { d["pod"].(map[string]any)["labels"] = []any{"app=web"} },
+		},
+		{
+			name:   "a pod annotation whose value is not a string is rejected",
+			ceType: schemas.TypeContainerDied,
+			edit:   func(d map[string]any) { d["pod"].(map[string]any)["annotations"] = map[string]any{"team": nil} },
 		},
 		{
 			name:   "a known key with the wrong type is rejected",

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,6 +81,8 @@ type Config struct {
 
 	CEMode      publish.Mode `env:"PLEG_CE_MODE" desc:"CloudEvents content mode: structured or binary"`
 	ClusterName string       `env:"PLEG_CLUSTER_NAME" desc:"Cluster name; sets the CloudEvent source to /clusters/<cluster>/nodes/<node>"`
+	// PodAnnotations is a list: PLEG_POD_ANNOTATIONS=key1,key2.
+	PodAnnotations []string `env:"PLEG_POD_ANNOTATIONS" desc:"Comma-separated keys of the pod annotations events carry in pod.annotations (empty: none; pod labels are always carried)"`
 
 	Mode                generator.Mode `env:"PLEG_MODE" desc:"auto, evented or generic"`
 	RelistPeriod        time.Duration  `env:"PLEG_RELIST_PERIOD" desc:"Relist period in generic mode"`
@@ -163,6 +166,13 @@ func setField(p any, s string) error {
 	switch p := p.(type) {
 	case *string:
 		*p = s
+	case *[]string:
+		*p = nil
+		for k := range strings.SplitSeq(s, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				*p = append(*p, k)
+			}
+		}
 	case *bool:
 		b, err := strconv.ParseBool(s)
 		if err != nil {
@@ -287,7 +297,32 @@ func (c Config) validate() error {
 	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
 		bad("NATS_TLS_CERT", c.NATSTLSCert, "PLEG_NATS_TLS_CERT and PLEG_NATS_TLS_KEY go together")
 	}
+	for i, k := range c.PodAnnotations {
+		if !isAnnotationKey(k) {
+			bad("POD_ANNOTATIONS", strings.Join(c.PodAnnotations, ","), fmt.Sprintf("%q is not an annotation key ([<DNS subdomain>/]<name>, the name at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)", k))
+		} else if slices.Contains(c.PodAnnotations[:i], k) {
+			bad("POD_ANNOTATIONS", strings.Join(c.PodAnnotations, ","), fmt.Sprintf("%q is named twice", k))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// Kubernetes annotation keys: a name, optionally after a DNS subdomain
+// prefix and a slash.
+var (
+	annotationName   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	annotationPrefix = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+)
+
+// isAnnotationKey reports whether k is a valid Kubernetes annotation key,
+// so that a typo in PLEG_POD_ANNOTATIONS is reported at start rather than
+// silently matching nothing.
+func isAnnotationKey(k string) bool {
+	prefix, name, ok := strings.Cut(k, "/")
+	if !ok {
+		return annotationName.MatchString(k)
+	}
+	return len(prefix) <= 253 && annotationPrefix.MatchString(prefix) && annotationName.MatchString(name)
 }
 
 // bridgeOptions are the bridge's options of c, with logger and the metrics
@@ -296,6 +331,7 @@ func (c Config) bridgeOptions(logger *slog.Logger, reg *prometheus.Registry) bri
 	return bridge.Options{
 		Node:                c.NodeName,
 		ClusterName:         c.ClusterName,
+		PodAnnotations:      c.PodAnnotations,
 		SubjectPrefix:       c.SubjectPrefix,
 		CEMode:              c.CEMode,
 		CRIEndpoint:         c.CRIEndpoint,
@@ -350,6 +386,8 @@ func formatDefault(v any) string {
 		return s
 	case slog.Level:
 		return strings.ToLower(v.String())
+	case []string:
+		return strings.Join(v, ",")
 	}
 	return fmt.Sprint(v)
 }

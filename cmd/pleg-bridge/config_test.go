@@ -68,7 +68,7 @@ func TestConfigReadsEachVariableAsItsDefaultIsWritten(t *testing.T) {
 			t.Errorf("%s=%q (its default): %v", name, value, err)
 			continue
 		}
-		if g, w := reflect.ValueOf(got).FieldByIndex(f.Index).Interface(), def.FieldByIndex(f.Index).Interface(); f.Name != "NodeName" && g != w {
+		if g, w := reflect.ValueOf(got).FieldByIndex(f.Index).Interface(), def.FieldByIndex(f.Index).Interface(); f.Name != "NodeName" && !reflect.DeepEqual(g, w) {
 			t.Errorf("%s=%q read as %v, want %v", name, value, g, w)
 		}
 	}
@@ -86,6 +86,7 @@ func TestConfigParsesIntoTypedValues(t *testing.T) {
 		"PLEG_STREAM_MANAGE":   "false",
 		"PLEG_RELIST_PERIOD":   "250ms",
 		"PLEG_LISTEN_ADDRESS":  "", // set but empty: the endpoint is off
+		"PLEG_POD_ANNOTATIONS": " team, example.com/owner ,,",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +101,7 @@ func TestConfigParsesIntoTypedValues(t *testing.T) {
 	want.StreamManage = false
 	want.RelistPeriod = 250 * time.Millisecond
 	want.ListenAddress = ""
+	want.PodAnnotations = []string{"team", "example.com/owner"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("config (-want +got):\n%s", d)
 	}
@@ -168,4 +170,37 @@ func FuzzLoadConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestConfigNamesPodAnnotationKeysThatCannotBe(t *testing.T) {
+	t.Parallel()
+	_, err := loadConfig(lookupMap(map[string]string{
+		"PLEG_NODE_NAME":       "n",
+		"PLEG_POD_ANNOTATIONS": "team,last applied,Example.com/x,team,example.com/,a.b-c_d/e",
+	}))
+	var got []string
+	for _, e := range leafErrors(err) {
+		got = append(got, e.Error())
+	}
+	const v = `PLEG_POD_ANNOTATIONS="team,last applied,Example.com/x,team,example.com/,a.b-c_d/e": `
+	const shape = ` is not an annotation key ([<DNS subdomain>/]<name>, the name at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)`
+	want := []string{
+		v + `"last applied"` + shape,
+		v + `"Example.com/x"` + shape,
+		v + `"team" is named twice`,
+		v + `"example.com/"` + shape,
+		v + `"a.b-c_d/e"` + shape,
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("errors (-want +got):\n%s", d)
+	}
+
+	c, err := loadConfig(lookupMap(map[string]string{"PLEG_NODE_NAME": "n",
+		"PLEG_POD_ANNOTATIONS": "team,kubernetes.io/change-cause,app.example.com/owner.v2"}))
+	if err != nil {
+		t.Fatalf("valid keys refused: %v", err)
+	}
+	if got := c.bridgeOptions(nil, nil).PodAnnotations; !slices.Equal(got, []string{"team", "kubernetes.io/change-cause", "app.example.com/owner.v2"}) {
+		t.Errorf("bridge options carry pod annotations %q", got)
+	}
 }

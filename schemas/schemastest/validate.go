@@ -30,6 +30,23 @@ func compileAll() (map[string]*jsonschema.Schema, error) {
 	// Only the embedded files are resources; a $ref to anything else fails
 	// to load instead of reaching the network.
 	c.UseLoader(noLoader{})
+	if err := addSchemaFiles(c); err != nil {
+		return nil, err
+	}
+	out := make(map[string]*jsonschema.Schema)
+	for _, ceType := range schemas.Types() {
+		uri, _ := schemas.DataSchema(ceType)
+		sch, err := c.Compile(uri)
+		if err != nil {
+			return nil, fmt.Errorf("compile schema of %s: %w", ceType, err)
+		}
+		out[ceType] = sch
+	}
+	return out, nil
+}
+
+// addSchemaFiles adds every embedded schema file to c at its $id.
+func addSchemaFiles(c *jsonschema.Compiler) error {
 	files := schemas.SchemaFiles()
 	err := fs.WalkDir(files, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -50,18 +67,9 @@ func compileAll() (map[string]*jsonschema.Schema, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("load embedded schemas: %w", err)
+		return fmt.Errorf("load embedded schemas: %w", err)
 	}
-	out := make(map[string]*jsonschema.Schema)
-	for _, ceType := range schemas.Types() {
-		uri, _ := schemas.DataSchema(ceType)
-		sch, err := c.Compile(uri)
-		if err != nil {
-			return nil, fmt.Errorf("compile schema of %s: %w", ceType, err)
-		}
-		out[ceType] = sch
-	}
-	return out, nil
+	return nil
 }
 
 // noLoader refuses every URL: all schemas come from the embedded files.
