@@ -217,6 +217,9 @@ func (o DurableOptions) backoff(n int) time.Duration {
 // It returns an error wrapping ErrGroupChanged if the group exists with
 // another filter or partition count, and an error naming each bad option.
 func Consume(ctx context.Context, js jetstream.JetStream, opts DurableOptions, fn Handler) error {
+	if fn == nil {
+		return errors.New("consume: handler is nil")
+	}
 	o, err := opts.withDefaults()
 	if err != nil {
 		return fmt.Errorf("consume: %w", err)
