@@ -36,6 +36,9 @@ const (
 	// that is still made after ctx ended, so that a handler's success is
 	// recorded even during shutdown.
 	ackTimeout = 5 * time.Second
+	// noRespondersPause spaces the pull requests of a partition while
+	// JetStream does not answer, so that an outage costs no busy loop.
+	noRespondersPause = time.Second
 )
 
 // defaultBackoff is the delay before the second, third and later
@@ -67,8 +70,8 @@ var ErrDeliveriesExhausted = errors.New("deliveries exhausted without a handler 
 // event is fully handled; then the event is acknowledged and never
 // delivered to the group again. An error makes the event come back after
 // the backoff, to this member or another. ctx ends when Consume is asked to
-// stop; a handler that returns because of it leaves the event to be
-// delivered again at once.
+// stop or its connection closes; a handler that returns because of it
+// leaves the event to be delivered again at once.
 //
 // Consume calls the handler from one goroutine per partition, so it must be
 // safe for concurrent use; calls for events of the same pod never overlap,
@@ -207,8 +210,10 @@ func (o DurableOptions) backoff(n int) time.Duration {
 // group keeps its place while no member runs.
 //
 // It blocks until ctx is done, then returns nil, or until it cannot
-// consume any more (the connection closed, the group deleted), then it
-// returns that error. It starts one goroutine per partition and stops them
+// consume any more, then it returns the error: one wrapping
+// nats.ErrConnectionClosed when the connection closes (the handler's ctx
+// ends then too), or the error of a partition's consumer (the group
+// deleted, say). It starts one goroutine per partition and stops them
 // all before it returns. Handler errors are not returned: the event is
 // delivered again after opts.Backoff, up to opts.MaxDeliveries times, then
 // dead-lettered. An event the handler was given when Consume stopped or
@@ -232,19 +237,44 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts DurableOptions, f
 		return fmt.Errorf("consume: %w", err)
 	}
 	m := &member{js: js, opts: o, fn: fn}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make([]error, len(conss))
+	parent := ctx
+	ctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
+	defer func() {
+		cancel(nil)
+		wg.Wait()
+	}()
+
+	// A closed connection ends consumption at once, also for a handler
+	// that is running: its acknowledgement could not be sent anyway. A
+	// fetch would only notice after its heartbeats were missed.
+	closed := js.Conn().StatusChanged(nats.CLOSED)
+	wg.Go(func() {
+		defer js.Conn().RemoveStatusListener(closed)
+		select {
+		case <-closed:
+			cancel(nats.ErrConnectionClosed)
+		case <-ctx.Done():
+		}
+	})
+	if js.Conn().IsClosed() {
+		cancel(nats.ErrConnectionClosed)
+	}
+
+	errs := make([]error, len(conss))
+	var partitions sync.WaitGroup
 	for k, cons := range conss {
-		wg.Go(func() {
+		partitions.Go(func() {
 			if err := m.consumePartition(ctx, k, cons); err != nil {
 				errs[k] = err
-				cancel()
+				cancel(err)
 			}
 		})
 	}
-	wg.Wait()
+	partitions.Wait()
+	if cause := context.Cause(ctx); parent.Err() == nil && errors.Is(cause, nats.ErrConnectionClosed) {
+		return fmt.Errorf("consume group %s: %w", o.Name, cause)
+	}
 	return errors.Join(errs...)
 }
 
@@ -257,24 +287,35 @@ type member struct {
 
 // consumePartition handles the events of partition k, one at a time, until
 // ctx is done (it returns nil) or the consumer cannot be read.
+//
+// Each event is fetched with its own pull request rather than through the
+// Messages iterator: with nats.go v1.55's iterator and one message per
+// request, partitions were seen to stall under load with no pull request
+// at the server (its re-request is skipped while the previous request is
+// still marked in progress), until the request's expiry. A request per
+// event keeps no such state.
 func (m *member) consumePartition(ctx context.Context, k int, cons jetstream.Consumer) error {
-	// One message per pull: the partition never has more than one event
-	// out (MaxAckPending 1), and a member must not sit on the next one
-	// while another member could take it.
-	it, err := cons.Messages(jetstream.PullMaxMessages(1), jetstream.WithMessagesErrOnMissingHeartbeat(false))
-	if err != nil {
-		return fmt.Errorf("consume partition %d of group %s: %w", k, m.opts.Name, err)
-	}
-	defer it.Stop()
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
+		msg, err := cons.Next(jetstream.FetchContext(ctx))
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil:
+			m.process(ctx, msg)
+		case errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoHeartbeat),
+			errors.Is(err, jetstream.ErrConsumerLeadershipChanged):
+			// The request expired or was lost: ask again.
+		case errors.Is(err, nats.ErrNoResponders):
+			// JetStream is not answering (a server restarting): ask again
+			// shortly.
+			select {
+			case <-ctx.Done():
 				return nil
+			case <-time.After(noRespondersPause):
 			}
+		default:
 			return fmt.Errorf("read partition %d of group %s: %w", k, m.opts.Name, err)
 		}
-		m.process(ctx, msg)
 	}
 }
 

@@ -97,7 +97,7 @@ func (m *member) stop(t *testing.T) error {
 
 // handled returns a handler that sends each event to ch and then returns
 // what result says for it (nil if result is nil).
-func handled(ch chan<- consumer.Event, result func(consumer.Event) error) consumer.Handler {
+func handled(ch chan<- consumer.Event, result consumer.Handler) consumer.Handler {
 	return func(ctx context.Context, e consumer.Event) error {
 		select {
 		case ch <- e:
@@ -107,7 +107,7 @@ func handled(ch chan<- consumer.Event, result func(consumer.Event) error) consum
 		if result == nil {
 			return nil
 		}
-		return result(e)
+		return result(ctx, e)
 	}
 }
 
@@ -162,24 +162,26 @@ func TestConsumeResumesWhereACrashedMemberStopped(t *testing.T) {
 	}
 
 	// The first run handles three events and crashes while it holds the
-	// fourth: its connection goes away without an acknowledgement.
+	// fourth: its connection goes away without an acknowledgement, and its
+	// handler gives no answer; Consume ends the handler's ctx.
 	calls := make(chan consumer.Event)
 	var crashed *member
-	crash := make(chan struct{})
-	crashed = startMember(t, url, opts, handled(calls, func(e consumer.Event) error {
+	dead := make(chan struct{})
+	crashed = startMember(t, url, opts, handled(calls, func(ctx context.Context, e consumer.Event) error {
 		if e.Sequence == before[3].Sequence {
-			<-crash
 			crashed.nc.Close()
-			return errors.New("crashed")
+			close(dead)
+			<-ctx.Done()
+			return ctx.Err()
 		}
 		return nil
 	}))
 	if diff := cmp.Diff(before[:4], receive(t, calls, 4)); diff != "" {
 		t.Errorf("first run got (-want +got):\n%s", diff)
 	}
-	close(crash)
-	if err := crashed.wait(t); !errors.Is(err, jetstream.ErrConnectionClosed) {
-		t.Errorf("Consume after its connection closed = %v, want an error wrapping %v", err, jetstream.ErrConnectionClosed)
+	<-dead
+	if err := crashed.wait(t); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Errorf("Consume after its connection closed = %v, want an error wrapping %v", err, nats.ErrConnectionClosed)
 	}
 
 	// Events go on while no member runs.
@@ -196,6 +198,19 @@ func TestConsumeResumesWhereACrashedMemberStopped(t *testing.T) {
 	checkDrained(t, js, opts)
 }
 
+// A partition must ask for its next event as soon as it acknowledged one;
+// the Messages iterator of nats.go left a partition idle here under load.
+func TestConsumeDeliversThePartitionsNextEventAfterTheAck(t *testing.T) {
+	t.Parallel()
+	url, js := newServerStream(t)
+	events := publishEvents(t, js, podEvents(1, 3)...)
+	calls := make(chan consumer.Event)
+	startMember(t, url, consumer.DurableOptions{Name: "next", DeliverAll: true, OnDeadLetter: ignoreDeadLetters}, handled(calls, nil))
+	if diff := cmp.Diff(events, receive(t, calls, len(events))); diff != "" {
+		t.Errorf("handler got (-want +got):\n%s", diff)
+	}
+}
+
 func TestConsumeRedeliversAfterAHandlerError(t *testing.T) {
 	t.Parallel()
 	url, js := newServerStream(t)
@@ -206,7 +221,7 @@ func TestConsumeRedeliversAfterAHandlerError(t *testing.T) {
 	m := startMember(t, url, consumer.DurableOptions{
 		Name: "retry", DeliverAll: true, Backoff: []time.Duration{time.Millisecond},
 		OnDeadLetter: func(d consumer.DeadLetter) { t.Errorf("dead letter %+v", d) },
-	}, handled(calls, func(e consumer.Event) error {
+	}, handled(calls, func(_ context.Context, e consumer.Event) error {
 		if e.Sequence == events[0].Sequence && failures > 0 {
 			failures--
 			return errBusy
@@ -241,7 +256,7 @@ func TestConsumeDeadLettersAnEventThatExhaustsItsDeliveries(t *testing.T) {
 		Name: "dlq", DeliverAll: true, MaxDeliveries: 3, Backoff: []time.Duration{time.Millisecond},
 		DeadLetterSubject: "dead.pleg", OnDeadLetter: func(d consumer.DeadLetter) { dead <- d },
 	}
-	m := startMember(t, url, opts, handled(calls, func(e consumer.Event) error {
+	m := startMember(t, url, opts, handled(calls, func(_ context.Context, e consumer.Event) error {
 		if e.Sequence == events[0].Sequence {
 			return errBoom
 		}
@@ -301,10 +316,11 @@ func TestConsumeDeadLettersAnEventWhoseLastDeliveryCrashed(t *testing.T) {
 	calls := make(chan consumer.Event)
 	var crashed *member
 	crash := make(chan struct{})
-	crashed = startMember(t, url, opts, handled(calls, func(consumer.Event) error {
+	crashed = startMember(t, url, opts, handled(calls, func(ctx context.Context, _ consumer.Event) error {
 		<-crash
 		crashed.nc.Close()
-		return errors.New("crashed")
+		<-ctx.Done() // a dead process never answers
+		return ctx.Err()
 	}))
 	receive(t, calls, 1)
 	close(crash)

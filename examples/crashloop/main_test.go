@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -51,6 +52,17 @@ func TestRunPrintsACrashLoopAndStopsOnCancel(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("run returned %v before reporting", err)
 	case <-time.After(waitTimeout):
+		ws, err := js.Stream(t.Context(), "PLEG_crashloop")
+		if err == nil {
+			t.Logf("work stream: %+v %+v", ws.CachedInfo().State, ws.CachedInfo().Sources)
+			for k := range 8 {
+				c, err := ws.Consumer(t.Context(), fmt.Sprintf("crashloop-%d", k))
+				if err == nil {
+					ci := c.CachedInfo()
+					t.Logf("consumer %d: pending %d ackpending %d redelivered %d waiting %d delivered %+v", k, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered)
+				}
+			}
+		}
 		t.Fatal("no report within the timeout")
 	}
 	cancel()
