@@ -298,10 +298,14 @@ func (m *member) consumePartition(ctx context.Context, k int, cons jetstream.Con
 	for {
 		msg, err := cons.Next(jetstream.FetchContext(ctx))
 		switch {
-		case ctx.Err() != nil:
+		case err == nil && ctx.Err() != nil:
+			// Fetched as the member stops: let another member have it now.
+			_ = msg.Nak()
 			return nil
 		case err == nil:
 			m.process(ctx, msg)
+		case ctx.Err() != nil:
+			return nil
 		case errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoHeartbeat),
 			errors.Is(err, jetstream.ErrConsumerLeadershipChanged):
 			// The request expired or was lost: ask again.
