@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -569,4 +570,58 @@ func TestConsumeRefusesBadOptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConsumeNeedsOnlyTheDocumentedPermissions runs a group as a user with
+// the reader's permissions of deploy/nats plus those the README lists for a
+// group named "perm", so the README's list is known to be enough.
+func TestConsumeNeedsOnlyTheDocumentedPermissions(t *testing.T) {
+	t.Parallel()
+	reader := []string{
+		"$JS.API.INFO", "$JS.API.STREAM.INFO.PLEG", "$JS.API.STREAM.MSG.GET.PLEG", "$JS.API.DIRECT.GET.PLEG.>",
+		"$JS.API.CONSUMER.CREATE.PLEG", "$JS.API.CONSUMER.CREATE.PLEG.>", "$JS.API.CONSUMER.DURABLE.CREATE.PLEG.>",
+		"$JS.API.CONSUMER.INFO.PLEG.>", "$JS.API.CONSUMER.LIST.PLEG", "$JS.API.CONSUMER.NAMES.PLEG",
+		"$JS.API.CONSUMER.MSG.NEXT.PLEG.>", "$JS.API.CONSUMER.DELETE.PLEG.>", "$JS.ACK.PLEG.>", "$JS.FC.PLEG.>",
+	}
+	group := []string{
+		"$JS.API.STREAM.INFO.PLEG_perm", "$JS.API.STREAM.CREATE.PLEG_perm",
+		"$JS.API.CONSUMER.CREATE.PLEG_perm.>", "$JS.API.CONSUMER.MSG.NEXT.PLEG_perm.>", "$JS.ACK.PLEG_perm.>",
+		"deadletter.perm",
+	}
+	s := publishtest.RunServer(t, &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		Users: []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "svc", Password: "svc", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: append(reader, group...)},
+				Subscribe: &server.SubjectPermission{Allow: []string{"pleg.>", "_INBOX.>"}},
+			}},
+		},
+	})
+	_, js := publishtest.Connect(t, s.ClientURL(), nats.UserInfo("admin", "admin"))
+	if _, err := publish.EnsureStream(t.Context(), js, publish.StreamOptions{SubjectPrefix: "pleg"}); err != nil {
+		t.Fatalf("ensure stream: %v", err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"deadletter.>"}}); err != nil {
+		t.Fatalf("create dead-letter stream: %v", err)
+	}
+	events := publishEvents(t, js, podEvents(2, 2)...)
+	failed := false
+	calls := make(chan consumer.Event)
+	dead := make(chan consumer.DeadLetter, 1)
+	svcURL := strings.Replace(s.ClientURL(), "nats://", "nats://svc:svc@", 1)
+	startMember(t, svcURL, consumer.DurableOptions{
+		Name: "perm", DeliverAll: true, Partitions: 1, MaxDeliveries: 1,
+		DeadLetterSubject: "deadletter.perm", OnDeadLetter: func(d consumer.DeadLetter) { dead <- d },
+	}, handled(calls, func(context.Context, consumer.Event) error {
+		if !failed {
+			failed = true
+			return errors.New("fail the first one to dead-letter it")
+		}
+		return nil
+	}))
+	if diff := cmp.Diff(events, receive(t, calls, len(events))); diff != "" {
+		t.Errorf("handler got (-want +got):\n%s", diff)
+	}
+	receive(t, dead, 1)
 }
