@@ -36,7 +36,9 @@
 // membership protocol, leases or member indexes, and replicas of a
 // Deployment may come and go. A member that crashes holding an event
 // delays that partition by DurableOptions.AckWait; a running handler keeps
-// its event by reporting progress. The price of this design: up to N
+// its event by reporting progress (unless its member is cut off from the
+// server for longer than AckWait: then another member gets the event while
+// the first may still be handling it). The price of this design: up to N
 // events are handled at once in the whole group (N = Partitions), each
 // costs a round trip to the server, and a pod's events may be handled by
 // different members in turn, so per-pod state belongs in shared storage

@@ -74,8 +74,10 @@ var ErrDeliveriesExhausted = errors.New("deliveries exhausted without a handler 
 // leaves the event to be delivered again at once.
 //
 // Consume calls the handler from one goroutine per partition, so it must be
-// safe for concurrent use; calls for events of the same pod never overlap,
-// in any member, and come in stream order. Delivery is at least once: use
+// safe for concurrent use. Calls for events of the same pod come in stream
+// order and do not overlap, in any member, with one exception: a member cut
+// off from the server for longer than AckWait while its handler runs loses
+// the event to another member, and both may then run at once. Delivery is at least once: use
 // e.Sequence (the event stream's sequence, the same in every member) or
 // e.ID to recognise an event handled before.
 type Handler func(ctx context.Context, e Event) error
