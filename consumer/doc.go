@@ -2,8 +2,56 @@
 // pleg-bridge event stream: it decodes the CloudEvents pleg-bridge publishes
 // (structured and binary mode) into Event, builds JetStream filter subjects
 // for a node, a pod or a Lifecycle event type (Filter), follows live events
-// (Subscribe), reads history (Replay) and renders an event as one line of
-// text (Format).
+// (Subscribe), reads history (Replay), consumes durably as a member of a
+// group of replicas (Consume) and renders an event as one line of text
+// (Format).
+//
+// # Durable groups
+//
+// Consume gives a service at-least-once delivery that survives restarts and
+// is split across the service's replicas, while the events of one pod are
+// handled one at a time and in stream order. A group, named by
+// DurableOptions.Name, consists of:
+//
+//   - A work stream, "<stream>_<name>", that sources the event stream on the
+//     server. The source's subject transform is the group's filter (node,
+//     pod, type as literal tokens; a namespace is not in the subject, so it
+//     cannot be filtered on the server) and prefixes each copied subject
+//     with a partition number, {{partition(N,…)}} of the pod UID token:
+//     "pleg.node-1.<uid>.ContainerDied" becomes
+//     "5.pleg.node-1.<uid>.ContainerDied". So all events of a pod land in
+//     one partition, in stream order. The work stream has work-queue
+//     retention: it holds the group's backlog, and an acknowledged event
+//     leaves it. It keeps sourcing while no member runs, so a group
+//     restarted hours later resumes where it stopped (within the event
+//     stream's own limits).
+//   - One durable pull consumer per partition, "<name>-<k>", filtered on
+//     "<k>.>", with explicit acks and at most one unacknowledged event
+//     (MaxAckPending 1).
+//
+// Every member pulls from every partition. Because a partition hands out
+// its next event only once the previous one is acknowledged, the members
+// race for each partition's next event and no two of them ever hold events
+// of the same partition: per-pod order holds across members with no
+// membership protocol, leases or member indexes, and replicas of a
+// Deployment may come and go. A member that crashes holding an event
+// delays that partition by DurableOptions.AckWait; a running handler keeps
+// its event by reporting progress (unless its member is cut off from the
+// server for longer than AckWait: then another member gets the event while
+// the first may still be handling it). The price of this design: up to N
+// events are handled at once in the whole group (N = Partitions), each
+// costs a round trip to the server, and a pod's events may be handled by
+// different members in turn, so per-pod state belongs in shared storage
+// (examples/crashloop keeps it in a KV bucket) or must tolerate that.
+//
+// The handler's nil acknowledges the event. An error brings it back after
+// DurableOptions.Backoff; the MaxDeliveries-th failure, or a last delivery
+// that a crash cut short, dead-letters it: it is published to
+// DeadLetterSubject and/or reported to OnDeadLetter, then removed. A
+// message that does not decode is dead-lettered at once. Nothing is
+// dropped silently. Deliveries are at least once; Event.Sequence (the
+// event stream's sequence) and Event.ID let the handler skip what it has
+// done before.
 //
 // It owns the subscriber's view of the wire contract (subjects and
 // CloudEvents, as the README's Subjects and Events sections describe them);
