@@ -178,6 +178,22 @@ func TestSubscribeFromStartTime(t *testing.T) {
 	}
 }
 
+func TestSubscribeFromStartSeq(t *testing.T) {
+	t.Parallel()
+	_, js := newStream(t)
+	var fs []fixture
+	for _, id := range []string{"a", "b", "c", "d"} {
+		f := died()
+		f.containerID = id
+		fs = append(fs, f)
+	}
+	all := publishEvents(t, js, fs...)
+	s := subscribe(t, js, consumer.Options{StartSeq: all[2].Sequence})
+	if diff := cmp.Diff(all[2:], s.next(t, 2)); diff != "" {
+		t.Errorf("Subscribe from sequence %d delivered (-want +got):\n%s", all[2].Sequence, diff)
+	}
+}
+
 func TestSubscribeReturnsTheCallbacksError(t *testing.T) {
 	t.Parallel()
 	_, js := newStream(t)
@@ -210,6 +226,8 @@ func TestSubscribeRefusesBadOptions(t *testing.T) {
 	}{
 		{name: "an end time is for replay only", opts: consumer.Options{EndTime: now}, wantErr: "EndTime"},
 		{name: "DeliverAll and StartTime contradict each other", opts: consumer.Options{DeliverAll: true, StartTime: now}, wantErr: "DeliverAll and StartTime"},
+		{name: "StartSeq and StartTime contradict each other", opts: consumer.Options{StartSeq: 3, StartTime: now}, wantErr: "StartSeq"},
+		{name: "StartSeq and DeliverAll contradict each other", opts: consumer.Options{StartSeq: 3, DeliverAll: true}, wantErr: "StartSeq"},
 		{name: "an unknown type is named", opts: consumer.Options{Filter: consumer.Filter{Type: "Boom"}}, wantErr: `"Boom"`},
 		{name: "a missing stream is named", opts: consumer.Options{Stream: "NOPE"}, wantErr: "NOPE", wantIs: jetstream.ErrStreamNotFound},
 	}
