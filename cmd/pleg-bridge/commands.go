@@ -101,6 +101,11 @@ func newRootCommand(env commandEnv) *cobra.Command {
 		newVersionCommand(env),
 		newCompletionCommand(env),
 	)
+	// Every help starts with the one-line description; Long, where there
+	// is one, goes on from there.
+	for _, c := range root.Commands() {
+		c.Long = strings.TrimSpace(c.Short + ".\n\n" + c.Long)
+	}
 	return root
 }
 
@@ -151,9 +156,9 @@ func newRunCommand(env commandEnv) *cobra.Command {
 	return &cobra.Command{
 		Use:   "run",
 		Short: "Run the bridge on this node, configured by PLEG_* environment variables",
-		Long: `Run the bridge on this node: watch the CRI runtime and publish every container
-lifecycle event to NATS JetStream until SIGINT or SIGTERM. It takes no flags:
-the PLEG_* environment variables below configure it, as the DaemonSet does.`,
+		Long: `It watches the CRI runtime and publishes every container lifecycle event to
+NATS JetStream until SIGINT or SIGTERM. It takes no flags: the PLEG_*
+environment variables below configure it, as the DaemonSet does.`,
 		Example: `  PLEG_NATS_URL=nats://nats:4222 pleg-bridge run
   PLEG_CRI_ENDPOINT=unix:///run/crio/crio.sock PLEG_MODE=generic pleg-bridge run
   pleg-bridge run        # no PLEG_NATS_URL: an embedded NATS server with JetStream`,
@@ -193,9 +198,8 @@ func newCompletionCommand(env commandEnv) *cobra.Command {
 	return &cobra.Command{
 		Use:   "completion bash|zsh|fish",
 		Short: "Print the shell completion script for bash, zsh or fish",
-		Long: `Print the shell completion script for bash, zsh or fish on stdout. It completes
-commands, flags and the values of --type and --color. The bash script needs
-the bash-completion package.`,
+		Long: `The script goes to stdout. It completes commands, flags and the values of
+--type and --color. The bash script needs the bash-completion package.`,
 		Example: `  source <(pleg-bridge completion bash)                           # this shell
   pleg-bridge completion bash > /etc/bash_completion.d/pleg-bridge  # every shell
   pleg-bridge completion zsh > "${fpath[1]}/_pleg-bridge"
@@ -203,7 +207,7 @@ the bash-completion package.`,
 		ValidArgs: completionShells,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usageErrorf(c.CommandPath(), "want one shell, %s", strings.Join(completionShells, ", "))
+				return usageErrorf(c.CommandPath(), "want one shell: %s", strings.Join(completionShells, ", "))
 			}
 			return nil
 		},

@@ -56,7 +56,7 @@ func newDemoCommand(env commandEnv) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "demo",
 		Short: "Run embedded NATS, a simulated runtime with pod churn and the bridge, and print every event",
-		Long: `Run the product end to end on embedded parts: an in-process NATS server with
+		Long: `The product end to end on embedded parts: an in-process NATS server with
 JetStream, the simulated CRI runtime (containerd 2.4's behaviour) with pod
 churn, the bridge between them, and a subscriber that prints every event as
 it arrives. PLEG_* tuning variables apply (PLEG_MODE=generic, say); where

@@ -24,11 +24,11 @@ func newReplayCommand(env commandEnv) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "replay",
 		Short: "Print the stored events of a pod, a node, a namespace or a time range, and exit",
-		Long: `Print the stored container lifecycle events that the flags select, one line
-each with the date, in stream order, and exit once it has printed what the
-stream held when it started. It needs at least one of --pod, --node,
---namespace, --container or --since, so that a mistyped command does not
-print the whole stream. If no event matched, it says so on stderr.
+		Long: `Events are printed one line each with the date, in stream order; replay exits
+once it has printed what the stream held when it started. It needs at least
+one of --pod, --node, --namespace, --container or --since, so that a
+mistyped command does not print the whole stream. If no event matched, it
+says so on stderr.
 
 ` + streamFlagsHelp,
 		Example: `  pleg-bridge replay --pod default/web-0                 # a pod's history, by namespace/name

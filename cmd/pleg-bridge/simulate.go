@@ -16,8 +16,7 @@ func newSimulateCommand(env commandEnv) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "simulate",
 		Short: "Serve the simulated CRI runtime on a unix socket, with pod churn",
-		Long: `Serve the simulated CRI runtime on a unix socket, with optional pod churn:
-for docker-compose and for trying the bridge on a machine without containerd.`,
+		Long:  `For docker-compose and for trying the bridge on a machine without containerd.`,
 		Example: `  pleg-bridge simulate --socket /tmp/cri.sock
   pleg-bridge simulate --socket /tmp/cri.sock --rate 0             # no churn
   pleg-bridge simulate --socket /tmp/cri.sock --behave-like containerd-1.7

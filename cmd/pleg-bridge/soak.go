@@ -21,9 +21,9 @@ func newSoakCommand(env commandEnv) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "soak",
 		Short: "Run churn and faults against this binary's bridge and account for every transition",
-		Long: fmt.Sprintf(`Run the simulated runtime with pod churn, NATS (one server or a cluster of
-three) and this binary's bridge as a child process, inject faults on a
-schedule, and account for every transition the runtime made: expected,
+		Long: fmt.Sprintf(`The simulated runtime churns pods; NATS is one server or a cluster of three;
+the bridge is this binary, run as a child process. Faults are injected on a
+schedule, and every transition the runtime made is accounted for: expected,
 found, missing, duplicated and out of order, per fault window. It exits
 non-zero on any loss. Faults:
   %s`, strings.Join(soak.AllFaults, ", ")),

@@ -26,11 +26,10 @@ func newTailCommand(env commandEnv) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "tail",
 		Short: "Follow container lifecycle events as they arrive, one line each, until Ctrl-C",
-		Long: `Follow the container lifecycle events in the stream as they arrive and print
-one line each on stdout, until Ctrl-C. Lines read from the stream's history
-(--all, --since, --from-seq) carry the date. On a terminal, a container that
-died with a non-zero exit code or was OOMKilled is shown in red. What tail
-follows, and where it stopped, is said on stderr.
+		Long: `Lines read from the stream's history (--all, --since, --from-seq) carry the
+date. On a terminal, a container that died with a non-zero exit code or was
+OOMKilled is shown in red. What tail follows, and where it stopped, is said
+on stderr.
 
 ` + streamFlagsHelp,
 		Example: `  pleg-bridge tail                                      # every event from now on
