@@ -53,7 +53,8 @@ func printUsage(w io.Writer) error {
 // on c.Flags() (spelled --flag; defaults from env.getenv where the agent
 // has a PLEG_ variable for the same thing), and RunE calling the work with
 // c.Context(); return usageErrorf for a flag value that makes no sense, so
-// it exits 2 with a pointer to --help. Then add it below. A subcommand that
+// it exits 2 with a pointer to --help. Then add it below, and a line for it
+// in rootUsage. A subcommand that
 // already parses its own arguments, as
 // runXxx(ctx, args, getenv, stdout, stderr) error, is wired in unchanged
 // with passthrough: it gets its arguments unparsed, --help included, so its

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,13 +13,14 @@ import (
 
 // TestEverySubcommandHasHelpWithExamples asks each subcommand for --help:
 // a one-line description, examples that run the command, the flags spelled
-// --flag, all on stdout, and nothing on stderr.
+// --flag, all on stdout, and nothing on stderr. A passthrough subcommand's
+// help is its own, and is not checked here.
 func TestEverySubcommandHasHelpWithExamples(t *testing.T) {
 	t.Parallel()
 	root := newRootCommand(commandEnv{lookup: envFrom(t, nil), stdout: io.Discard, stderr: io.Discard})
 	var names []string
 	for _, c := range root.Commands() {
-		if c.Hidden || c.Name() == "help" {
+		if c.Hidden || c.Name() == "help" || c.DisableFlagParsing {
 			continue
 		}
 		names = append(names, c.Name())
@@ -50,9 +52,10 @@ func TestEverySubcommandHasHelpWithExamples(t *testing.T) {
 			}
 		})
 	}
-	want := []string{"completion", "demo", "replay", "run", "simulate", "soak", "tail", "version"}
-	if diff := cmp.Diff(want, names); diff != "" {
-		t.Errorf("subcommands (-want +got):\n%s", diff)
+	for _, want := range []string{"completion", "demo", "replay", "run", "simulate", "soak", "tail", "version"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no subcommand %s among %q", want, names)
+		}
 	}
 }
 
