@@ -34,6 +34,12 @@ type Options struct {
 	// DeliverAll starts at the beginning of the stream. It cannot be
 	// combined with StartTime. Replay always does this without StartTime.
 	DeliverAll bool
+	// OnCaughtUp, if set, is called once by Subscribe when it has handed fn
+	// every matching message stored before it started: at once if there is
+	// none, else after fn returns for the message that leaves nothing
+	// pending. Messages that keep arriving can delay it. It is called from
+	// the goroutine that called Subscribe. Replay ignores it.
+	OnCaughtUp func()
 	// OnError, if set, is called with a *DecodeError for each message that
 	// is not a pleg-bridge event; the message is skipped either way. It is
 	// called from the goroutine that called Subscribe or Replay.
