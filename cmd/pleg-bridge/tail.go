@@ -54,7 +54,8 @@ on stderr.
 }
 
 // runTail prints the events that sf selects, one per line, from where o
-// says, until ctx is done, then returns nil. It also returns nil, having
+// says, until ctx is done, then returns nil. Starting in the past, it says
+// on stderr when none of the stored events matched. It also returns nil, having
 // deleted its consumer, when the reader of stdout goes away. A message that
 // is not a pleg-bridge event is reported on stderr and skipped.
 func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, env commandEnv) error {
@@ -103,13 +104,25 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 	}
 	fmt.Fprintf(env.stderr, "%s: following %s in %s, %s (Ctrl-C stops)\n", cmd, what, sf.where(), from)
 
-	p := printer{w: env.stdout, json: sf.json, date: len(starts) > 0, color: color}
-	var last uint64 // the stream sequence of the last event read, matched or not
+	history := len(starts) > 0
+	p := printer{w: env.stdout, json: sf.json, date: history, color: color}
+	var (
+		last    uint64 // the stream sequence of the last event read, matched or not
+		matched int
+	)
+	if history {
+		opts.OnCaughtUp = func() {
+			if matched == 0 {
+				fmt.Fprintf(env.stderr, "%s: no stored events matched; waiting for new ones\n", cmd)
+			}
+		}
+	}
 	err = consumer.Subscribe(ctx, js, opts, func(e consumer.Event) error {
 		last = e.Sequence
 		if !match.match(e) {
 			return nil
 		}
+		matched++
 		return p.print(e)
 	})
 	if err != nil {

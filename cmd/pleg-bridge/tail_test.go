@@ -346,6 +346,24 @@ func TestTailSaysWhatItFollows(t *testing.T) {
 		})
 	}
 
+	t.Run("that no stored event matched", func(t *testing.T) {
+		t.Parallel()
+		tail := startTail(t, env, "--all", "--pod", "default/web-1")
+		want := []string{
+			"pleg-bridge tail: following events of pod default/web-1 in stream EVENTS on " + env.url + ", from the beginning of the stream (Ctrl-C stops)",
+			"pleg-bridge tail: no stored events matched; waiting for new ones",
+		}
+		if diff := cmp.Diff(want, readLines(t, tail.errs, len(want))); diff != "" {
+			t.Errorf("tail said on stderr (-want +got):\n%s", diff)
+		}
+		// It goes on following: the pod's first event still arrives.
+		env.publish(t, "node-1", lifecycle(generator.ContainerStarted, generator.Pod{UID: "dddd-4444", Namespace: "default", Name: "web-1"}, "app", 5*time.Hour))
+		want = dated("05:00:00.000 ContainerStarted  default/web-1/app                              node=node-1 via=relist")
+		if diff := cmp.Diff(want, readLines(t, tail.lines, 1)); diff != "" {
+			t.Errorf("tail printed (-want +got):\n%s", diff)
+		}
+	})
+
 	t.Run("where it stopped", func(t *testing.T) {
 		t.Parallel()
 		tail := startTail(t, env, "--all", "--pod", "default/web-0", "--type", "died")
