@@ -27,9 +27,19 @@ type Options struct {
 	// EndTime, for Replay only, stops before the first message stored after
 	// it.
 	EndTime time.Time
+	// StartSeq, if set, starts at this stream sequence, or at the first
+	// matching message after it. It cannot be combined with StartTime or
+	// DeliverAll.
+	StartSeq uint64
 	// DeliverAll starts at the beginning of the stream. It cannot be
 	// combined with StartTime. Replay always does this without StartTime.
 	DeliverAll bool
+	// OnCaughtUp, if set, is called once by Subscribe when it has handed fn
+	// every matching message stored before it started: at once if there is
+	// none, else after fn returns for the message that leaves nothing
+	// pending. Messages that keep arriving can delay it. It is called from
+	// the goroutine that called Subscribe. Replay ignores it.
+	OnCaughtUp func()
 	// OnError, if set, is called with a *DecodeError for each message that
 	// is not a pleg-bridge event; the message is skipped either way. It is
 	// called from the goroutine that called Subscribe or Replay.
@@ -60,6 +70,9 @@ func (o Options) consumerConfig(deliverPolicy jetstream.DeliverPolicy) (jetstrea
 	if o.DeliverAll && !o.StartTime.IsZero() {
 		return jetstream.OrderedConsumerConfig{}, errors.New("options DeliverAll and StartTime cannot be combined")
 	}
+	if o.StartSeq != 0 && (o.DeliverAll || !o.StartTime.IsZero()) {
+		return jetstream.OrderedConsumerConfig{}, errors.New("option StartSeq cannot be combined with StartTime or DeliverAll")
+	}
 	if !o.EndTime.IsZero() && o.EndTime.Before(o.StartTime) {
 		return jetstream.OrderedConsumerConfig{}, fmt.Errorf("end time %s is before start time %s",
 			o.EndTime.Format(time.RFC3339Nano), o.StartTime.Format(time.RFC3339Nano))
@@ -69,6 +82,9 @@ func (o Options) consumerConfig(deliverPolicy jetstream.DeliverPolicy) (jetstrea
 		DeliverPolicy:  deliverPolicy,
 	}
 	switch {
+	case o.StartSeq != 0:
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = o.StartSeq
 	case !o.StartTime.IsZero():
 		start := o.StartTime
 		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy

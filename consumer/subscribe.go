@@ -41,10 +41,21 @@ func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn fun
 		return fmt.Errorf("create consumer on stream %s: %w", opts.stream(), err)
 	}
 	defer deleteConsumer(ctx, js, opts.stream(), cons)
+	caughtUp := opts.OnCaughtUp
+	if info := cons.CachedInfo(); caughtUp != nil && info != nil && info.NumPending == 0 {
+		caughtUp()
+		caughtUp = nil
+	}
 	err = readMessages(ctx, cons, opts.stream(), func(msg jetstream.Msg) (bool, error) {
 		if e, ok := opts.decode(msg); ok {
 			if err := fn(e); err != nil {
 				return true, err
+			}
+		}
+		if caughtUp != nil {
+			if meta, err := msg.Metadata(); err == nil && meta.NumPending == 0 {
+				caughtUp()
+				caughtUp = nil
 			}
 		}
 		return false, nil

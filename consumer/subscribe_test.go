@@ -178,6 +178,69 @@ func TestSubscribeFromStartTime(t *testing.T) {
 	}
 }
 
+func TestSubscribeFromStartSeq(t *testing.T) {
+	t.Parallel()
+	_, js := newStream(t)
+	var fs []fixture
+	for _, id := range []string{"a", "b", "c", "d"} {
+		f := died()
+		f.containerID = id
+		fs = append(fs, f)
+	}
+	all := publishEvents(t, js, fs...)
+	s := subscribe(t, js, consumer.Options{StartSeq: all[2].Sequence})
+	if diff := cmp.Diff(all[2:], s.next(t, 2)); diff != "" {
+		t.Errorf("Subscribe from sequence %d delivered (-want +got):\n%s", all[2].Sequence, diff)
+	}
+}
+
+// TestSubscribeSaysWhenItCaughtUp checks OnCaughtUp: after the last stored
+// matching event, or at once when nothing stored matches.
+func TestSubscribeSaysWhenItCaughtUp(t *testing.T) {
+	t.Parallel()
+	_, js := newStream(t)
+	start := died()
+	start.lifecycle, start.exitCode, start.reason, start.containerID = "ContainerStarted", nil, "", "4c0a1e3d6f8b"
+	again := died()
+	again.containerID = "5d1b2f4e7a9c"
+	publishEvents(t, js, died(), start, again)
+	tests := []struct {
+		name string
+		opts consumer.Options
+		want []string
+	}{
+		{name: "after the stored events", opts: consumer.Options{DeliverAll: true}, want: []string{"ContainerDied", "ContainerStarted", "ContainerDied", "caught up"}},
+		{name: "after the stored events that match", opts: consumer.Options{DeliverAll: true, Filter: consumer.Filter{Type: "ContainerStarted"}}, want: []string{"ContainerStarted", "caught up"}},
+		{name: "at once when nothing stored matches", opts: consumer.Options{DeliverAll: true, Filter: consumer.Filter{Type: "ContainerRemoved"}}, want: []string{"caught up"}},
+		{name: "at once from now", opts: consumer.Options{}, want: []string{"caught up"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+			defer cancel()
+			var got []string
+			tt.opts.OnCaughtUp = func() {
+				got = append(got, "caught up")
+				cancel()
+			}
+			err := consumer.Subscribe(ctx, js, tt.opts, func(e consumer.Event) error {
+				got = append(got, e.LifecycleType())
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("Subscribe = %v", err)
+			}
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.Fatalf("OnCaughtUp not called within %s; got %q", waitTimeout, got)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Subscribe delivered (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestSubscribeReturnsTheCallbacksError(t *testing.T) {
 	t.Parallel()
 	_, js := newStream(t)
@@ -210,6 +273,8 @@ func TestSubscribeRefusesBadOptions(t *testing.T) {
 	}{
 		{name: "an end time is for replay only", opts: consumer.Options{EndTime: now}, wantErr: "EndTime"},
 		{name: "DeliverAll and StartTime contradict each other", opts: consumer.Options{DeliverAll: true, StartTime: now}, wantErr: "DeliverAll and StartTime"},
+		{name: "StartSeq and StartTime contradict each other", opts: consumer.Options{StartSeq: 3, StartTime: now}, wantErr: "StartSeq"},
+		{name: "StartSeq and DeliverAll contradict each other", opts: consumer.Options{StartSeq: 3, DeliverAll: true}, wantErr: "StartSeq"},
 		{name: "an unknown type is named", opts: consumer.Options{Filter: consumer.Filter{Type: "Boom"}}, wantErr: `"Boom"`},
 		{name: "a missing stream is named", opts: consumer.Options{Stream: "NOPE"}, wantErr: "NOPE", wantIs: jetstream.ErrStreamNotFound},
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,25 +32,4 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	err = b.Run(ctx)
 	logger.Info("pleg-bridge stopped")
 	return err
-}
-
-const usage = `pleg-bridge: Kubernetes container lifecycle events from the node's CRI runtime to NATS JetStream.
-
-Usage:
-  pleg-bridge run              run the bridge (configured by PLEG_* variables, below)
-  pleg-bridge demo [flags]     embedded NATS + simulated runtime + bridge; prints events as a subscriber sees them
-  pleg-bridge tail [flags]     follow live events, with filters (--node, --pod, --type)
-  pleg-bridge replay [flags]   print stored events of a pod, a node or a time range
-  pleg-bridge simulate [flags] serve the simulated CRI runtime on a unix socket (development)
-  pleg-bridge soak [flags]     churn and faults against this bridge, with a full accounting of every transition
-  pleg-bridge version          print the version
-
-Run "pleg-bridge <command> --help" for a command's flags.
-
-Configuration of "run" (environment variables):
-`
-
-func printUsage(w io.Writer) error {
-	fmt.Fprint(w, usage)
-	return printConfigHelp(w)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +19,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
+	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -40,31 +40,56 @@ func demoLookup(lookup lookupFunc) lookupFunc {
 	}
 }
 
+// demoOptions are the demo's flags.
+type demoOptions struct {
+	duration   time.Duration
+	rate       float64
+	lifetime   time.Duration
+	containers int
+	natsListen string
+	listen     string
+	logLevel   slog.Level
+}
+
+func newDemoCommand(env commandEnv) *cobra.Command {
+	o := demoOptions{}
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "Run embedded NATS, a simulated runtime with pod churn and the bridge, and print every event",
+		Long: `The product end to end on embedded parts: an in-process NATS server with
+JetStream, the simulated CRI runtime (containerd 2.4's behaviour) with pod
+churn, the bridge between them, and a subscriber that prints every event as
+it arrives. PLEG_* tuning variables apply (PLEG_MODE=generic, say); where
+NATS, the runtime and the data are is the demo's own.`,
+		Example: `  pleg-bridge demo
+  pleg-bridge demo --rate 5 --lifetime 2s --duration 1m
+  PLEG_MODE=generic pleg-bridge demo --listen 127.0.0.1:9470   # with /metrics`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if o.rate <= 0 {
+				return usageErrorf(c.CommandPath(), "--rate=%v must be positive", o.rate)
+			}
+			return runDemo(c.Context(), o, env.lookup, env.stdout, env.stderr)
+		},
+	}
+	f := c.Flags()
+	f.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
+	f.Float64Var(&o.rate, "rate", 1, "pods the simulated runtime starts per second")
+	f.DurationVar(&o.lifetime, "lifetime", 4*time.Second, "how long each simulated pod's containers run")
+	f.IntVar(&o.containers, "containers", 2, "containers per simulated pod")
+	f.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "listen address of the embedded NATS server (a random port if it is taken)")
+	f.StringVar(&o.listen, "listen", "", "serve /metrics, /healthz and /readyz on this address (empty: off)")
+	o.logLevel = slog.LevelWarn
+	f.TextVar(&o.logLevel, "log-level", o.logLevel, "log level of the bridge: debug, info, warn or error")
+	return c
+}
+
 // runDemo runs the product end to end on embedded parts: an in-process NATS
 // server with JetStream, the simulated CRI runtime on a unix socket with pod
 // churn, the bridge between them, and a JetStream subscriber that prints
 // every event as it arrives.
-func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	duration := fs.Duration("duration", 0, "stop after this long (0: run until Ctrl-C)")
-	rate := fs.Float64("rate", 1, "pods the simulated runtime starts per second")
-	lifetime := fs.Duration("lifetime", 4*time.Second, "how long each simulated pod's containers run")
-	containers := fs.Int("containers", 2, "containers per simulated pod")
-	listen := fs.String("nats-listen", "127.0.0.1:4222", "listen address of the embedded NATS server (a random port if it is taken)")
-	metrics := fs.String("listen", "", "serve /metrics, /healthz and /readyz on this address (empty: off)")
-	var logLevel slog.Level
-	fs.TextVar(&logLevel, "log-level", slog.LevelWarn, "log level of the bridge: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("demo: unexpected arguments %q", fs.Args())
-	}
-	if *rate <= 0 {
-		return fmt.Errorf("demo: --rate=%v must be positive", *rate)
-	}
-	host, port, err := natsembed.SplitListen(*listen)
+func runDemo(ctx context.Context, o demoOptions, lookup lookupFunc, stdout, stderr io.Writer) error {
+	host, port, err := natsembed.SplitListen(o.natsListen)
 	if err != nil {
 		return fmt.Errorf("demo: --nats-listen: %w", err)
 	}
@@ -72,8 +97,8 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 	if err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	logger := newLogger(stderr, logAuto, logLevel)
-	if *duration > 0 {
+	logger := newLogger(stderr, logAuto, o.logLevel)
+	if o.duration > 0 {
 		// A cancel after the duration, not a deadline: gRPC would send a
 		// deadline to the runtime with every call, and the runtime's side,
 		// which expires first, would end the calls as failures just before
@@ -81,7 +106,7 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
-		stop := time.AfterFunc(*duration, cancel)
+		stop := time.AfterFunc(o.duration, cancel)
 		defer stop.Stop()
 	}
 	dir, err := os.MkdirTemp("", "pleg-bridge-demo-")
@@ -96,7 +121,7 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 	store := filepath.Join(dir, "nats")
 	ns, err := natsembed.Start(natsembed.Options{DataDir: store, Host: host, Port: port, ServerName: "pleg-bridge-demo"})
 	if err != nil {
-		logger.Warn("embedded NATS cannot listen where asked, using a random port", "listen", *listen, "err", err)
+		logger.Warn("embedded NATS cannot listen where asked, using a random port", "listen", o.natsListen, "err", err)
 		if ns, err = natsembed.Start(natsembed.Options{DataDir: store, Host: host, Port: -1, ServerName: "pleg-bridge-demo"}); err != nil {
 			return err
 		}
@@ -123,7 +148,7 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 	}
 	sim := crisim.NewServer(model, crisim.ServerOptions{})
 
-	cfg.NATSURL, cfg.CRIEndpoint, cfg.DataDir, cfg.ListenAddress = ns.ClientURL(), "unix://"+sock, dir, *metrics
+	cfg.NATSURL, cfg.CRIEndpoint, cfg.DataDir, cfg.ListenAddress = ns.ClientURL(), "unix://"+sock, dir, o.listen
 	opts := cfg.bridgeOptions(logger, nil)
 	b, err := bridge.New(opts)
 	if err != nil {
@@ -135,7 +160,7 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 		lis.Close()
 		return err
 	}
-	printDemoBanner(stdout, cfg, ns, sock, *rate, *containers)
+	printDemoBanner(stdout, cfg, ns, sock, o.rate, o.containers)
 	counts := &eventCounts{}
 	eg, gctx := errgroup.WithContext(ctx)
 	simCtx, stopSim := context.WithCancel(context.WithoutCancel(ctx))
@@ -147,7 +172,7 @@ func runDemo(ctx context.Context, args []string, lookup lookupFunc, stdout, stde
 	})
 	eg.Go(func() error {
 		return crisim.Churn(gctx, model, crisim.ChurnOptions{
-			PodsPerSecond: *rate, ContainersPerPod: *containers, Lifetime: *lifetime, Namespace: "demo", Seed: time.Now().UnixNano(),
+			PodsPerSecond: o.rate, ContainersPerPod: o.containers, Lifetime: o.lifetime, Namespace: "demo", Seed: time.Now().UnixNano(),
 		})
 	})
 	eg.Go(func() error {

@@ -3,52 +3,116 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 )
 
-// runReplay is the replay subcommand: it prints the stored events that match
-// the flags, one per line with the date, in stream order, and returns nil
-// when it has printed what the stream held when it started, or when ctx is
-// canceled. It needs at least one of --pod, --node and --since, so that a
-// mistyped command does not dump the whole stream.
-func runReplay(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	sf := addStreamFlags(fs, getenv)
-	now := time.Now()
-	var since, until time.Time
-	fs.Func("since", "start at this time: a duration before now (10m) or an RFC 3339 time", timeFlag(&since, now))
-	fs.Func("until", "stop at this time: a duration before now (5m) or an RFC 3339 time", timeFlag(&until, now))
-	if err := parseFlags(fs, args); err != nil {
-		return err
+// replayOptions are replay's own flags, beside the shared streamFlags.
+type replayOptions struct {
+	since, until time.Time
+}
+
+func newReplayCommand(env commandEnv) *cobra.Command {
+	var (
+		sf *streamFlags
+		o  replayOptions
+	)
+	c := &cobra.Command{
+		Use:   "replay",
+		Short: "Print the stored events of a pod, a node, a namespace or a time range, and exit",
+		Long: `Events are printed one line each with the date, in stream order; replay exits
+once it has printed what the stream held when it started. It needs at least
+one of --pod, --node, --namespace, --container or --since, so that a
+mistyped command does not print the whole stream. If no event matched, it
+says so on stderr.
+
+` + streamFlagsHelp,
+		Example: `  pleg-bridge replay --pod default/web-0                 # a pod's history, by namespace/name
+  pleg-bridge replay --pod 6f1c2a7e-8b9d-4c3e-a1f0-2b3c4d5e6f70
+  pleg-bridge replay --node node-1 --since 1h --until 10m
+  pleg-bridge replay -n shop --type died --since 24h     # today's deaths in a namespace
+  pleg-bridge replay --pod default/web-0 --json | jq .data.exitCode`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return runReplay(c.Context(), c.CommandPath(), sf, o, env)
+		},
 	}
-	opts, err := sf.options()
+	sf = addStreamFlags(c, env.getenv)
+	now := time.Now()
+	f := c.Flags()
+	f.Func("since", "start at `TIME`: a duration before now (10m) or an RFC 3339 time", timeFlag(&o.since, now))
+	f.Func("until", "stop at `TIME`: a duration before now (5m) or an RFC 3339 time", timeFlag(&o.until, now))
+	return c
+}
+
+// runReplay prints the stored events that sf selects, one per line with
+// the date, in stream order, and returns nil when it has printed what the
+// stream held when it started, when ctx is canceled, or when the reader of
+// stdout goes away. If no event matched, it says so on stderr.
+func runReplay(ctx context.Context, cmd string, sf *streamFlags, o replayOptions, env commandEnv) error {
+	opts, match, err := sf.parse(cmd)
 	if err != nil {
 		return err
 	}
-	if sf.pod == "" && sf.node == "" && since.IsZero() {
-		return errors.New("replay needs at least one of --pod, --node or --since, so as not to print the whole stream")
+	if sf.pod == "" && sf.node == "" && sf.namespace == "" && sf.container == "" && o.since.IsZero() {
+		return usageErrorf(cmd, "replay needs at least one of --pod, --node, --namespace, --container or --since, so as not to print the whole stream")
 	}
-	if !until.IsZero() && until.Before(since) {
-		return fmt.Errorf("--until %s is before --since %s", until.Format(time.RFC3339), since.Format(time.RFC3339))
+	if !o.until.IsZero() && o.until.Before(o.since) {
+		return usageErrorf(cmd, "--until %s is before --since %s", formatTime(o.until), formatTime(o.since))
 	}
-	opts.StartTime = since
-	opts.EndTime = until
-	opts.OnError = func(err error) { fmt.Fprintf(stderr, "skip message: %v\n", err) }
+	color, err := useColor(sf.color, env.stdout, env.getenv)
+	if err != nil {
+		return &usageError{cmd: cmd, err: err}
+	}
+	opts.StartTime, opts.EndTime = o.since, o.until
+	opts.OnError = func(err error) { fmt.Fprintf(env.stderr, "skip message: %v\n", err) }
 
 	nc, js, err := sf.connect("pleg-bridge replay")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	err = consumer.Replay(ctx, js, opts, sf.printer(stdout, "2006-01-02 "))
+	p := printer{w: env.stdout, json: sf.json, date: true, color: color}
+	matched := 0
+	err = consumer.Replay(ctx, js, opts, func(e consumer.Event) error {
+		if !match.match(e) {
+			return nil
+		}
+		matched++
+		return p.print(e)
+	})
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return endOfOutput(err)
+	}
+	if matched == 0 {
+		fmt.Fprintf(env.stderr, "%s: no events matched %s\n", cmd, nothingMatched(sf, o))
+	}
+	return nil
+}
+
+// nothingMatched says what replay looked for, with a hint when a --pod
+// that is not UID-shaped was taken as a UID.
+func nothingMatched(sf *streamFlags, o replayOptions) string {
+	s := sf.describe()
+	if s == "" {
+		s = "any filter"
+	}
+	if !o.since.IsZero() {
+		s += ", since " + formatTime(o.since)
+	}
+	if !o.until.IsZero() {
+		s += ", until " + formatTime(o.until)
+	}
+	s += " in " + sf.where()
+	if sf.podUID != "" && !isUID(sf.podUID) {
+		s += fmt.Sprintf("; --pod %s is taken as a pod UID, a pod by name is --pod <namespace>/%s", sf.podUID, sf.podUID)
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,19 +11,32 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// replay runs runReplay to the end and returns its output lines.
+// replay runs pleg-bridge replay to the end and returns its output lines.
 func replay(t *testing.T, env *testEnv, args ...string) []string {
+	t.Helper()
+	stdout, _ := replayOutput(t, env, args...)
+	return stdout
+}
+
+// replayOutput runs pleg-bridge replay to the end and returns its stdout
+// and stderr lines.
+func replayOutput(t *testing.T, env *testEnv, args ...string) (stdout, stderr []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
-	var stdout, stderr strings.Builder
-	if err := runReplay(ctx, args, env.getenv, &stdout, &stderr); err != nil {
-		t.Fatalf("replay %s: %v (stderr: %s)", strings.Join(args, " "), err, stderr.String())
+	var out, errs strings.Builder
+	if err := run(ctx, append([]string{"replay"}, args...), env.lookup, &out, &errs); err != nil {
+		t.Fatalf("replay %s: %v (stderr: %s)", strings.Join(args, " "), err, errs.String())
 	}
-	if stdout.Len() == 0 {
+	return splitLines(out.String()), splitLines(errs.String())
+}
+
+// splitLines returns the lines of s, nil for "".
+func splitLines(s string) []string {
+	if s == "" {
 		return nil
 	}
-	return strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 }
 
 // dated prefixes tail's lines with the date, as replay prints them.
@@ -45,12 +59,18 @@ func TestReplayPrintsTheHistoryTheFlagsSelect(t *testing.T) {
 		want []string
 	}{
 		{name: "--pod prints a pod's history", args: []string{"--pod", "aaaa-1111"}, want: dated(webStarted, webDied, webRemoved)},
+		{name: "--pod namespace/name prints a pod's history", args: []string{"--pod", "default/web-0"}, want: dated(webStarted, webDied, webRemoved)},
+		{name: "--namespace prints a namespace's history", args: []string{"--namespace", "kube-system"}, want: dated(dnsSandbox, dnsStarted)},
+		{name: "--container prints the history of containers of that name", args: []string{"--container", "app"}, want: dated(webStarted, webDied, webRemoved)},
+		{name: "--type takes a short form in any case", args: []string{"-n", "default", "--type", "Died"}, want: dated(webDied)},
+		{name: "--type takes the CloudEvent type", args: []string{"--since", "1h", "--type", "pleg.v1.ContainerRemoved"}, want: dated(webRemoved)},
 		{name: "--node prints a node's history", args: []string{"--node", "node-2.example.com"}, want: dated(dnsSandbox, dnsStarted)},
 		{name: "--node and --type combine", args: []string{"--node", "node-1", "--type", "ContainerRemoved"}, want: dated(webRemoved)},
 		{name: "--since a duration prints what was stored since", args: []string{"--since", "1h"}, want: dated(webStarted, webDied, dnsSandbox, dnsStarted, webRemoved)},
 		{name: "--since a time after everything prints nothing", args: []string{"--since", future}},
 		{name: "--until before everything prints nothing", args: []string{"--since", "2h", "--until", "1h"}},
 		{name: "a pod that never ran prints nothing", args: []string{"--pod", "no-such-pod"}},
+		{name: "a pod by name in another namespace prints nothing", args: []string{"--pod", "kube-system/web-0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,21 +113,95 @@ func TestReplayJSONPrintsOneCloudEventPerLine(t *testing.T) {
 	}
 }
 
+// TestReplaySaysWhenNothingMatched checks that a replay that prints
+// nothing says so on stderr, naming what it looked for, and that one that
+// prints something says nothing.
+func TestReplaySaysWhenNothingMatched(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	env.seed(t)
+	where := " in stream EVENTS on " + env.url
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{
+			name: "a pod by name",
+			args: []string{"--pod", "default/web-1", "--type", "removed"},
+			want: []string{"pleg-bridge replay: no events matched pod default/web-1, type ContainerRemoved" + where},
+		},
+		{
+			name: "a pod name taken as a UID, with a hint",
+			args: []string{"--pod", "web-0"},
+			want: []string{"pleg-bridge replay: no events matched pod UID web-0" + where + "; --pod web-0 is taken as a pod UID, a pod by name is --pod <namespace>/web-0"},
+		},
+		{
+			name: "a UID-shaped pod, without a hint",
+			args: []string{"--pod", "6f1c2a7e-8b9d-4c3e-a1f0-2b3c4d5e6f70"},
+			want: []string{"pleg-bridge replay: no events matched pod UID 6f1c2a7e-8b9d-4c3e-a1f0-2b3c4d5e6f70" + where},
+		},
+		{
+			name: "a node, a namespace and a container in a time range",
+			args: []string{"--node", "node-1", "-n", "kube-system", "-c", "dns", "--since", "2026-01-02T00:00:00Z", "--until", "2026-01-03T00:00:00Z"},
+			want: []string{"pleg-bridge replay: no events matched node node-1, namespace kube-system, container dns, since 2026-01-02T00:00:00Z, until 2026-01-03T00:00:00Z" + where},
+		},
+		{name: "something matched", args: []string{"--pod", "default/web-0", "--type", "removed"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, stderr := replayOutput(t, env, tt.args...)
+			if diff := cmp.Diff(tt.want, stderr); diff != "" {
+				t.Errorf("replay %s said on stderr (-want +got):\n%s", strings.Join(tt.args, " "), diff)
+			}
+		})
+	}
+}
+
+// TestReplayHighlightsDeathsOnlyInColor checks --color: the ContainerDied
+// with exit 137 (OOMKilled) is red with --color always, and no line has an
+// escape otherwise. stdout is never a terminal here, so auto means none.
+func TestReplayHighlightsDeathsOnlyInColor(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	env.seed(t)
+	red := []string{dated(webStarted)[0], "\x1b[1;31m" + dated(webDied)[0] + "\x1b[0m", dated(webRemoved)[0]}
+	plain := dated(webStarted, webDied, webRemoved)
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{args: []string{"--color", "always"}, want: red},
+		{args: []string{"--color", "never"}, want: plain},
+		{args: []string{"--color", "auto"}, want: plain},
+		{args: nil, want: plain},
+	}
+	for _, tt := range tests {
+		args := append([]string{"--pod", "default/web-0"}, tt.args...)
+		if diff := cmp.Diff(tt.want, replay(t, env, args...)); diff != "" {
+			t.Errorf("replay %s printed (-want +got):\n%s", strings.Join(args, " "), diff)
+		}
+	}
+}
+
 func TestReplayRefusesBadFlags(t *testing.T) {
 	t.Parallel()
 	env := newTestEnv(t)
 	tests := []struct {
-		name    string
-		args    []string
-		wantErr string
+		name      string
+		args      []string
+		wantErr   string
+		wantUsage bool // a *usageError: exit status 2
 	}{
-		{name: "no --pod, --node or --since is refused", args: []string{"--type", "ContainerDied"}, wantErr: "at least one of --pod, --node or --since"},
-		{name: "--until alone is not enough", args: []string{"--until", "1h"}, wantErr: "at least one of --pod, --node or --since"},
-		{name: "an unknown flag is named", args: []string{"--follow"}, wantErr: "follow"},
-		{name: "a bad --until is named", args: []string{"--pod", "p", "--until", "soon"}, wantErr: "until"},
-		{name: "--until before --since is refused", args: []string{"--since", "1h", "--until", "2h"}, wantErr: "--until"},
-		{name: "an unknown --type is named", args: []string{"--pod", "p", "--type", "Died"}, wantErr: "--type"},
-		{name: "a tail-only flag is named", args: []string{"--pod", "p", "--all"}, wantErr: "all"},
+		{name: "no --pod, --node or --since is refused", args: []string{"--type", "ContainerDied"}, wantErr: "at least one of --pod, --node, --namespace, --container or --since", wantUsage: true},
+		{name: "--until alone is not enough", args: []string{"--until", "1h"}, wantErr: "at least one of", wantUsage: true},
+		{name: "an unknown flag is named", args: []string{"--follow"}, wantErr: "follow", wantUsage: true},
+		{name: "a bad --until is named", args: []string{"--pod", "p", "--until", "soon"}, wantErr: "until", wantUsage: true},
+		{name: "--until before --since is refused", args: []string{"--since", "1h", "--until", "2h"}, wantErr: "--until", wantUsage: true},
+		{name: "an unknown --type is named", args: []string{"--pod", "p", "--type", "Changed"}, wantErr: "--type", wantUsage: true},
+		{name: "a --pod with too many slashes is named", args: []string{"--pod", "a/b/c"}, wantErr: "--pod", wantUsage: true},
+		{name: "a tail-only flag is named", args: []string{"--pod", "p", "--all"}, wantErr: "all", wantUsage: true},
 		{name: "an unreachable server is named by its URL", args: []string{"--pod", "p", "--nats-url", "nats://127.0.0.1:1"}, wantErr: "nats://127.0.0.1:1"},
 		{name: "a missing stream is named", args: []string{"--pod", "p", "--stream", "NOPE"}, wantErr: "NOPE"},
 	}
@@ -115,9 +209,13 @@ func TestReplayRefusesBadFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr strings.Builder
-			err := runReplay(t.Context(), tt.args, env.getenv, &stdout, &stderr)
+			err := run(t.Context(), append([]string{"replay"}, tt.args...), env.lookup, &stdout, &stderr)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("replay %s = %v, want an error containing %q", strings.Join(tt.args, " "), err, tt.wantErr)
+			}
+			var ue *usageError
+			if errors.As(err, &ue) != tt.wantUsage {
+				t.Errorf("replay %s = %#v, want a usage error: %v", strings.Join(tt.args, " "), err, tt.wantUsage)
 			}
 			if stdout.Len() > 0 {
 				t.Errorf("replay printed %q on stdout, want nothing", stdout.String())
@@ -133,7 +231,7 @@ func TestReplayStopsQuietlyWhenCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	var stdout, stderr strings.Builder
-	if err := runReplay(ctx, []string{"--since", "1h"}, env.getenv, &stdout, &stderr); err != nil {
+	if err := run(ctx, []string{"replay", "--since", "1h"}, env.lookup, &stdout, &stderr); err != nil {
 		t.Errorf("replay with a canceled context = %v, want nil", err)
 	}
 }

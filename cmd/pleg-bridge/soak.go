@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,62 +9,68 @@ import (
 	"strings"
 
 	"github.com/pleg-bridge/pleg-bridge/soak"
+	"github.com/spf13/cobra"
 )
 
-// runSoak is the soak subcommand: churn and faults against this binary's
-// own bridge, with a full accounting of every transition (package soak).
-// It fails if any transition was lost, duplicated or reordered.
-func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: pleg-bridge soak [flags]
-
-Runs the simulated runtime with pod churn, NATS (one server or a cluster of
-three) and this binary's bridge as a child process, injects faults on a
-schedule, and accounts for every transition the runtime made: expected,
+func newSoakCommand(env commandEnv) *cobra.Command {
+	var (
+		o        soak.Options
+		faults   string
+		logLevel = slog.LevelWarn
+	)
+	c := &cobra.Command{
+		Use:   "soak",
+		Short: "Run churn and faults against this binary's bridge and account for every transition",
+		Long: fmt.Sprintf(`The simulated runtime churns pods; NATS is one server or a cluster of three;
+the bridge is this binary, run as a child process. Faults are injected on a
+schedule, and every transition the runtime made is accounted for: expected,
 found, missing, duplicated and out of order, per fault window. It exits
 non-zero on any loss. Faults:
-  %s
-
-`, strings.Join(soak.AllFaults, ", "))
-		fs.PrintDefaults()
+  %s`, strings.Join(soak.AllFaults, ", ")),
+		Example: `  pleg-bridge soak                                   # 5 minutes, one NATS server, every fault
+  pleg-bridge soak --cluster                         # a 3-server NATS cluster, stream replicas 3
+  pleg-bridge soak --duration 1m --faults none --rate 50
+  pleg-bridge soak --faults nats-kill --bridge-env PLEG_MODE=generic --dir /tmp/soak`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return runSoak(c.Context(), o, faults, logLevel, env.stdout, env.stderr)
+		},
 	}
-	var o soak.Options
-	fs.DurationVar(&o.Duration, "duration", soak.DefaultDuration, "how long the churn runs, faults included")
-	fs.Float64Var(&o.Rate, "rate", soak.DefaultRate, "transitions per second the churn makes")
-	fs.BoolVar(&o.Cluster, "cluster", false, "run a NATS cluster of three servers (stream replicas 3) instead of one server")
-	faults := fs.String("faults", "all", `faults to inject, comma-separated, or "all" (the cluster-only ones only with --cluster), or "none"`)
-	fs.StringVar(&o.Dir, "dir", "", "run directory: sockets, NATS store, bridge data and bridge.log (default: a new temporary directory, removed if the soak passes)")
-	fs.IntVar(&o.ContainersPerPod, "containers", soak.DefaultContainersPerPod, "containers per pod")
-	fs.DurationVar(&o.Lifetime, "lifetime", soak.DefaultLifetime, "how long containers run, give or take 50%")
-	fs.Uint64Var(&o.Seed, "seed", 0, "seed of the churn (0: from the clock)")
-	fs.DurationVar(&o.DuplicateWindow, "duplicate-window", soak.DefaultDuplicateWindow, "the stream's duplicate window; a NATS outage lasts twice as long")
-	fs.IntVar(&o.OutboxSize, "outbox", soak.DefaultOutboxSize, "the bridge's PLEG_OUTBOX_SIZE")
-	fs.IntVar(&o.MaxInFlight, "max-in-flight", soak.DefaultMaxInFlight, "the bridge's PLEG_PUBLISH_MAX_IN_FLIGHT")
-	fs.DurationVar(&o.FaultLength, "fault-length", soak.DefaultFaultLength, "how long a killed part stays down, and how long stream drops go on")
-	fs.DurationVar(&o.SettleTimeout, "settle-timeout", soak.DefaultSettleTimeout, "how long to wait at the end for the stream to hold every transition")
-	fs.Func("bridge-env", "`NAME=VALUE` added to the bridge's environment, after the soak's own (repeatable)", func(s string) error {
+	f := c.Flags()
+	f.DurationVar(&o.Duration, "duration", soak.DefaultDuration, "how long the churn runs, faults included")
+	f.Float64Var(&o.Rate, "rate", soak.DefaultRate, "transitions per second the churn makes")
+	f.BoolVar(&o.Cluster, "cluster", false, "run a NATS cluster of three servers (stream replicas 3) instead of one server")
+	f.StringVar(&faults, "faults", "all", `faults to inject, comma-separated, or "all" (the cluster-only ones only with --cluster), or "none"`)
+	f.StringVar(&o.Dir, "dir", "", "run directory: sockets, NATS store, bridge data and bridge.log (default: a new temporary directory, removed if the soak passes)")
+	f.IntVar(&o.ContainersPerPod, "containers", soak.DefaultContainersPerPod, "containers per pod")
+	f.DurationVar(&o.Lifetime, "lifetime", soak.DefaultLifetime, "how long containers run, give or take 50%")
+	f.Uint64Var(&o.Seed, "seed", 0, "seed of the churn (0: from the clock)")
+	f.DurationVar(&o.DuplicateWindow, "duplicate-window", soak.DefaultDuplicateWindow, "the stream's duplicate window; a NATS outage lasts twice as long")
+	f.IntVar(&o.OutboxSize, "outbox", soak.DefaultOutboxSize, "the bridge's PLEG_OUTBOX_SIZE")
+	f.IntVar(&o.MaxInFlight, "max-in-flight", soak.DefaultMaxInFlight, "the bridge's PLEG_PUBLISH_MAX_IN_FLIGHT")
+	f.DurationVar(&o.FaultLength, "fault-length", soak.DefaultFaultLength, "how long a killed part stays down, and how long stream drops go on")
+	f.DurationVar(&o.SettleTimeout, "settle-timeout", soak.DefaultSettleTimeout, "how long to wait at the end for the stream to hold every transition")
+	f.Func("bridge-env", "`NAME=VALUE` added to the bridge's environment, after the soak's own (repeatable)", func(s string) error {
 		if !strings.Contains(s, "=") {
 			return fmt.Errorf("want NAME=VALUE, got %q", s)
 		}
 		o.BridgeEnv = append(o.BridgeEnv, s)
 		return nil
 	})
-	var logLevel slog.Level
-	fs.TextVar(&logLevel, "log-level", slog.LevelWarn, "log level of the soak's own diagnostics: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("soak: unexpected arguments %q", fs.Args())
-	}
-	switch *faults {
+	f.TextVar(&logLevel, "log-level", logLevel, "log level of the soak's own diagnostics: debug, info, warn or error")
+	return c
+}
+
+// runSoak is the soak subcommand: churn and faults against this binary's
+// own bridge, with a full accounting of every transition (package soak).
+// It fails if any transition was lost, duplicated or reordered.
+func runSoak(ctx context.Context, o soak.Options, faults string, logLevel slog.Level, stdout, stderr io.Writer) error {
+	switch faults {
 	case "all":
 	case "none":
 		o.Faults = []string{}
 	default:
-		o.Faults = strings.Split(*faults, ",")
+		o.Faults = strings.Split(faults, ",")
 	}
 	self, err := os.Executable()
 	if err != nil {

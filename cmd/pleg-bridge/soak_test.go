@@ -15,7 +15,7 @@ func TestSoakRefusesBadFlagsNamingThem(t *testing.T) {
 		{"an unknown fault", []string{"--faults", "nats-explode"}, `--faults: unknown fault "nats-explode"`},
 		{"a cluster fault without a cluster", []string{"--faults", "leader-kill"}, "--faults: leader-kill needs a NATS cluster (--cluster)"},
 		{"a duration too short for the faults", []string{"--duration", "5s"}, "--duration=5s is too short"},
-		{"an argument", []string{"now"}, `soak: unexpected arguments ["now"]`},
+		{"an argument", []string{"now"}, `unexpected argument "now"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,178 +1,135 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"net/url"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
-	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
-const defaultNATSURL = "nats://127.0.0.1:4222"
-
-// streamFlags are the flags tail and replay share: where the events are and
-// which of them to print.
-type streamFlags struct {
-	natsURL string
-	stream  string
-	prefix  string
-	node    string
-	pod     string
-	typ     string
-	json    bool
+// tailOptions are tail's own flags, beside the shared streamFlags.
+type tailOptions struct {
+	all     bool
+	since   time.Time
+	fromSeq uint64
 }
 
-// addStreamFlags defines the shared flags on fs, with defaults from the
-// PLEG_ environment the agent itself reads.
-func addStreamFlags(fs *flag.FlagSet, getenv func(string) string) *streamFlags {
-	f := &streamFlags{}
-	fs.StringVar(&f.natsURL, "nats-url", cmp.Or(getenv("PLEG_NATS_URL"), defaultNATSURL), "NATS server URL (env PLEG_NATS_URL)")
-	fs.StringVar(&f.stream, "stream", cmp.Or(getenv("PLEG_STREAM"), schemas.DefaultStream), "JetStream stream name (env PLEG_STREAM)")
-	fs.StringVar(&f.prefix, "prefix", cmp.Or(getenv("PLEG_SUBJECT_PREFIX"), schemas.DefaultSubjectPrefix), "subject prefix (env PLEG_SUBJECT_PREFIX)")
-	fs.StringVar(&f.node, "node", "", "only events of this node (node name)")
-	fs.StringVar(&f.pod, "pod", "", "only events of this pod (pod UID)")
-	fs.StringVar(&f.typ, "type", "", "only events of this type: ContainerStarted, ContainerDied or ContainerRemoved")
-	fs.BoolVar(&f.json, "json", false, "print each event as its CloudEvent JSON on one line")
-	return f
+func newTailCommand(env commandEnv) *cobra.Command {
+	var (
+		sf *streamFlags
+		o  tailOptions
+	)
+	c := &cobra.Command{
+		Use:   "tail",
+		Short: "Follow container lifecycle events as they arrive, one line each, until Ctrl-C",
+		Long: `Lines read from the stream's history (--all, --since, --from-seq) carry the
+date. On a terminal, a container that died with a non-zero exit code or was
+OOMKilled is shown in red. What tail follows, and where it stopped, is said
+on stderr.
+
+` + streamFlagsHelp,
+		Example: `  pleg-bridge tail                                      # every event from now on
+  pleg-bridge tail --pod default/web-0                  # one pod, by namespace/name
+  pleg-bridge tail --pod 6f1c2a7e-8b9d-4c3e-a1f0-2b3c4d5e6f70
+  pleg-bridge tail -n kube-system --type died           # deaths in a namespace
+  pleg-bridge tail --node node-1 --container app
+  pleg-bridge tail --since 10m                          # the last 10 minutes, then follow
+  pleg-bridge tail --from-seq 1042                      # resume where an earlier tail stopped
+  pleg-bridge tail --all --json | jq .data.exitCode     # everything stored, as CloudEvent JSON`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return runTail(c.Context(), c.CommandPath(), sf, o, env)
+		},
+	}
+	sf = addStreamFlags(c, env.getenv)
+	f := c.Flags()
+	f.BoolVar(&o.all, "all", false, "start at the beginning of the stream, then follow")
+	f.Func("since", "start at `TIME`, then follow: a duration before now (10m) or an RFC 3339 time", timeFlag(&o.since, time.Now()))
+	f.Uint64Var(&o.fromSeq, "from-seq", 0, "start at this stream sequence, then follow")
+	return c
 }
 
-// options validates the shared flags and returns the consumer options they
-// select.
-func (f *streamFlags) options() (consumer.Options, error) {
-	if err := schemas.ValidatePrefix(f.prefix); err != nil {
-		return consumer.Options{}, fmt.Errorf("--prefix %q: %w", f.prefix, err)
-	}
-	if f.stream == "" {
-		return consumer.Options{}, errors.New("--stream is empty")
-	}
-	filter := consumer.Filter{Node: f.node, PodUID: f.pod, Type: f.typ}
-	if _, err := (consumer.Filter{Type: f.typ}).Subject(f.prefix); err != nil {
-		return consumer.Options{}, fmt.Errorf("--type: %w", err)
-	}
-	return consumer.Options{Stream: f.stream, SubjectPrefix: f.prefix, Filter: filter}, nil
-}
-
-// connect connects to the flags' NATS URL under the client name name.
-func (f *streamFlags) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(f.natsURL, nats.Name(name))
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s (--nats-url): %w", redactURLs(f.natsURL), err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("create JetStream handle: %w", err)
-	}
-	return nc, js, nil
-}
-
-// printer returns the function that writes one event per line to w: the
-// CloudEvent JSON with --json, else timePrefix of the event's time (may be
-// empty) and consumer.Format.
-func (f *streamFlags) printer(w io.Writer, timePrefix string) func(consumer.Event) error {
-	return func(e consumer.Event) error {
-		var line []byte
-		if f.json {
-			b, err := e.CloudEventJSON()
-			if err != nil {
-				return err
-			}
-			line = append(b, '\n')
-		} else {
-			var s string
-			if timePrefix != "" {
-				s = e.Time.Format(timePrefix)
-			}
-			line = []byte(s + consumer.Format(e) + "\n")
-		}
-		if _, err := w.Write(line); err != nil {
-			return fmt.Errorf("write event: %w", err)
-		}
-		return nil
-	}
-}
-
-// redactURLs hides the passwords of a comma-separated list of server URLs.
-func redactURLs(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			parts[i] = u.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
-}
-
-// timeFlag parses a flag value that is either a duration before now ("10m")
-// or an RFC 3339 time, into *t.
-func timeFlag(t *time.Time, now time.Time) func(string) error {
-	return func(s string) error {
-		if d, err := time.ParseDuration(s); err == nil {
-			if d < 0 {
-				return fmt.Errorf("duration %s is negative", s)
-			}
-			*t = now.Add(-d)
-			return nil
-		}
-		v, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return errors.New("want a duration before now (10m, 2h) or an RFC 3339 time (2026-01-02T03:04:05Z)")
-		}
-		*t = v
-		return nil
-	}
-}
-
-// parseFlags parses args into fs and refuses positional arguments.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
-	}
-	return nil
-}
-
-// runTail is the tail subcommand: it prints the live events that match the
-// flags, one per line, until ctx is done, then returns nil. A message that
-// is not a pleg-bridge event is reported on stderr and skipped. Times are
-// printed as the events carry them (UTC).
-func runTail(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	sf := addStreamFlags(fs, getenv)
-	all := fs.Bool("all", false, "start at the beginning of the stream")
-	var since time.Time
-	fs.Func("since", "start at this time: a duration before now (10m) or an RFC 3339 time", timeFlag(&since, time.Now()))
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	opts, err := sf.options()
+// runTail prints the events that sf selects, one per line, from where o
+// says, until ctx is done, then returns nil. Starting in the past, it says
+// on stderr when none of the stored events matched. It also returns nil, having
+// deleted its consumer, when the reader of stdout goes away. A message that
+// is not a pleg-bridge event is reported on stderr and skipped.
+func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, env commandEnv) error {
+	opts, match, err := sf.parse(cmd)
 	if err != nil {
 		return err
 	}
-	if *all && !since.IsZero() {
-		return errors.New("--all and --since cannot be combined")
+	var starts []string
+	if o.all {
+		starts = append(starts, "--all")
 	}
-	opts.DeliverAll = *all
-	opts.StartTime = since
-	opts.OnError = func(err error) { fmt.Fprintf(stderr, "skip message: %v\n", err) }
+	if !o.since.IsZero() {
+		starts = append(starts, "--since")
+	}
+	if o.fromSeq != 0 {
+		starts = append(starts, "--from-seq")
+	}
+	if len(starts) > 1 {
+		return usageErrorf(cmd, "%s cannot be combined", strings.Join(starts, " and "))
+	}
+	color, err := useColor(sf.color, env.stdout, env.getenv)
+	if err != nil {
+		return &usageError{cmd: cmd, err: err}
+	}
+	opts.DeliverAll, opts.StartTime, opts.StartSeq = o.all, o.since, o.fromSeq
+	opts.OnError = func(err error) { fmt.Fprintf(env.stderr, "skip message: %v\n", err) }
 
 	nc, js, err := sf.connect("pleg-bridge tail")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	return consumer.Subscribe(ctx, js, opts, sf.printer(stdout, ""))
+
+	what := "every event"
+	if d := sf.describe(); d != "" {
+		what = "events of " + d
+	}
+	from := "from now"
+	switch {
+	case o.all:
+		from = "from the beginning of the stream"
+	case !o.since.IsZero():
+		from = "from " + formatTime(o.since)
+	case o.fromSeq != 0:
+		from = fmt.Sprintf("from stream sequence %d", o.fromSeq)
+	}
+	fmt.Fprintf(env.stderr, "%s: following %s in %s, %s (Ctrl-C stops)\n", cmd, what, sf.where(), from)
+
+	history := len(starts) > 0
+	p := printer{w: env.stdout, json: sf.json, date: history, color: color}
+	var (
+		last    uint64 // the stream sequence of the last event read, matched or not
+		matched int
+	)
+	if history {
+		opts.OnCaughtUp = func() {
+			if matched == 0 {
+				fmt.Fprintf(env.stderr, "%s: no stored events matched; waiting for new ones\n", cmd)
+			}
+		}
+	}
+	err = consumer.Subscribe(ctx, js, opts, func(e consumer.Event) error {
+		last = e.Sequence
+		if !match.match(e) {
+			return nil
+		}
+		matched++
+		return p.print(e)
+	})
+	if err != nil {
+		return endOfOutput(err)
+	}
+	if last > 0 {
+		fmt.Fprintf(env.stderr, "%s: stopped after stream sequence %d; --from-seq %d continues from there\n", cmd, last, last+1)
+	}
+	return nil
 }

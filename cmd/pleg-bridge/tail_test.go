@@ -3,8 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,6 +54,18 @@ func (e *testEnv) getenv(key string) string {
 		"PLEG_STREAM":         testStream,
 		"PLEG_SUBJECT_PREFIX": testPrefix,
 	}[key]
+}
+
+// lookup is getenv as run takes it.
+func (e *testEnv) lookup(key string) (string, bool) { return lookupOf(e.getenv)(key) }
+
+// lookupOf turns a getenv into a lookupFunc: a variable is set when it is
+// not empty.
+func lookupOf(getenv func(string) string) lookupFunc {
+	return func(key string) (string, bool) {
+		v := getenv(key)
+		return v, v != ""
+	}
 }
 
 // publish publishes the events of node with the bridge's encoder,
@@ -165,23 +180,26 @@ func readLines(t *testing.T, lines <-chan string, n int) []string {
 	return got
 }
 
-// tailRun is runTail running in a goroutine.
+// tailRun is pleg-bridge tail running in a goroutine.
 type tailRun struct {
-	lines  <-chan string
+	lines  <-chan string // stdout
+	errs   <-chan string // stderr
 	cancel context.CancelFunc
 	done   chan struct{}
-	err    error // runTail's result, set before done is closed
+	err    error // run's result, set before done is closed
 }
 
-// startTail runs runTail with args until the test ends or stop is called.
+// startTail runs pleg-bridge tail with args until the test ends or stop is
+// called.
 func startTail(t *testing.T, env *testEnv, args ...string) *tailRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	stdout, lines := lineWriter(t)
-	r := &tailRun{lines: lines, cancel: cancel, done: make(chan struct{})}
+	stderr, errs := lineWriter(t)
+	r := &tailRun{lines: lines, errs: errs, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		r.err = runTail(ctx, args, env.getenv, stdout, io.Discard)
+		r.err = run(ctx, append([]string{"tail"}, args...), env.lookup, stdout, stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -190,7 +208,7 @@ func startTail(t *testing.T, env *testEnv, args ...string) *tailRun {
 	return r
 }
 
-// stop cancels runTail and returns its result.
+// stop cancels tail and returns its result.
 func (r *tailRun) stop(t *testing.T) error {
 	t.Helper()
 	r.cancel()
@@ -239,11 +257,19 @@ func TestTailFiltersFromTheBeginning(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{name: "--all prints everything stored", args: []string{"--all"}, want: []string{webStarted, webDied, dnsSandbox, dnsStarted, webRemoved}},
-		{name: "--node selects a node whose name has dots", args: []string{"--all", "--node", "node-2.example.com"}, want: []string{dnsSandbox, dnsStarted}},
-		{name: "--pod selects a pod", args: []string{"--all", "--pod", "aaaa-1111"}, want: []string{webStarted, webDied, webRemoved}},
-		{name: "--type selects a type", args: []string{"--all", "--type", "ContainerDied"}, want: []string{webDied}},
-		{name: "--since an hour ago prints everything stored", args: []string{"--since", "1h"}, want: []string{webStarted, webDied, dnsSandbox, dnsStarted, webRemoved}},
+		{name: "--all prints everything stored, with the date", args: []string{"--all"}, want: dated(webStarted, webDied, dnsSandbox, dnsStarted, webRemoved)},
+		{name: "--node selects a node whose name has dots", args: []string{"--all", "--node", "node-2.example.com"}, want: dated(dnsSandbox, dnsStarted)},
+		{name: "--pod selects a pod by UID", args: []string{"--all", "--pod", "aaaa-1111"}, want: dated(webStarted, webDied, webRemoved)},
+		{name: "--pod selects a pod by namespace/name", args: []string{"--all", "--pod", "kube-system/dns-0"}, want: dated(dnsSandbox, dnsStarted)},
+		{name: "--namespace selects a namespace", args: []string{"--all", "--namespace", "default"}, want: dated(webStarted, webDied, webRemoved)},
+		{name: "-n is --namespace", args: []string{"--all", "-n", "kube-system"}, want: dated(dnsSandbox, dnsStarted)},
+		{name: "--container selects containers by name, not sandboxes", args: []string{"--all", "--container", "dns"}, want: dated(dnsStarted)},
+		{name: "--type selects a type", args: []string{"--all", "--type", "ContainerDied"}, want: dated(webDied)},
+		{name: "--type takes a short form", args: []string{"--all", "--type", "removed"}, want: dated(webRemoved)},
+		{name: "--type ignores case", args: []string{"--all", "--type", "STARTED", "--node", "node-1"}, want: dated(webStarted)},
+		{name: "--pod namespace/name and --type combine", args: []string{"--all", "--pod", "default/web-0", "--type", "died"}, want: dated(webDied)},
+		{name: "--since an hour ago prints everything stored", args: []string{"--since", "1h"}, want: dated(webStarted, webDied, dnsSandbox, dnsStarted, webRemoved)},
+		{name: "--from-seq starts at a stream sequence", args: []string{"--from-seq", "4"}, want: dated(dnsStarted, webRemoved)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -258,6 +284,103 @@ func TestTailFiltersFromTheBeginning(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTailSinceKeepsFollowing starts in the past and goes on printing
+// events published after it caught up.
+func TestTailSinceKeepsFollowing(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	env.seed(t)
+	tail := startTail(t, env, "--since", "1h", "--node", "node-1")
+	want := dated(webStarted, webDied, webRemoved)
+	if diff := cmp.Diff(want, readLines(t, tail.lines, len(want))); diff != "" {
+		t.Errorf("tail --since printed the history (-want +got):\n%s", diff)
+	}
+	later := generator.Pod{UID: "cccc-3333", Namespace: "default", Name: "web-1"}
+	env.publish(t, "node-1", lifecycle(generator.ContainerStarted, later, "app", 4*time.Hour))
+	want = dated("04:00:00.000 ContainerStarted  default/web-1/app                              node=node-1 via=relist")
+	if diff := cmp.Diff(want, readLines(t, tail.lines, 1)); diff != "" {
+		t.Errorf("tail --since printed after catching up (-want +got):\n%s", diff)
+	}
+	if err := tail.stop(t); err != nil {
+		t.Errorf("tail after cancel = %v, want nil", err)
+	}
+}
+
+// TestTailSaysWhatItFollows checks stderr: what tail follows when it
+// starts, and where it stopped when it ends.
+func TestTailSaysWhatItFollows(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	env.seed(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "everything from now", want: "pleg-bridge tail: following every event in stream EVENTS on " + env.url + ", from now (Ctrl-C stops)"},
+		{
+			name: "filters from the beginning",
+			args: []string{"--all", "--pod", "default/web-0", "--type", "died"},
+			want: "pleg-bridge tail: following events of pod default/web-0, type ContainerDied in stream EVENTS on " + env.url + ", from the beginning of the stream (Ctrl-C stops)",
+		},
+		{
+			name: "a node, a pod UID, a namespace and a container from a time",
+			args: []string{"--since", "2026-01-02T03:00:00Z", "--node", "node-1", "--pod", "aaaa-1111", "-n", "default", "-c", "app"},
+			want: "pleg-bridge tail: following events of node node-1, pod UID aaaa-1111, namespace default, container app in stream EVENTS on " + env.url + ", from 2026-01-02T03:00:00Z (Ctrl-C stops)",
+		},
+		{
+			name: "from a sequence",
+			args: []string{"--from-seq", "3", "--type", "removed"},
+			want: "pleg-bridge tail: following events of type ContainerRemoved in stream EVENTS on " + env.url + ", from stream sequence 3 (Ctrl-C stops)",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tail := startTail(t, env, tt.args...)
+			if diff := cmp.Diff([]string{tt.want}, readLines(t, tail.errs, 1)); diff != "" {
+				t.Errorf("tail %s said on stderr (-want +got):\n%s", strings.Join(tt.args, " "), diff)
+			}
+		})
+	}
+
+	t.Run("that no stored event matched", func(t *testing.T) {
+		t.Parallel()
+		tail := startTail(t, env, "--all", "--pod", "default/web-1")
+		want := []string{
+			"pleg-bridge tail: following events of pod default/web-1 in stream EVENTS on " + env.url + ", from the beginning of the stream (Ctrl-C stops)",
+			"pleg-bridge tail: no stored events matched; waiting for new ones",
+		}
+		if diff := cmp.Diff(want, readLines(t, tail.errs, len(want))); diff != "" {
+			t.Errorf("tail said on stderr (-want +got):\n%s", diff)
+		}
+		// It goes on following: the pod's first event still arrives.
+		env.publish(t, "node-1", lifecycle(generator.ContainerStarted, generator.Pod{UID: "dddd-4444", Namespace: "default", Name: "web-1"}, "app", 5*time.Hour))
+		want = dated("05:00:00.000 ContainerStarted  default/web-1/app                              node=node-1 via=relist")
+		if diff := cmp.Diff(want, readLines(t, tail.lines, 1)); diff != "" {
+			t.Errorf("tail printed (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("where it stopped", func(t *testing.T) {
+		t.Parallel()
+		tail := startTail(t, env, "--all", "--pod", "default/web-0", "--type", "died")
+		readLines(t, tail.errs, 1)
+		if diff := cmp.Diff(dated(webDied), readLines(t, tail.lines, 1)); diff != "" {
+			t.Errorf("tail printed (-want +got):\n%s", diff)
+		}
+		if err := tail.stop(t); err != nil {
+			t.Errorf("tail after cancel = %v, want nil", err)
+		}
+		// The server sends web-0's ContainerDied (sequence 2) only: the
+		// pod's name is checked on each event after the server's filter.
+		want := "pleg-bridge tail: stopped after stream sequence 2; --from-seq 3 continues from there"
+		if diff := cmp.Diff([]string{want}, readLines(t, tail.errs, 1)); diff != "" {
+			t.Errorf("tail said when it stopped (-want +got):\n%s", diff)
+		}
+	})
 }
 
 func TestTailJSONPrintsCloudEvents(t *testing.T) {
@@ -276,22 +399,91 @@ func TestTailJSONPrintsCloudEvents(t *testing.T) {
 	}
 }
 
+// failingWriter fails every write with err.
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
+// consumers returns how many consumers the test stream has.
+func (e *testEnv) consumers(t *testing.T) int {
+	t.Helper()
+	stream, err := e.js.Stream(t.Context(), testStream)
+	if err != nil {
+		t.Fatalf("look up stream: %v", err)
+	}
+	info, err := stream.Info(t.Context())
+	if err != nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	return info.State.Consumers
+}
+
+// TestClosedStdoutEndsTheCommandAndDeletesItsConsumer is pleg-bridge tail |
+// head, and replay's equivalent: the first write to stdout fails. The
+// command ends, quietly if the reader went away (EPIPE), with the error
+// otherwise, and leaves no consumer on the stream.
+func TestClosedStdoutEndsTheCommandAndDeletesItsConsumer(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	env.seed(t)
+	brokenPipe := &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EPIPE}
+	diskFull := &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.ENOSPC}
+	tests := []struct {
+		name    string
+		args    []string
+		err     error
+		wantErr string // "": nil
+	}{
+		{name: "tail ends quietly on a broken pipe", args: []string{"tail", "--all"}, err: brokenPipe},
+		{name: "tail reports another write error", args: []string{"tail", "--all"}, err: diskFull, wantErr: "write to stdout"},
+		{name: "tail --json ends quietly on a broken pipe", args: []string{"tail", "--since", "1h", "--json"}, err: brokenPipe},
+		{name: "replay ends quietly on a broken pipe", args: []string{"replay", "--since", "1h"}, err: brokenPipe},
+		{name: "replay reports another write error", args: []string{"replay", "--pod", "default/web-0"}, err: diskFull, wantErr: "no space left"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Not parallel: the subtests count the consumers of one stream.
+			ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+			defer cancel()
+			err := run(ctx, tt.args, env.lookup, failingWriter{tt.err}, io.Discard)
+			if ctx.Err() != nil {
+				t.Fatalf("%s did not end within %s of a failed write", strings.Join(tt.args, " "), waitTimeout)
+			}
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("%s = %v, want nil", strings.Join(tt.args, " "), err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("%s = %v, want an error containing %q", strings.Join(tt.args, " "), err, tt.wantErr)
+			}
+			if n := env.consumers(t); n != 0 {
+				t.Errorf("%s left %d consumers on the stream, want 0", strings.Join(tt.args, " "), n)
+			}
+		})
+	}
+}
+
 func TestTailRefusesBadFlags(t *testing.T) {
 	t.Parallel()
 	env := newTestEnv(t)
 	tests := []struct {
-		name    string
-		args    []string
-		getenv  func(string) string
-		wantErr string
+		name      string
+		args      []string
+		getenv    func(string) string
+		wantErr   string
+		wantUsage bool // a *usageError: exit status 2
 	}{
-		{name: "an unknown flag is named", args: []string{"--bogus"}, wantErr: "bogus"},
-		{name: "a bad --since is named", args: []string{"--since", "last tuesday"}, wantErr: "since"},
-		{name: "a negative --since is named", args: []string{"--since", "-5m"}, wantErr: "since"},
-		{name: "an unknown --type is named", args: []string{"--type", "ContainerChanged"}, wantErr: "--type"},
-		{name: "a bad --prefix is named", args: []string{"--prefix", "pleg.>"}, wantErr: "--prefix"},
-		{name: "--all and --since together are refused", args: []string{"--all", "--since", "1h"}, wantErr: "--all and --since"},
-		{name: "a positional argument is refused", args: []string{"pod"}, wantErr: `unexpected argument "pod"`},
+		{name: "an unknown flag is named", args: []string{"--bogus"}, wantErr: "bogus", wantUsage: true},
+		{name: "a bad --since is named", args: []string{"--since", "last tuesday"}, wantErr: "since", wantUsage: true},
+		{name: "a negative --since is named", args: []string{"--since", "-5m"}, wantErr: "since", wantUsage: true},
+		{name: "a bad --from-seq is named", args: []string{"--from-seq", "-1"}, wantErr: "from-seq", wantUsage: true},
+		{name: "an unknown --type is named", args: []string{"--type", "ContainerChanged"}, wantErr: "--type", wantUsage: true},
+		{name: "a bad --prefix is named", args: []string{"--prefix", "pleg.>"}, wantErr: "--prefix", wantUsage: true},
+		{name: "a --pod with an empty name is named", args: []string{"--pod", "default/"}, wantErr: "--pod", wantUsage: true},
+		{name: "a --pod outside --namespace is refused", args: []string{"--pod", "default/web-0", "-n", "kube-system"}, wantErr: "--namespace", wantUsage: true},
+		{name: "a bad --color is named", args: []string{"--color", "sometimes"}, wantErr: "--color", wantUsage: true},
+		{name: "--all and --since together are refused", args: []string{"--all", "--since", "1h"}, wantErr: "--all and --since", wantUsage: true},
+		{name: "--since and --from-seq together are refused", args: []string{"--since", "1h", "--from-seq", "3"}, wantErr: "--since and --from-seq", wantUsage: true},
+		{name: "a positional argument is refused", args: []string{"pod"}, wantErr: `unexpected argument "pod"`, wantUsage: true},
 		{name: "an unreachable server is named by its URL", args: []string{"--nats-url", "nats://127.0.0.1:1"}, wantErr: "nats://127.0.0.1:1"},
 		{
 			name:    "the URL from the environment is named without its password",
@@ -307,9 +499,13 @@ func TestTailRefusesBadFlags(t *testing.T) {
 				getenv = env.getenv
 			}
 			var stdout, stderr strings.Builder
-			err := runTail(t.Context(), tt.args, getenv, &stdout, &stderr)
+			err := run(t.Context(), append([]string{"tail"}, tt.args...), lookupOf(getenv), &stdout, &stderr)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("tail %s = %v, want an error containing %q", strings.Join(tt.args, " "), err, tt.wantErr)
+			}
+			var ue *usageError
+			if errors.As(err, &ue) != tt.wantUsage {
+				t.Errorf("tail %s = %#v, want a usage error: %v", strings.Join(tt.args, " "), err, tt.wantUsage)
 			}
 			if strings.Contains(err.Error(), "secret") {
 				t.Errorf("tail error %q shows the password", err)

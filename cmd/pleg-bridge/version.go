@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"runtime"
 	"runtime/debug"
 )
@@ -21,6 +20,7 @@ func versionString() string {
 	return v
 }
 
-func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "pleg-bridge %s (%s, %s/%s)\n", versionString(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+// versionLine is what version and --version print, without a newline.
+func versionLine() string {
+	return fmt.Sprintf("pleg-bridge %s (%s, %s/%s)", versionString(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

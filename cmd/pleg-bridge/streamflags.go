@@ -1,0 +1,175 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
+)
+
+const defaultNATSURL = "nats://127.0.0.1:4222"
+
+// streamFlags are the flags tail and replay share: where the events are,
+// which of them to print and how.
+type streamFlags struct {
+	natsURL   string
+	stream    string
+	prefix    string
+	node      string
+	pod       string
+	namespace string
+	container string
+	typ       string
+	json      bool
+	color     string
+
+	// Set by parse.
+	podUID, podNamespace, podName, lifecycleType string
+}
+
+// streamFlagsHelp is the part of tail's and replay's help that explains
+// the filters.
+const streamFlagsHelp = `Filters combine: an event must match all of them. --node, a --pod UID and
+--type are applied by the NATS server, which sends only matching events.
+The subjects carry no names, so --pod namespace/name, --namespace and
+--container are checked on each event the server sends: without --node or a
+pod UID, that is every event of the stream.`
+
+// addStreamFlags defines the shared flags on c, with defaults from the
+// PLEG_ environment the agent itself reads.
+func addStreamFlags(c *cobra.Command, getenv func(string) string) *streamFlags {
+	f := &streamFlags{}
+	fs := c.Flags()
+	fs.StringVar(&f.natsURL, "nats-url", cmp.Or(getenv("PLEG_NATS_URL"), defaultNATSURL), "NATS server URL (env PLEG_NATS_URL)")
+	fs.StringVar(&f.stream, "stream", cmp.Or(getenv("PLEG_STREAM"), schemas.DefaultStream), "JetStream stream name (env PLEG_STREAM)")
+	fs.StringVar(&f.prefix, "prefix", cmp.Or(getenv("PLEG_SUBJECT_PREFIX"), schemas.DefaultSubjectPrefix), "subject prefix (env PLEG_SUBJECT_PREFIX)")
+	fs.StringVar(&f.node, "node", "", "only events of this node (node name)")
+	fs.StringVar(&f.pod, "pod", "", "only events of this pod: its UID, or namespace/name (checked on each event)")
+	fs.StringVarP(&f.namespace, "namespace", "n", "", "only events of pods in this namespace (checked on each event)")
+	fs.StringVarP(&f.container, "container", "c", "", "only events of containers with this name (checked on each event; never a sandbox)")
+	fs.StringVar(&f.typ, "type", "", "only events of this type: started, died or removed (any case; ContainerDied works too)")
+	fs.BoolVar(&f.json, "json", false, "print each event as its CloudEvent JSON on one line")
+	fs.StringVar(&f.color, "color", "auto", "highlight containers that died with a non-zero exit or OOMKilled: auto (on a terminal, unless NO_COLOR is set), always or never")
+	_ = c.RegisterFlagCompletionFunc("type", cobra.FixedCompletions([]string{"started", "died", "removed"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = c.RegisterFlagCompletionFunc("color", cobra.FixedCompletions([]string{"auto", "always", "never"}, cobra.ShellCompDirectiveNoFileComp))
+	return f
+}
+
+// parse validates the shared flags of the command cmd and returns the
+// consumer options they select on the server and the filter to check on
+// each event. Its errors are *usageError.
+func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
+	if err := schemas.ValidatePrefix(f.prefix); err != nil {
+		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--prefix %q: %w", f.prefix, err)
+	}
+	if f.stream == "" {
+		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--stream is empty")
+	}
+	var err error
+	if f.podUID, f.podNamespace, f.podName, err = parsePod(f.pod); err != nil {
+		return consumer.Options{}, eventFilter{}, &usageError{cmd: cmd, err: err}
+	}
+	if f.podNamespace != "" && f.namespace != "" && f.podNamespace != f.namespace {
+		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--pod %s is not in --namespace %s", f.pod, f.namespace)
+	}
+	if f.typ != "" {
+		if f.lifecycleType, err = parseType(f.typ); err != nil {
+			return consumer.Options{}, eventFilter{}, &usageError{cmd: cmd, err: err}
+		}
+	}
+	opts := consumer.Options{
+		Stream:        f.stream,
+		SubjectPrefix: f.prefix,
+		Filter:        consumer.Filter{Node: f.node, PodUID: f.podUID, Type: f.lifecycleType},
+	}
+	match := eventFilter{namespace: cmp.Or(f.podNamespace, f.namespace), pod: f.podName, container: f.container}
+	return opts, match, nil
+}
+
+// describe names what the filter flags select, for messages on stderr:
+// "pod default/web-0, type ContainerDied", or "" for everything. It needs
+// parse first.
+func (f *streamFlags) describe() string {
+	var parts []string
+	if f.node != "" {
+		parts = append(parts, "node "+f.node)
+	}
+	switch {
+	case f.podName != "":
+		parts = append(parts, "pod "+f.podNamespace+"/"+f.podName)
+	case f.podUID != "":
+		parts = append(parts, "pod UID "+f.podUID)
+	}
+	if f.namespace != "" && f.podName == "" {
+		parts = append(parts, "namespace "+f.namespace)
+	}
+	if f.container != "" {
+		parts = append(parts, "container "+f.container)
+	}
+	if f.lifecycleType != "" {
+		parts = append(parts, "type "+f.lifecycleType)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// where names the stream and the server, without a password.
+func (f *streamFlags) where() string {
+	return fmt.Sprintf("stream %s on %s", f.stream, redactURLs(f.natsURL))
+}
+
+// connect connects to the flags' NATS URL under the client name name.
+func (f *streamFlags) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(f.natsURL, nats.Name(name))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s (--nats-url): %w", redactURLs(f.natsURL), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("create JetStream handle: %w", err)
+	}
+	return nc, js, nil
+}
+
+// redactURLs hides the passwords of a comma-separated list of server URLs.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// timeFlag parses a flag value that is either a duration before now ("10m")
+// or an RFC 3339 time, into *t.
+func timeFlag(t *time.Time, now time.Time) func(string) error {
+	return func(s string) error {
+		if d, err := time.ParseDuration(s); err == nil {
+			if d < 0 {
+				return fmt.Errorf("duration %s is negative", s)
+			}
+			*t = now.Add(-d)
+			return nil
+		}
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return errors.New("want a duration before now (10m, 2h) or an RFC 3339 time (2026-01-02T03:04:05Z)")
+		}
+		*t = v
+		return nil
+	}
+}
+
+// formatTime writes a time given by a flag for messages on stderr.
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
