@@ -2,8 +2,10 @@
 // pleg-bridge event stream: it decodes the CloudEvents pleg-bridge publishes
 // (structured and binary mode) into Event, builds JetStream filter subjects
 // for a node, a pod or a Lifecycle event type (Filter), follows live events
-// (Subscribe), reads history (Replay) and renders an event as one line of
-// text (Format).
+// (Subscribe), reads history (Replay), lists the current containers of a
+// node, a namespace, a pod or the cluster and then follows their changes
+// from the bridges' state bucket (ListState, WatchState), and renders an
+// event as one line of text (Format).
 //
 // It owns the subscriber's view of the wire contract (subjects and
 // CloudEvents, as the README's Subjects and Events sections describe them);
