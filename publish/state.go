@@ -312,16 +312,14 @@ func (w *StateWriter) Pending() int {
 }
 
 // Run opens the bucket (creating it with Manage), then writes dirty keys
-// until ctx is done, and then for at most DrainTimeout more. It waits for
-// JetStream while it is unreachable. It returns nil once ctx is done, or
-// an error for a bucket it cannot use (another error than unreachable).
+// until ctx is done, and then for at most DrainTimeout more. It retries
+// while JetStream is unreachable or the bucket cannot be used (logged at
+// Error: permissions, a stream that is not a bucket), since the stream
+// does not depend on it. It returns nil once ctx is done.
 func (w *StateWriter) Run(ctx context.Context) error {
 	kv, purgeTTL, err := w.open(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+		return nil // ctx is done
 	}
 	var reconnected chan nats.Status
 	if nc := w.js.Conn(); nc != nil {
@@ -424,12 +422,18 @@ func (w *StateWriter) open(ctx context.Context) (jetstream.KeyValue, time.Durati
 		if ctx.Err() != nil {
 			return nil, 0, ctx.Err()
 		}
-		if !stateUnreachable(err) {
-			return nil, 0, fmt.Errorf("open state bucket %s: %w", w.opts.Bucket, err)
-		}
 		failures++
 		d := retryDelay(w.opts.RetryBackoffMin, w.opts.RetryBackoffMax, failures)
-		if failures == 1 {
+		switch {
+		case !stateUnreachable(err):
+			// Permissions, a bucket that is not one: an operator must
+			// act. The stream does not depend on the bucket, so the
+			// bridge goes on, and so does the writer, slowly.
+			d = w.opts.RetryBackoffMax
+			if failures == 1 {
+				w.log.Error("cannot use the state bucket, will retry", "err", err, "retry_in", d)
+			}
+		case failures == 1:
 			w.log.Warn("cannot open the state bucket, will retry", "err", err, "retry_in", d)
 		}
 		t := time.NewTimer(d)

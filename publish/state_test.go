@@ -3,8 +3,8 @@ package publish_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
