@@ -42,6 +42,7 @@ Usage:
   pleg-bridge demo [flags]     embedded NATS + simulated runtime + bridge; prints events as a subscriber sees them
   pleg-bridge tail [flags]     follow live events, with filters (--node, --pod, --type)
   pleg-bridge replay [flags]   print stored events of a pod, a node or a time range
+  pleg-bridge ps [flags]       list current containers of the cluster, a node, a namespace or a pod (--watch to follow)
   pleg-bridge simulate [flags] serve the simulated CRI runtime on a unix socket (development)
   pleg-bridge soak [flags]     churn and faults against this bridge, with a full accounting of every transition
   pleg-bridge version          print the version

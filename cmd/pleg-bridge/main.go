@@ -65,6 +65,8 @@ func run(ctx context.Context, args []string, lookup lookupFunc, stdout, stderr i
 		return runTail(ctx, rest, getenv(lookup), stdout, stderr)
 	case "replay":
 		return runReplay(ctx, rest, getenv(lookup), stdout, stderr)
+	case "ps":
+		return runPS(ctx, rest, getenv(lookup), stdout, stderr)
 	case "version", "--version":
 		printVersion(stdout)
 		return nil
