@@ -2,6 +2,7 @@ package publish
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -449,21 +450,31 @@ func (w *StateWriter) open(ctx context.Context) (jetstream.KeyValue, time.Durati
 func (w *StateWriter) openOnce(ctx context.Context) (jetstream.KeyValue, error) {
 	cctx, cancel := context.WithTimeout(ctx, stateWriteTimeout)
 	defer cancel()
-	kv, err := w.js.KeyValue(cctx, w.opts.Bucket)
-	if !errors.Is(err, jetstream.ErrBucketNotFound) || !w.opts.Manage {
+	return EnsureStateBucket(cctx, w.js, w.opts)
+}
+
+// EnsureStateBucket returns the state bucket opts.Bucket and, with
+// opts.Manage, creates it if it is missing: history 1 (one message per
+// key), file storage, opts.Replicas replicas, and delete markers kept
+// opts.MarkerTTL (0: DefaultStateMarkerTTL). An existing bucket is used as
+// it is. Only Bucket, Manage, Replicas and MarkerTTL of opts are read. It
+// makes one attempt; StateWriter.Run calls it until it succeeds.
+func EnsureStateBucket(ctx context.Context, js jetstream.JetStream, opts StateOptions) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, opts.Bucket)
+	if !errors.Is(err, jetstream.ErrBucketNotFound) || !opts.Manage {
 		return kv, err
 	}
-	kv, err = w.js.CreateKeyValue(cctx, jetstream.KeyValueConfig{
-		Bucket:         w.opts.Bucket,
+	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:         opts.Bucket,
 		Description:    "pleg-bridge: the latest lifecycle event of every container, one key per container",
 		History:        1,
-		Replicas:       w.opts.Replicas,
+		Replicas:       max(opts.Replicas, 1),
 		Storage:        jetstream.FileStorage,
-		LimitMarkerTTL: w.opts.MarkerTTL,
+		LimitMarkerTTL: cmp.Or(opts.MarkerTTL, DefaultStateMarkerTTL),
 	})
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		// Another node created it meanwhile.
-		return w.js.KeyValue(cctx, w.opts.Bucket)
+		return js.KeyValue(ctx, opts.Bucket)
 	}
 	return kv, err
 }
