@@ -328,6 +328,7 @@ func (w *StateWriter) Run(ctx context.Context) error {
 		defer nc.RemoveStatusListener(reconnected)
 	}
 	reconciled := w.opts.Ready == nil
+	reconcileFailures := 0
 	var readyC <-chan time.Time
 	if !reconciled {
 		tick := time.NewTicker(stateReadyInterval)
@@ -339,16 +340,15 @@ func (w *StateWriter) Run(ctx context.Context) error {
 	retry.Stop()
 	defer retry.Stop()
 	for {
-		if !reconciled && w.opts.Ready() {
-			if reconciled = w.reconcileOrLog(ctx, kv); reconciled {
-				readyC = nil
-			}
-		}
 		w.mu.Lock()
 		resync := w.resync
 		w.mu.Unlock()
-		if resync && failures == 0 {
-			w.reconcileOrLog(ctx, kv)
+		if (!reconciled && w.opts.Ready() || resync) && failures == 0 {
+			if w.reconcileOrLog(ctx, kv, reconcileFailures) {
+				reconciled, readyC, reconcileFailures = true, nil, 0
+			} else {
+				reconcileFailures++
+			}
 		}
 		if err := w.writeDirty(ctx, kv, purgeTTL); err != nil {
 			failures++
@@ -570,12 +570,17 @@ func (w *StateWriter) write(ctx context.Context, kv jetstream.KeyValue, key stri
 	return nil
 }
 
-// reconcileOrLog reconciles, logging a failure; it reports success.
-func (w *StateWriter) reconcileOrLog(ctx context.Context, kv jetstream.KeyValue) bool {
+// reconcileOrLog reconciles, logging a failure (at Warn the first after a
+// success, at Debug the next ones); it reports success.
+func (w *StateWriter) reconcileOrLog(ctx context.Context, kv jetstream.KeyValue, failedBefore int) bool {
 	n, err := w.reconcile(ctx, kv)
 	if err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case failedBefore == 0:
 			w.log.Warn("cannot reconcile the node's keys in the state bucket, will try again", "err", err)
+		default:
+			w.log.Debug("cannot reconcile the node's keys in the state bucket, will try again", "err", err)
 		}
 		return false
 	}
