@@ -351,6 +351,11 @@ func (w *StateWriter) Run(ctx context.Context) error {
 			}
 		}
 		if err := w.writeDirty(ctx, kv, purgeTTL); err != nil {
+			if ctx.Err() != nil {
+				// Not a failure: the write was cut short by the stop.
+				w.drain(ctx, kv, purgeTTL)
+				return nil
+			}
 			failures++
 			d := retryDelay(w.opts.RetryBackoffMin, w.opts.RetryBackoffMax, failures)
 			if failures == 1 {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -369,4 +370,49 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestStateWriterWritesWhatIsDirtyWhenStopped stops the writer right after
+// events were recorded: Run writes them before it returns, as the bridge
+// stops it only once the publisher delivered what it could.
+func TestStateWriterWritesWhatIsDirtyWhenStopped(t *testing.T) {
+	t.Parallel()
+	_, url := publishtest.NewServer(t)
+	_, js := publishtest.Connect(t, url)
+	logs := &lockedLog{}
+	w := newStateWriter(t, js, publish.StateOptions{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	stop := runStateWriter(t, w)
+	b := watchBucket(t, js, "STATE")
+	want := map[string]string{}
+	for i := range 20 {
+		id := fmt.Sprintf("c%d", i)
+		w.Record(stateEvent(generator.ContainerStarted, "u1", id))
+		want[stateKeyOf("u1", id)] = schemas.TypeContainerStarted
+	}
+	stop()
+	if n := w.Pending(); n != 0 {
+		t.Errorf("Pending = %d after Run returned", n)
+	}
+	b.until(t, want)
+	if l := logs.String(); l != "" {
+		t.Errorf("a stop logged warnings:\n%s", l)
+	}
+}
+
+// lockedLog is a log destination safe for the writer's goroutine.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder // guarded by mu
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
