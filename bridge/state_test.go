@@ -3,13 +3,19 @@ package bridge_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas/schemastest"
 )
@@ -134,4 +140,77 @@ func TestStateBucketForgetsWhatWentAwayWhileNoBridgeRan(t *testing.T) {
 		"web-0 (sandbox)": "ContainerStarted",
 		"web-0/app":       "ContainerStarted",
 	})
+}
+
+// TestStateBucketConvergesAfterANATSOutage stops NATS while a container
+// crashes and another is removed: the events wait for the stream, the
+// state waits for the events' acks, and once the server is back the bucket
+// holds what the runtime holds.
+func TestStateBucketConvergesAfterANATSOutage(t *testing.T) {
+	t.Parallel()
+	n := &testNode{model: crisim.NewRuntime(crisim.Options{})}
+	_, n.endpoint = crisimtest.Serve(t, n.model)
+	natsDir := t.TempDir()
+	s, url := publishtest.StartServer(t, natsembed.Options{DataDir: natsDir, Port: -1})
+	port := s.Addr().(*net.TCPAddr).Port
+	n.url = url
+	_, n.js = publishtest.Connect(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	sb, ids := n.startPod(t, "app", "crash", "gone")
+	opts := testOptions(n.endpoint, n.url, t.TempDir())
+	opts.StateBucket = "PLEG_STATE"
+	// fresh is sent to the publisher while NATS is down: the changes
+	// happen during the outage, not after it.
+	freshSent := make(chan struct{})
+	opts.Hooks.WrapSink = func(sink generator.Sink) generator.Sink {
+		return notifySink{Sink: sink, name: "fresh", sent: freshSent}
+	}
+	runBridge(t, opts)
+	waitState(t, n.js, map[string]string{
+		"web-0 (sandbox)": "ContainerStarted",
+		"web-0/app":       "ContainerStarted",
+		"web-0/crash":     "ContainerStarted",
+		"web-0/gone":      "ContainerStarted",
+	})
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	if err := n.model.StopContainer(ids[1], 1, "Error", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.model.RemoveContainer(ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	n.startContainer(t, sb, "fresh")
+	select {
+	case <-freshSent:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the bridge did not see the changes while NATS was down")
+	}
+	publishtest.StartServer(t, natsembed.Options{DataDir: natsDir, Port: port})
+	waitState(t, n.js, map[string]string{
+		"web-0 (sandbox)": "ContainerStarted",
+		"web-0/app":       "ContainerStarted",
+		"web-0/crash":     "ContainerDied exit=1",
+		"web-0/fresh":     "ContainerStarted",
+	})
+}
+
+// notifySink closes sent once it is sent an event of the container name.
+type notifySink struct {
+	generator.Sink
+	name string
+	sent chan struct{}
+}
+
+func (s notifySink) Send(ctx context.Context, events []generator.Event) error {
+	for _, ev := range events {
+		if ev.Container.Name == s.name {
+			select {
+			case <-s.sent:
+			default:
+				close(s.sent)
+			}
+		}
+	}
+	return s.Sink.Send(ctx, events)
 }
