@@ -222,6 +222,10 @@ func (p *psPrinter) list(cs []consumer.ContainerState) error {
 		rows = append(rows, p.row(c, ""))
 	}
 	p.widths = make([]int, len(psColumns))
+	if p.f.watch {
+		// Room for what changes print most, so that they stay in line.
+		p.widths[4], p.widths[5] = len("removed"), len("137 (OOMKilled)")
+	}
 	for _, r := range rows {
 		for i, v := range r {
 			p.widths[i] = max(p.widths[i], len(v))

@@ -283,8 +283,8 @@ func TestPSWatchPrintsChangesAfterTheList(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"NODE     NAMESPACE   POD     CONTAINER   STATE     EXIT   AGE",
-		"node-1   default     web-0   app         running          5m",
+		"NODE     NAMESPACE   POD     CONTAINER   STATE     EXIT              AGE",
+		"node-1   default     web-0   app         running                     5m",
 	} {
 		if got := next(); got != want {
 			t.Fatalf("line %q, want %q", got, want)
