@@ -217,6 +217,21 @@ func TestStateWriterHoldsTheLatestEventOfEachLiveContainer(t *testing.T) {
 	if got := testutil.CollectAndCount(reg, "pleg_bridge_state_writes_total"); got == 0 {
 		t.Error("no pleg_bridge_state_writes_total series")
 	}
+	// Nothing waits, nothing was forgotten, and without Ready no reconcile
+	// ran.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP pleg_bridge_state_deletes_forgotten_total Deletes of state keys forgotten for want of room while NATS was away, left to a reconcile.
+# TYPE pleg_bridge_state_deletes_forgotten_total counter
+pleg_bridge_state_deletes_forgotten_total 0
+# HELP pleg_bridge_state_pending_keys State bucket keys waiting to be written.
+# TYPE pleg_bridge_state_pending_keys gauge
+pleg_bridge_state_pending_keys 0
+# HELP pleg_bridge_state_reconciles_total Reconciles of the node's keys in the state bucket with the containers the bridge holds.
+# TYPE pleg_bridge_state_reconciles_total counter
+pleg_bridge_state_reconciles_total 0
+`), "pleg_bridge_state_deletes_forgotten_total", "pleg_bridge_state_pending_keys", "pleg_bridge_state_reconciles_total"); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestStateWriterConvergesAfterAnOutage stops NATS while containers
