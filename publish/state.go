@@ -56,9 +56,10 @@ type StateOptions struct {
 	// it the writer waits for the bucket to exist.
 	Manage   bool
 	Replicas int
-	// MarkerTTL is how long the marker of a deleted key stays; 0 means
-	// DefaultStateMarkerTTL. A bucket made without marker TTLs keeps the
-	// markers until a purge of deletes.
+	// MarkerTTL is the marker TTL of a bucket the writer creates: how long
+	// the marker of a deleted key stays; 0 means DefaultStateMarkerTTL.
+	// The writer's purges take the TTL of the bucket it finds; a bucket
+	// made without marker TTLs keeps the markers until a purge of deletes.
 	MarkerTTL time.Duration
 	// Seed holds what this node published before a restart (the
 	// checkpoint's events): the containers it has in the bucket already.
@@ -415,11 +416,11 @@ func (w *StateWriter) open(ctx context.Context) (jetstream.KeyValue, time.Durati
 		if err == nil {
 			st, err = kv.Status(ctx)
 			if err == nil {
+				// The bucket's own marker TTL, also for one an operator
+				// made: the purges' markers live as long as its others.
 				ttl := st.LimitMarkerTTL()
 				if ttl == 0 {
 					w.log.Warn("the state bucket has no marker TTL: markers of removed containers stay until its deletes are purged")
-				} else {
-					ttl = w.opts.MarkerTTL
 				}
 				w.log.Info("state bucket ready", "node", w.node)
 				return kv, ttl, nil
