@@ -289,12 +289,22 @@ func TestStateWriterReconcilesTheNodesKeys(t *testing.T) {
 	b := watchBucket(t, js, "STATE")
 	first.Record(stateEvent(generator.ContainerStarted, "u1", "gone"))
 	first.Record(stateEvent(generator.ContainerStarted, "u1", "kept"))
+	// same's event as an earlier run wrote it, with more than the
+	// checkpoint keeps (an image digest here).
+	same := stateEvent(generator.ContainerStarted, "u1", "same")
+	same.Container.ImageRef = "busybox@sha256:1234"
+	first.Record(same)
 	b.until(t, map[string]string{
 		stateKeyOf("u1", "gone"): schemas.TypeContainerStarted,
 		stateKeyOf("u1", "kept"): schemas.TypeContainerStarted,
+		stateKeyOf("u1", "same"): schemas.TypeContainerStarted,
 	})
 	stopFirst()
 	kv, err := js.KeyValue(context.Background(), "STATE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameBefore, err := kv.Get(context.Background(), stateKeyOf("u1", "same"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +319,7 @@ func TestStateWriterReconcilesTheNodesKeys(t *testing.T) {
 		Seed: []generator.Event{
 			stateEvent(generator.ContainerStarted, "u1", "kept"),
 			stateEvent(generator.ContainerDied, "u1", "kept"),
+			stateEvent(generator.ContainerStarted, "u1", "same"),
 		},
 		Ready: func() bool {
 			select {
@@ -319,13 +330,21 @@ func TestStateWriterReconcilesTheNodesKeys(t *testing.T) {
 			}
 		},
 	})
-	runStateWriter(t, second)
-	// Before Ready nothing is touched; the seeded Died is not written.
+	stopSecond := runStateWriter(t, second)
 	close(ready)
 	b.until(t, map[string]string{
 		stateKeyOf("u1", "kept"): schemas.TypeContainerDied,
+		stateKeyOf("u1", "same"): schemas.TypeContainerStarted,
 		other:                    "other-node",
 	})
+	stopSecond() // writes whatever the reconcile marked
+	sameAfter, err := kv.Get(context.Background(), stateKeyOf("u1", "same"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sameAfter.Revision() != sameBefore.Revision() {
+		t.Errorf("the reconcile rewrote a key that holds the same event (revision %d, then %d)", sameBefore.Revision(), sameAfter.Revision())
+	}
 }
 
 // TestStateWriterForgetsDeletesPastItsBoundAndReconcilesInstead records
