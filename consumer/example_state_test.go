@@ -47,17 +47,17 @@ func ExampleWatchState() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	running := map[string]consumer.ContainerState{}
+	containers := map[string]consumer.ContainerState{}
 	err = consumer.WatchState(context.Background(), js, consumer.StateOptions{
 		Filter: consumer.StateFilter{Node: "node-1"},
 	}, func(ch consumer.StateChange) error {
 		switch ch.Op {
 		case consumer.StateListed, consumer.StateUpdated:
-			running[ch.Container.Key] = ch.Container
+			containers[ch.Container.Key] = ch.Container
 		case consumer.StateRemoved:
-			delete(running, ch.Container.Key)
+			delete(containers, ch.Container.Key)
 		case consumer.StateSynced:
-			fmt.Println(len(running), "containers on node-1")
+			fmt.Println(len(containers), "containers on node-1")
 		}
 		return nil
 	})
