@@ -127,6 +127,7 @@ type pipeline struct {
 	js    jetstream.JetStream
 	gen   *generator.Generator
 	pub   *publish.Publisher
+	state *publish.StateWriter // nil without Options.StateBucket
 }
 
 // build opens the durable store, makes the runtime client, connects NATS
@@ -207,6 +208,30 @@ func build(opts Options) (_ *pipeline, err error) {
 			reconcileFrom = seq + 1
 		}
 	}
+	// The state bucket is written after the checkpoint with each ack, from
+	// the same events; its writer starts from what the checkpoint holds,
+	// and reconciles the node's keys once the first relist is acked.
+	if opts.StateBucket != "" {
+		var seed []generator.Event
+		if p.store != nil {
+			seed = p.store.Checkpoint().Restored()
+		}
+		p.state, err = publish.NewStateWriter(p.js, publish.StateOptions{
+			Bucket: opts.StateBucket, Encoder: enc, Manage: opts.Stream.Manage, Replicas: opts.Stream.Replicas,
+			Seed: seed, Ready: func() bool { return p.gen.Synced() && p.pub.Pending() == 0 },
+			DrainTimeout: opts.ShutdownTimeout, Registerer: p.reg, Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		ackHook, state := onAck, p.state
+		onAck = func(ev generator.Event, seq uint64) {
+			if ackHook != nil {
+				ackHook(ev, seq)
+			}
+			state.Record(ev)
+		}
+	}
 	p.pub, err = publish.New(p.js, publish.Options{
 		Encoder:         enc,
 		MaxInFlight:     opts.PublishMaxInFlight,
@@ -244,7 +269,7 @@ func build(opts Options) (_ *pipeline, err error) {
 		Metrics:             metrics,
 	})
 	log.Info("bridge running", "node", opts.Node, "cri_endpoint", opts.CRIEndpoint, "mode", string(opts.Mode),
-		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "data_dir", opts.DataDir)
+		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "state_bucket", opts.StateBucket, "data_dir", opts.DataDir)
 	return p, nil
 }
 
@@ -321,6 +346,12 @@ func (p *pipeline) runComponents(ctx context.Context) error {
 	})
 	if p.store != nil {
 		eg.Go(func() error { return p.store.Run(storeCtx) })
+	}
+	if p.state != nil {
+		// Stopped with the store, once every ack is in: it writes what is
+		// dirty a last time before NATS is closed. It returns nil: the
+		// stream does not depend on the bucket.
+		eg.Go(func() error { return p.state.Run(storeCtx) })
 	}
 	return eg.Wait()
 }

@@ -1,7 +1,9 @@
 // Package bridge is the wiring of pleg-bridge: from typed Options it builds
 // the runtime client, the generator, the publisher, the durable state (the
 // checkpoint and the spool), the NATS connection (or an embedded server) and
-// the HTTP endpoint of /metrics, /healthz and /readyz, and Bridge.Run runs
+// the HTTP endpoint of /metrics, /healthz and /readyz (and, with
+// Options.StateBucket, the state bucket's writer, fed by the same acks as
+// the checkpoint), and Bridge.Run runs
 // them with one start and one shutdown order. It is the only copy of that
 // wiring: the pleg-bridge command (run, demo) and the latency benchmark use
 // it, the benchmark through Hooks, so that it measures the production

@@ -60,6 +60,11 @@ type Options struct {
 
 	NATS   NATSOptions
 	Stream StreamOptions
+	// StateBucket is the key-value bucket where the bridge keeps its
+	// node's current containers, one key per container (publish.StateWriter);
+	// empty means none. With Stream.Manage the bucket is created if
+	// missing, with Stream.Replicas replicas.
+	StateBucket string
 
 	// PublishMaxInFlight and OutboxSize bound the publisher's messages
 	// awaiting an ack and its memory outbox; zero takes its defaults.

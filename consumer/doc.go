@@ -3,8 +3,10 @@
 // (structured and binary mode) into Event, builds JetStream filter subjects
 // for a node, a pod or a Lifecycle event type (Filter), follows live events
 // (Subscribe), reads history (Replay), consumes durably as a member of a
-// group of replicas (Consume) and renders an event as one line of text
-// (Format).
+// group of replicas (Consume), lists the current containers of a node, a
+// namespace, a pod or the cluster and then follows their changes from the
+// bridges' state bucket (ListState, WatchState), and renders an event as
+// one line of text (Format).
 //
 // # Durable groups
 //

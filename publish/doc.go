@@ -17,6 +17,15 @@
 // stalled publication (a leader election, a server or cluster that is
 // down) is logged once when it starts and once when acks resume.
 //
+// Beside the stream, a StateWriter (state.go) keeps the node's containers in
+// a JetStream key-value bucket, one key per container holding its latest
+// event, deleted on ContainerRemoved: the current state a reader lists and
+// then watches without replaying the stream. It is written only with what
+// the stream acked (it takes OnAck's events), after the stream and never in
+// its way: its own queue coalesces by key and retries while NATS is away,
+// and a write it loses costs the bucket a stale key until the next
+// reconcile, never an event.
+//
 // publish imports generator for the Event type, the Sink interface and
 // SinkFullError only, schemas for the data type and the subject encoding,
 // and durable for the spool. It must not import CRI, gRPC or any other

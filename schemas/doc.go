@@ -1,10 +1,10 @@
 // Package schemas is pleg-bridge's wire contract, as the README's Subjects and
 // Events sections describe it: the Go type of the CloudEvent data
 // (EventData), the CloudEvent type values, the JSON Schema of the data for
-// each type with an example event, the encoding of NATS subjects, the
-// default stream name and subject prefix, and the whole contract as an
-// AsyncAPI 3.0 document (AsyncAPI) whose payloads refer to the JSON Schema
-// files.
+// each type with an example event, the encoding of NATS subjects and of the
+// state bucket's keys (statekey.go), the default stream name, subject prefix
+// and state bucket, and the whole contract as an AsyncAPI 3.0 document
+// (AsyncAPI) whose payloads refer to the JSON Schema files.
 //
 // The JSON Schema files are the source of truth for the data; they are
 // embedded (SchemaFiles), so nothing here touches the network. A change to a

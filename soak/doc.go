@@ -11,7 +11,8 @@
 // SIGKILL is a real one), the fault schedule, a health monitor of the
 // bridge's /healthz, and at the end the accounting: each transition made
 // against the messages the stream holds, per fault window (account.go, a
-// pure function).
+// pure function), and the bridge's state bucket against the runtime's
+// containers (state.go): the faults must not leave it stale.
 //
 // The bridge is a black box here, seen only through its process, its HTTP
 // endpoint and the stream: soak must not import generator, statecache,

@@ -144,6 +144,13 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	// The stopped bridge wrote its state bucket last; it must hold what
+	// the runtime holds, whatever the faults did to its writes.
+	containers, diffs := checkState(ctx, s.js, s.rt.model)
+	for _, d := range diffs {
+		s.problem("state bucket: %s", d)
+	}
+	s.progress("the state bucket holds the runtime's %d containers with %d differences", containers, len(diffs))
 	rep := Report{
 		Accounting:    account(s.windows, made, stored, s.health.failures()),
 		Options:       o,

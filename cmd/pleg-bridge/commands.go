@@ -27,6 +27,7 @@ Usage:
   pleg-bridge demo [flags]     embedded NATS + simulated runtime + bridge; prints events as a subscriber sees them
   pleg-bridge tail [flags]     follow events as they arrive, with filters (--node, --pod, --namespace, --container, --type)
   pleg-bridge replay [flags]   print the stored events of a pod, a node, a namespace or a time range, and exit
+  pleg-bridge ps [flags]       list the current containers of the cluster, a node, a namespace or a pod (--watch to follow)
   pleg-bridge simulate [flags] serve the simulated CRI runtime on a unix socket (development)
   pleg-bridge soak [flags]     churn and faults against this bridge, with a full accounting of every transition
   pleg-bridge version          print the version
@@ -54,11 +55,7 @@ func printUsage(w io.Writer) error {
 // has a PLEG_ variable for the same thing), and RunE calling the work with
 // c.Context(); return usageErrorf for a flag value that makes no sense, so
 // it exits 2 with a pointer to --help. Then add it below, and a line for it
-// in rootUsage. A subcommand that
-// already parses its own arguments, as
-// runXxx(ctx, args, getenv, stdout, stderr) error, is wired in unchanged
-// with passthrough: it gets its arguments unparsed, --help included, so its
-// help and flag errors are its own business.
+// in rootUsage.
 func newRootCommand(env commandEnv) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "pleg-bridge",
@@ -97,6 +94,7 @@ func newRootCommand(env commandEnv) *cobra.Command {
 		newDemoCommand(env),
 		newTailCommand(env),
 		newReplayCommand(env),
+		newPSCommand(env),
 		newSimulateCommand(env),
 		newSoakCommand(env),
 		newVersionCommand(env),
@@ -131,26 +129,6 @@ func noArgs(c *cobra.Command, args []string) error {
 		return usageErrorf(c.CommandPath(), "unexpected argument %q", args[0])
 	}
 	return nil
-}
-
-// subcommandFunc is a subcommand that parses its own arguments.
-type subcommandFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
-
-// passthrough returns a command that hands its arguments to fn unparsed,
-// --help included: for a subcommand written with a flag.FlagSet of its
-// own. Its help is fn's own, not cobra's, and a flag error it returns
-// exits 1, not 2, unless fn returns a *usageError. Prefer flags declared on
-// the cobra command; this is the bridge to it.
-func passthrough(env commandEnv, use, short, example string, fn subcommandFunc) *cobra.Command {
-	return &cobra.Command{
-		Use:                use,
-		Short:              short,
-		Example:            example,
-		DisableFlagParsing: true,
-		RunE: func(c *cobra.Command, args []string) error {
-			return fn(c.Context(), args, env.getenv, env.stdout, env.stderr)
-		},
-	}
 }
 
 func newRunCommand(env commandEnv) *cobra.Command {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"slices"
 	"strings"
@@ -219,33 +218,5 @@ func TestCompletionScripts(t *testing.T) {
 		if diff := cmp.Diff(tt.want, lines[:len(lines)-1]); diff != "" { // the last line is cobra's directive
 			t.Errorf("completions of %q (-want +got):\n%s", tt.args, diff)
 		}
-	}
-}
-
-// TestPassthroughHandsArgumentsUnparsed wires in a subcommand written as
-// runXxx(ctx, args, getenv, stdout, stderr), as ps is: it gets its
-// arguments as typed, --help included, and the environment and writers of
-// run.
-func TestPassthroughHandsArgumentsUnparsed(t *testing.T) {
-	t.Parallel()
-	var stdout bytes.Buffer
-	env := commandEnv{lookup: envFrom(t, map[string]string{"PLEG_STREAM": "EVENTS"}), stdout: &stdout, stderr: io.Discard}
-	root := newRootCommand(env)
-	var got []string
-	root.AddCommand(passthrough(env, "ps", "List the containers", "  pleg-bridge ps --node node-1",
-		func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-			got = args
-			_, err := io.WriteString(stdout, getenv("PLEG_STREAM"))
-			return err
-		}))
-	args := []string{"--node", "node-1", "-x", "--help"}
-	if err := execute(t.Context(), root, append([]string{"ps"}, args...)); err != nil {
-		t.Fatalf("ps = %v", err)
-	}
-	if diff := cmp.Diff(args, got); diff != "" {
-		t.Errorf("ps got arguments (-want +got):\n%s", diff)
-	}
-	if stdout.String() != "EVENTS" {
-		t.Errorf("ps wrote %q, want the PLEG_STREAM of run's environment", stdout.String())
 	}
 }

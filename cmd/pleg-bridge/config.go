@@ -78,6 +78,7 @@ type Config struct {
 	StreamMaxAge          time.Duration `env:"PLEG_STREAM_MAX_AGE" desc:"How long the stream keeps events (0: forever)"`
 	StreamDuplicateWindow time.Duration `env:"PLEG_STREAM_DUPLICATE_WINDOW" desc:"Window in which JetStream drops a repeated event ID"`
 	StreamManage          bool          `env:"PLEG_STREAM_MANAGE" desc:"Create the stream if it is missing (false: leave it to the operator)"`
+	StateBucket           string        `env:"PLEG_STATE_BUCKET" desc:"JetStream KV bucket of every container's latest event, for pleg-bridge ps and watchers (empty: off); created with the stream's replicas when PLEG_STREAM_MANAGE is true"`
 
 	CEMode      publish.Mode `env:"PLEG_CE_MODE" desc:"CloudEvents content mode: structured or binary"`
 	ClusterName string       `env:"PLEG_CLUSTER_NAME" desc:"Cluster name; sets the CloudEvent source to /clusters/<cluster>/nodes/<node>"`
@@ -113,6 +114,7 @@ func defaultConfig() Config {
 		StreamMaxAge:          7 * 24 * time.Hour,
 		StreamDuplicateWindow: publish.DefaultDuplicateWindow,
 		StreamManage:          true,
+		StateBucket:           schemas.DefaultStateBucket,
 		CEMode:                publish.ModeStructured,
 		Mode:                  generator.ModeAuto,
 		RelistPeriod:          generator.DefaultRelistPeriod,
@@ -250,6 +252,9 @@ func (c Config) validate() error {
 	if c.Stream == "" || strings.ContainsAny(c.Stream, ".*> \t\r\n/\\") {
 		bad("STREAM", c.Stream, "a stream name must be non-empty without . * > / \\ or whitespace")
 	}
+	if !validBucket(c.StateBucket) {
+		bad("STATE_BUCKET", c.StateBucket, "a bucket name holds only letters, digits, - and _ (empty: no state bucket)")
+	}
 	positive := map[string]time.Duration{
 		"RELIST_PERIOD": c.RelistPeriod, "RELIST_THRESHOLD": c.RelistThreshold,
 		"EVENTED_RELIST_PERIOD": c.EventedRelistPeriod, "CRI_TIMEOUT": c.CRITimeout,
@@ -349,6 +354,7 @@ func (c Config) bridgeOptions(logger *slog.Logger, reg *prometheus.Registry) bri
 			Name: c.Stream, Replicas: c.StreamReplicas, MaxAge: c.StreamMaxAge,
 			DuplicateWindow: c.StreamDuplicateWindow, Manage: c.StreamManage,
 		},
+		StateBucket:        c.StateBucket,
 		PublishMaxInFlight: c.PublishMaxInFlight,
 		OutboxSize:         c.OutboxSize,
 		ShutdownTimeout:    c.ShutdownTimeout,
@@ -390,4 +396,14 @@ func formatDefault(v any) string {
 		return strings.Join(v, ",")
 	}
 	return fmt.Sprint(v)
+}
+
+// validBucket reports whether name is empty or a JetStream KV bucket name.
+func validBucket(name string) bool {
+	for _, r := range name {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }

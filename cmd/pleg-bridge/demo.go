@@ -193,10 +193,11 @@ func printDemoBanner(w io.Writer, cfg Config, ns *server.Server, sock string, ra
   NATS      embedded JetStream at %s, stream %s, subjects %s.>
   watch     in another terminal: go run ./cmd/pleg-bridge tail --nats-url %s
             or the nats CLI:     nats --server %s sub '%s.>'
+  state     go run ./cmd/pleg-bridge ps --all --watch --nats-url %s --bucket %s
   Ctrl-C stops the demo.
 
 `, sock, rate, containers, cfg.NodeName, cfg.Mode, cfg.RelistPeriod, ns.ClientURL(), cfg.Stream, cfg.SubjectPrefix,
-		ns.ClientURL(), ns.ClientURL(), cfg.SubjectPrefix)
+		ns.ClientURL(), ns.ClientURL(), cfg.SubjectPrefix, ns.ClientURL(), cfg.StateBucket)
 }
 
 // subscribeAndPrint follows the stream as any downstream subscriber would and

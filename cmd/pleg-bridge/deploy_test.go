@@ -853,9 +853,16 @@ func TestNATSBridgeUserMayPublishOnlyEventsAndItsJetStreamCalls(t *testing.T) {
 	if !slices.Contains(pub, "pleg.>") {
 		t.Errorf("the bridge may not publish on pleg.>: %q", pub)
 	}
+	if !slices.Contains(pub, "$KV.PLEG_STATE.>") {
+		t.Errorf("the bridge may not write the state bucket: %q", pub)
+	}
 	for _, s := range pub {
-		if s != "pleg.>" && !strings.HasPrefix(s, "$JS.API.") && !strings.HasPrefix(s, "_INBOX.") {
-			t.Errorf("the bridge may publish on %s, outside pleg.>, $JS.API. and _INBOX.", s)
+		if s != "pleg.>" && s != "$KV.PLEG_STATE.>" && !strings.HasPrefix(s, "$JS.API.") && !strings.HasPrefix(s, "$JS.FC.KV_PLEG_STATE.") && !strings.HasPrefix(s, "_INBOX.") {
+			t.Errorf("the bridge may publish on %s, outside pleg.>, $KV.PLEG_STATE.>, $JS.API. and _INBOX.", s)
+		}
+		// Consumers only on the state bucket, to read back its own keys.
+		if strings.HasPrefix(s, "$JS.API.CONSUMER.") && !strings.Contains(s, ".KV_PLEG_STATE") {
+			t.Errorf("the bridge may publish on %s, a consumer call outside the state bucket", s)
 		}
 		if s == "$JS.API.>" || strings.HasPrefix(s, "$JS.API.STREAM.DELETE") || strings.HasPrefix(s, "$JS.API.STREAM.PURGE") {
 			t.Errorf("the bridge may publish on %s", s)

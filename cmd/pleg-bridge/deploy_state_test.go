@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer // guarded by mu
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestNATSAccountsLetTheBridgeKeepAndTheReaderWatchTheStateBucket runs
+// accounts.conf in a real server: the bridge user creates the state
+// bucket, writes and deletes keys and reads its node's keys back to
+// reconcile them; the reader lists and watches the bucket as ps does,
+// and cannot write it; neither can delete or purge the bucket.
+func TestNATSAccountsLetTheBridgeKeepAndTheReaderWatchTheStateBucket(t *testing.T) {
+	u := newNATSUsers(t)
+	dir := t.TempDir()
+	accounts, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nats", "accounts.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "accounts.conf"), accounts, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mainConf := "listen: \"127.0.0.1:-1\"\njetstream { store_dir: \"" + filepath.ToSlash(filepath.Join(dir, "js")) + "\" }\ninclude accounts.conf\n"
+	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(mainConf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatalf("the server refuses accounts.conf: %v", err)
+	}
+	s := publishtest.RunServer(t, opts)
+	connect := func(kp nkeys.KeyPair) (*nats.Conn, jetstream.JetStream, chan error) {
+		t.Helper()
+		pub, _ := kp.PublicKey()
+		errs := make(chan error, 64)
+		nc, err := nats.Connect(s.ClientURL(), nats.Nkey(pub, kp.Sign),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				select {
+				case errs <- err:
+				default:
+				}
+			}))
+		if err != nil {
+			t.Fatalf("connect as %s: %v", pub, err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js, errs
+	}
+	_, jsB, _ := connect(u.bridge)
+	ncR, jsR, errsR := connect(u.reader)
+
+	// The bridge's writer: it creates the bucket, writes two containers,
+	// deletes one, and reconciles (Ready at once), which reads its keys.
+	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: "node-1", SubjectPrefix: "pleg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	stateOpts := publish.StateOptions{
+		Bucket: schemas.DefaultStateBucket, Encoder: enc, Manage: true, Ready: func() bool { return true },
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	}
+	if _, err := publish.EnsureStateBucket(t.Context(), jsB, stateOpts); err != nil {
+		t.Fatalf("the bridge user cannot create the state bucket: %v", err)
+	}
+	w, err := publish.NewStateWriter(jsB, stateOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, e := range []struct {
+		typ generator.LifecycleEventType
+		id  string
+	}{{generator.ContainerStarted, "a"}, {generator.ContainerStarted, "b"}, {generator.ContainerDied, "b"}, {generator.ContainerRemoved, "b"}} {
+		w.Record(generator.Event{
+			Type: e.typ, Pod: generator.Pod{UID: "u1", Namespace: "shop", Name: "web-0"},
+			Container: generator.Container{ID: e.id, Name: e.id}, State: generator.StateRunning,
+			Time: at, ObservedAt: at, DetectedBy: generator.SourceRelist,
+		})
+	}
+
+	// The reader follows the bucket as ps --watch does until it holds a
+	// alone: the writes and the delete went through.
+	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer wcancel()
+	keys := map[string]bool{}
+	var synced bool
+	err = consumer.WatchState(wctx, jsR, consumer.StateOptions{}, func(ch consumer.StateChange) error {
+		switch ch.Op {
+		case consumer.StateSynced:
+			synced = true
+		case consumer.StateRemoved:
+			delete(keys, ch.Container.Ref.ContainerID)
+		default:
+			keys[ch.Container.Ref.ContainerID] = true
+		}
+		if synced && len(keys) == 1 && keys["a"] {
+			wcancel()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the reader cannot watch the state bucket: %v\nbridge's writer:\n%s", err, logs.String())
+	}
+	if !synced || len(keys) != 1 || !keys["a"] {
+		t.Fatalf("the reader sees containers %v, want only a\nbridge's writer:\n%s", keys, logs.String())
+	}
+	// The reconcile ran before the writes (Ready from the start): it read
+	// the node's keys through its own consumer.
+	if l := logs.String(); !strings.Contains(l, "reconciled the node's keys") || strings.Contains(l, "cannot") {
+		t.Errorf("the bridge's writer did not reconcile, or failed:\n%s", l)
+	}
+	if n := w.Pending(); n != 0 {
+		t.Errorf("the bridge's writer has %d keys pending\n%s", n, logs.String())
+	}
+
+	// The reader gets a key directly, and cannot write, delete or purge.
+	kvR, err := jsR.KeyValue(t.Context(), schemas.DefaultStateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := schemas.StateKey(schemas.StateRef{Node: "node-1", Namespace: "shop", Pod: "web-0", PodUID: "u1", ContainerID: "a"})
+	if _, err := kvR.Get(t.Context(), key); err != nil {
+		t.Errorf("the reader cannot get a key: %v", err)
+	}
+	for _, subject := range []string{"$KV." + schemas.DefaultStateBucket + "." + key, "$JS.API.STREAM.PURGE.KV_" + schemas.DefaultStateBucket} {
+		if err := ncR.Publish(subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-errsR:
+			if !errors.Is(err, nats.ErrPermissionViolation) {
+				t.Errorf("the reader publishing on %s: %v, want a permissions violation", subject, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("the reader may publish on %s", subject)
+		}
+	}
+	if err := jsB.DeleteKeyValue(t.Context(), schemas.DefaultStateBucket); err == nil {
+		t.Error("the bridge may delete the state bucket")
+	}
+}
