@@ -24,33 +24,7 @@ var ErrInvalidKey = errors.New("invalid state key")
 // namespace, pod name and UID, and every container ID) has the same token
 // in a key as in a subject. The result is never empty and never contains
 // '.', '*' or '>', and DecodeKeyToken reverses it.
-func EncodeKeyToken(s string) string {
-	if s == "" {
-		return "="
-	}
-	i := 0
-	for i < len(s) && keep(s[i]) {
-		i++
-	}
-	if i == len(s) {
-		return s
-	}
-	var sb strings.Builder
-	sb.Grow(len(s) + 8)
-	for i := 0; i < len(s); i++ {
-		switch b := s[i]; {
-		case keep(b):
-			sb.WriteByte(b)
-		case b == '.':
-			sb.WriteByte('_')
-		default:
-			sb.WriteByte('=')
-			sb.WriteByte(upperHex[b>>4])
-			sb.WriteByte(upperHex[b&0x0f])
-		}
-	}
-	return sb.String()
-}
+func EncodeKeyToken(s string) string { return encodeToken(s, "=") }
 
 // DecodeKeyToken returns the string that EncodeKeyToken encoded as tok. It
 // rejects, with an error that names tok and wraps ErrInvalidKey, anything
@@ -59,43 +33,9 @@ func EncodeKeyToken(s string) string {
 // escape of a byte that is kept or written as '_'. The mapping is one to
 // one.
 func DecodeKeyToken(tok string) (string, error) {
-	switch tok {
-	case "":
-		return "", fmt.Errorf("decode key token %q: %w: empty", tok, ErrInvalidKey)
-	case "=":
-		return "", nil
-	}
-	buf := make([]byte, 0, len(tok))
-	for i := 0; i < len(tok); i++ {
-		switch b := tok[i]; {
-		case keep(b):
-			buf = append(buf, b)
-		case b == '_':
-			buf = append(buf, '.')
-		case b == '=':
-			if i+2 >= len(tok) {
-				return "", keyTokenError(tok, i, "incomplete escape")
-			}
-			hi, ok1 := unhex(tok[i+1])
-			lo, ok2 := unhex(tok[i+2])
-			if !ok1 || !ok2 {
-				return "", keyTokenError(tok, i, "escape is not two uppercase hex digits")
-			}
-			d := hi<<4 | lo
-			if keep(d) || d == '.' {
-				return "", keyTokenError(tok, i, "escape of a byte that is never escaped")
-			}
-			buf = append(buf, d)
-			i += 2
-		default:
-			return "", keyTokenError(tok, i, "byte not allowed")
-		}
-	}
-	return string(buf), nil
-}
-
-func keyTokenError(tok string, i int, reason string) error {
-	return fmt.Errorf("decode key token %q: %w: %s at offset %d", tok, ErrInvalidKey, reason, i)
+	return decodeToken(tok, "=", func(i int, reason string) error {
+		return fmt.Errorf("decode key token %q: %w: %s at offset %d", tok, ErrInvalidKey, reason, i)
+	})
 }
 
 // StateRef names one container in the state bucket: the five parts of its

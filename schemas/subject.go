@@ -26,9 +26,15 @@ func keep(b byte) bool {
 //
 // A string that needs no escaping, like every pod UID, is returned as it is
 // without allocating.
-func EncodeToken(s string) string {
+func EncodeToken(s string) string { return encodeToken(s, "%") }
+
+// encodeToken is the one token mapping, with its escape (one byte): '%' in
+// subjects, '=' in state keys (which cannot hold '%'). It keeps
+// [A-Za-z0-9-], turns '.' into '_' and every other byte into esc and two
+// uppercase hex digits, and encodes the empty string as esc alone.
+func encodeToken(s, esc string) string {
 	if s == "" {
-		return "%"
+		return esc
 	}
 	i := 0
 	for i < len(s) && keep(s[i]) {
@@ -37,7 +43,7 @@ func EncodeToken(s string) string {
 	if i == len(s) {
 		return s
 	}
-	n := len(s) // length of the encoded token: 2 more per %XX escape
+	n := len(s) // length of the encoded token: 2 more per escape
 	for ; i < len(s); i++ {
 		if b := s[i]; !keep(b) && b != '.' {
 			n += 2
@@ -52,7 +58,7 @@ func EncodeToken(s string) string {
 		case b == '.':
 			sb.WriteByte('_')
 		default:
-			sb.WriteByte('%')
+			sb.WriteString(esc)
 			sb.WriteByte(upperHex[b>>4])
 			sb.WriteByte(upperHex[b&0x0f])
 		}
@@ -66,16 +72,24 @@ func EncodeToken(s string) string {
 // a '%' not followed by two uppercase hex digits, or an escape of a byte that
 // EncodeToken keeps or turns into '_' (like "%41" for "A").
 func DecodeToken(tok string) (string, error) {
+	return decodeToken(tok, "%", func(i int, reason string) error {
+		return fmt.Errorf("decode %q: %w: %s at offset %d", tok, ErrInvalidToken, reason, i)
+	})
+}
+
+// decodeToken reverses encodeToken with the escape esc, reporting
+// what it refuses through fail (called with the offset and the reason).
+func decodeToken(tok, esc string, fail func(i int, reason string) error) (string, error) {
 	switch tok {
 	case "":
-		return "", fmt.Errorf("decode %q: %w: empty", tok, ErrInvalidToken)
-	case "%":
+		return "", fail(0, "empty")
+	case esc:
 		return "", nil
 	}
-	if !strings.ContainsAny(tok, "_%") {
+	if strings.IndexByte(tok, '_') < 0 && !strings.Contains(tok, esc) {
 		for i := 0; i < len(tok); i++ {
 			if !keep(tok[i]) {
-				return "", tokenError(tok, i, "byte not allowed")
+				return "", fail(i, "byte not allowed")
 			}
 		}
 		return tok, nil
@@ -87,30 +101,26 @@ func DecodeToken(tok string) (string, error) {
 			buf = append(buf, b)
 		case b == '_':
 			buf = append(buf, '.')
-		case b == '%':
+		case b == esc[0]:
 			if i+2 >= len(tok) {
-				return "", tokenError(tok, i, "incomplete escape")
+				return "", fail(i, "incomplete escape")
 			}
 			hi, ok1 := unhex(tok[i+1])
 			lo, ok2 := unhex(tok[i+2])
 			if !ok1 || !ok2 {
-				return "", tokenError(tok, i, "escape is not two uppercase hex digits")
+				return "", fail(i, "escape is not two uppercase hex digits")
 			}
 			d := hi<<4 | lo
 			if keep(d) || d == '.' {
-				return "", tokenError(tok, i, "escape of a byte that is never escaped")
+				return "", fail(i, "escape of a byte that is never escaped")
 			}
 			buf = append(buf, d)
 			i += 2
 		default:
-			return "", tokenError(tok, i, "byte not allowed")
+			return "", fail(i, "byte not allowed")
 		}
 	}
 	return string(buf), nil
-}
-
-func tokenError(tok string, i int, reason string) error {
-	return fmt.Errorf("decode %q: %w: %s at offset %d", tok, ErrInvalidToken, reason, i)
 }
 
 // unhex returns the value of an uppercase hex digit.
