@@ -224,17 +224,29 @@ type streamTally struct{ stored, missing, duplicated, outOfOrder int }
 func tally(t *testing.T, js jetstream.JetStream, sent []generator.Event) streamTally {
 	t.Helper()
 	ctx := t.Context()
-	s, err := js.Stream(ctx, "PLEG")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.OrderedConsumer(ctx, "PLEG", jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
+	var (
+		info *jetstream.StreamInfo
+		cons jetstream.Consumer
+	)
+	// Right after a server's restart, the client may be connected to it
+	// before its JetStream answers: "no responders" then means "not yet".
+	retry := time.NewTicker(50 * time.Millisecond)
+	defer retry.Stop()
+	for deadline := time.Now().Add(waitTimeout); ; {
+		s, err := js.Stream(ctx, "PLEG")
+		if err == nil {
+			info, err = s.Info(ctx)
+		}
+		if err == nil {
+			cons, err = js.OrderedConsumer(ctx, "PLEG", jetstream.OrderedConsumerConfig{})
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+			t.Fatalf("read the stream back: %v", err)
+		}
+		<-retry.C
 	}
 	var ids []string
 	deadline := time.Now().Add(waitTimeout)
