@@ -1,6 +1,7 @@
 package natsembed
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -37,6 +38,16 @@ type Options struct {
 func Start(opts Options) (*server.Server, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("start embedded nats server: data dir is empty")
+	}
+	if opts.Port >= 0 {
+		// The server does not say that its listen failed: it would only
+		// never be ready, and the caller would wait out the timeout.
+		addr := net.JoinHostPort(hostOrDefault(opts.Host), strconv.Itoa(cmp.Or(opts.Port, server.DEFAULT_PORT)))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("start embedded nats server: %w", err)
+		}
+		l.Close()
 	}
 	s, err := server.NewServer(embeddedServerOptions(opts))
 	if err != nil {

@@ -1,7 +1,11 @@
 package natsembed_test
 
 import (
+	"errors"
+	"net"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
@@ -32,6 +36,23 @@ func TestStartNamesWhatFailed(t *testing.T) {
 	_, err := natsembed.Start(natsembed.Options{Port: -1})
 	if err == nil || !strings.Contains(err.Error(), "data dir is empty") {
 		t.Errorf("Start without a data dir: error = %v, want one about the data dir", err)
+	}
+}
+
+// TestStartOnATakenPortSaysSo holds the port Start is asked for: Start
+// returns the listen error, naming the address, rather than waiting for a
+// server that can never be ready.
+func TestStartOnATakenPortSaysSo(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	_, err = natsembed.Start(natsembed.Options{DataDir: t.TempDir(), Host: "127.0.0.1", Port: port})
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "127.0.0.1:"+strconv.Itoa(port)) {
+		t.Errorf("Start on a taken port: error = %v, want address in use, naming 127.0.0.1:%d", err, port)
 	}
 }
 
