@@ -890,46 +890,7 @@ func anySlice(v any) []any {
 // and that the operator's stream.json is a stream the bridge accepts as is.
 func TestNATSAccountsWorkForTheBridgeAndTheReader(t *testing.T) {
 	u := newNATSUsers(t)
-	root := repoRoot(t)
-	dir := t.TempDir()
-	accounts, err := os.ReadFile(filepath.Join(root, "deploy", "nats", "accounts.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "accounts.conf"), accounts, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	mainConf := "listen: \"127.0.0.1:-1\"\njetstream { store_dir: " + `"` + filepath.ToSlash(filepath.Join(dir, "js")) + `"` + " }\ninclude accounts.conf\n"
-	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(mainConf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
-	if err != nil {
-		t.Fatalf("the server refuses accounts.conf: %v", err)
-	}
-	s := publishtest.RunServer(t, opts)
-
-	connect := func(kp nkeys.KeyPair) (*nats.Conn, jetstream.JetStream, chan error) {
-		t.Helper()
-		pub, _ := kp.PublicKey()
-		errs := make(chan error, 16)
-		nc, err := nats.Connect(s.ClientURL(), nats.Nkey(pub, kp.Sign),
-			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-				select {
-				case errs <- err:
-				default:
-				}
-			}))
-		if err != nil {
-			t.Fatalf("connect as %s: %v", pub, err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js, errs
-	}
+	connect := startAccountsServer(t)
 	denied := func(who, subject string, nc *nats.Conn, errs chan error) {
 		t.Helper()
 		if err := nc.Publish(subject, []byte("x")); err != nil {
@@ -1029,4 +990,50 @@ func readStreamJSON(t *testing.T) jetstream.StreamConfig {
 			cfg.MaxAge, cfg.Duplicates)
 	}
 	return cfg
+}
+
+// startAccountsServer runs deploy/nats/accounts.conf in a real server,
+// included as the Helm chart includes it, and returns how to connect to it
+// as one of newNATSUsers' users: the connection, its JetStream handle, and
+// the asynchronous errors (permission violations) the server sends it.
+func startAccountsServer(t *testing.T) func(kp nkeys.KeyPair) (*nats.Conn, jetstream.JetStream, chan error) {
+	t.Helper()
+	dir := t.TempDir()
+	accounts, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nats", "accounts.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "accounts.conf"), accounts, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mainConf := "listen: \"127.0.0.1:-1\"\njetstream { store_dir: \"" + filepath.ToSlash(filepath.Join(dir, "js")) + "\" }\ninclude accounts.conf\n"
+	if err := os.WriteFile(filepath.Join(dir, "nats.conf"), []byte(mainConf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatalf("the server refuses accounts.conf: %v", err)
+	}
+	s := publishtest.RunServer(t, opts)
+	return func(kp nkeys.KeyPair) (*nats.Conn, jetstream.JetStream, chan error) {
+		t.Helper()
+		pub, _ := kp.PublicKey()
+		errs := make(chan error, 64)
+		nc, err := nats.Connect(s.ClientURL(), nats.Nkey(pub, kp.Sign),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				select {
+				case errs <- err:
+				default:
+				}
+			}))
+		if err != nil {
+			t.Fatalf("connect as %s: %v", pub, err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js, errs
+	}
 }
