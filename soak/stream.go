@@ -22,6 +22,9 @@ const settlePoll = 200 * time.Millisecond
 const (
 	readBatch = 1000
 	readWait  = 5 * time.Second
+	// readRetries bounds the fresh starts of a read that a transient
+	// error (no responders, missed heartbeats) cut short.
+	readRetries = 10
 )
 
 // connectNATS connects the soak's own client, which reconnects forever:
@@ -91,18 +94,40 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string) ([]S
 	if last == 0 {
 		return nil, nil, nil
 	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		return nil, nil, fmt.Errorf("create consumer on stream %s: %w", stream, err)
-	}
 	var (
 		stored      []Stored
 		undecodable []string
 		seq         uint64
+		cons        jetstream.Consumer
+		retries     int
 	)
+	// A cluster that has just been through failovers, on a busy machine, can
+	// leave a request without a responder for a moment; the read resumes
+	// after the last message it got, with a new consumer.
+	transient := func(err error) bool {
+		if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoHeartbeat) || retries == readRetries {
+			return false
+		}
+		retries++
+		cons = nil
+		return true
+	}
 	for seq < last {
+		if cons == nil {
+			var err error
+			cons, err = s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq + 1})
+			if err != nil {
+				if transient(err) {
+					continue
+				}
+				return nil, nil, fmt.Errorf("create consumer on stream %s after sequence %d: %w", stream, seq, err)
+			}
+		}
 		batch, err := cons.Fetch(readBatch, jetstream.FetchMaxWait(readWait))
 		if err != nil {
+			if transient(err) {
+				continue
+			}
 			return nil, nil, fmt.Errorf("read stream %s after sequence %d: %w", stream, seq, err)
 		}
 		n := 0
@@ -124,6 +149,9 @@ func readStream(ctx context.Context, js jetstream.JetStream, stream string) ([]S
 			})
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			if transient(err) {
+				continue
+			}
 			return nil, nil, fmt.Errorf("read stream %s after sequence %d: %w", stream, seq, err)
 		}
 		if n == 0 && seq < last {
