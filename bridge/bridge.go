@@ -101,7 +101,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		var err error
 		lis, err = net.Listen("tcp", b.opts.ListenAddress)
 		if err != nil {
-			return fmt.Errorf("listen for metrics and health on %s: %w", b.opts.ListenAddress, err)
+			return &ListenError{Option: OptionListenAddress, Err: fmt.Errorf("listen for metrics and health on %s: %w", b.opts.ListenAddress, err)}
 		}
 	}
 	p, err := build(b.opts)
@@ -115,6 +115,25 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.p.Store(p)
 	return p.run(ctx, lis)
 }
+
+// Options whose address a ListenError names.
+const (
+	OptionListenAddress  = "ListenAddress"
+	OptionEmbeddedListen = "NATS.EmbeddedListen"
+)
+
+// ListenError is Run's error when it cannot bind an address of its
+// options: the HTTP endpoint's or the embedded NATS server's, typically
+// because the port is taken. Its message names the address; Option names
+// the option, so that a command can name its own setting for it.
+type ListenError struct {
+	// Option is OptionListenAddress or OptionEmbeddedListen.
+	Option string
+	Err    error
+}
+
+func (e *ListenError) Error() string { return e.Err.Error() }
+func (e *ListenError) Unwrap() error { return e.Err }
 
 // pipeline is what one Run opened and built.
 type pipeline struct {

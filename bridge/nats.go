@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,9 @@ func startEmbedded(listen, dataDir string, logger *slog.Logger) (*server.Server,
 		return nil, fmt.Errorf("create embedded NATS store: %w", err)
 	}
 	s, err := natsembed.Start(natsembed.Options{DataDir: store, Host: host, Port: port, ServerName: "pleg-bridge-embedded"})
+	if opErr := (*net.OpError)(nil); errors.As(err, &opErr) && opErr.Op == "listen" {
+		return nil, &ListenError{Option: OptionEmbeddedListen, Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -31,5 +32,21 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	logger.Info("pleg-bridge starting", "version", versionString())
 	err = b.Run(ctx)
 	logger.Info("pleg-bridge stopped")
+	return withSetting(err)
+}
+
+// withSetting adds to an error of the bridge the variable to change, where
+// the bridge's message names only its option.
+func withSetting(err error) error {
+	var le *bridge.ListenError
+	if !errors.As(err, &le) {
+		return err
+	}
+	switch le.Option {
+	case bridge.OptionEmbeddedListen:
+		return fmt.Errorf("%w; set PLEG_EMBEDDED_NATS_LISTEN to a free address (host:port, port -1 for any), or PLEG_NATS_URL to a NATS server that runs already", err)
+	case bridge.OptionListenAddress:
+		return fmt.Errorf("%w; set PLEG_LISTEN_ADDRESS to a free address (empty: no metrics and health endpoint)", err)
+	}
 	return err
 }
