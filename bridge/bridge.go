@@ -191,7 +191,11 @@ func build(opts Options) (_ *pipeline, err error) {
 		}
 		url = p.ns.ClientURL()
 	}
-	if p.nc, err = connectNATS(url, "pleg-bridge "+opts.Node, opts.NATS, log); err != nil {
+	connected := newNATSConnectedGauge()
+	if err := p.reg.Register(connected); err != nil {
+		return nil, fmt.Errorf("register NATS metrics: %w", err)
+	}
+	if p.nc, err = connectNATS(url, "pleg-bridge "+opts.Node, opts.NATS, connected, log); err != nil {
 		return nil, err
 	}
 	// Stream setup and readiness; the publisher makes its own context for
