@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -183,6 +186,7 @@ func build(opts Options) (_ *pipeline, err error) {
 	if p.cri, err = generator.NewCRIClient(opts.CRIEndpoint, opts.CRI); err != nil {
 		return nil, err
 	}
+	warnMissingSocket(opts.CRIEndpoint, log)
 
 	url := opts.NATS.URL
 	if url == "" {
@@ -294,6 +298,22 @@ func build(opts Options) (_ *pipeline, err error) {
 	log.Info("bridge running", "node", opts.Node, "cri_endpoint", opts.CRIEndpoint, "mode", string(opts.Mode),
 		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "state_bucket", opts.StateBucket, "data_dir", opts.DataDir)
 	return p, nil
+}
+
+// warnMissingSocket logs at Warn, once, that the CRI socket of endpoint
+// does not exist. That is no reason to fail: on a node the bridge may start
+// before the runtime, and a DaemonSet's pod that exits would only be
+// restarted with a backoff. The relists retry every period; the first that
+// works is logged as the relist recovered.
+func warnMissingSocket(endpoint string, log *slog.Logger) {
+	path, err := generator.ParseEndpoint(endpoint)
+	if err != nil {
+		return
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		log.Warn("the CRI socket does not exist (yet); relisting keeps retrying until the runtime creates it",
+			"path", path, "err", err)
+	}
 }
 
 // run runs the components and the HTTP endpoint on lis (if not nil) until
