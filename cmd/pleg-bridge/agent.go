@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -24,7 +25,7 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		cfg.CRIEndpoint = ep
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	b, err := bridge.New(cfg.bridgeOptions(logger, reg))
 	if err != nil {
 		return err
@@ -33,6 +34,19 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	err = b.Run(ctx)
 	logger.Info("pleg-bridge stopped")
 	return withSetting(err)
+}
+
+// buildInfo is the pleg_bridge_build_info gauge, always 1, whose labels
+// say which build runs: a dashboard or an alert joins on it to tell the
+// versions of a rollout apart.
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "pleg_bridge_build_info",
+		Help:        "Always 1; the labels are the version of pleg-bridge and the Go version it was built with.",
+		ConstLabels: prometheus.Labels{"version": versionString(), "go_version": runtime.Version()},
+	})
+	g.Set(1)
+	return g
 }
 
 // withSetting adds to an error of the bridge the variable to change, where
