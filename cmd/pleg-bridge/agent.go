@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -33,7 +36,7 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	logger.Info("pleg-bridge starting", "version", versionString())
 	err = b.Run(ctx)
 	logger.Info("pleg-bridge stopped")
-	return withSetting(err)
+	return withSetting(err, cfg)
 }
 
 // buildInfo is the pleg_bridge_build_info gauge, always 1, whose labels
@@ -50,8 +53,12 @@ func buildInfo() prometheus.Collector {
 }
 
 // withSetting adds to an error of the bridge the variable to change, where
-// the bridge's message names only its option.
-func withSetting(err error) error {
+// the bridge's message names only its option or a path.
+func withSetting(err error, cfg Config) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && errors.Is(err, fs.ErrPermission) && cfg.DataDir != "" && within(pe.Path, cfg.DataDir) {
+		return fmt.Errorf("%w; set PLEG_DATA_DIR to a directory this user can write (e.g. $HOME/.local/share/pleg-bridge)", err)
+	}
 	var le *bridge.ListenError
 	if !errors.As(err, &le) {
 		return err
@@ -63,4 +70,16 @@ func withSetting(err error) error {
 		return fmt.Errorf("%w; set PLEG_LISTEN_ADDRESS to a free address (empty: no metrics and health endpoint)", err)
 	}
 	return err
+}
+
+// within reports whether path is dir or under it, or one of dir's parents
+// (MkdirAll fails on the first parent it cannot create).
+func within(path, dir string) bool {
+	path, dir = filepath.Clean(path), filepath.Clean(dir)
+	rel, err := filepath.Rel(path, dir)
+	if err == nil && !strings.HasPrefix(rel, "..") {
+		return true
+	}
+	rel, err = filepath.Rel(dir, path)
+	return err == nil && !strings.HasPrefix(rel, "..")
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,5 +139,24 @@ pleg_bridge_build_info{go_version=%q,version=%q} 1
 `, runtime.Version(), versionString())
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pleg_bridge_build_info"); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestAnUnwritableDataDirectoryNamesTheVariable(t *testing.T) {
+	t.Parallel()
+	cfg := defaultConfig() // PLEG_DATA_DIR=/var/lib/pleg-bridge, root's
+	for _, path := range []string{"/var/lib/pleg-bridge", "/var/lib", "/var/lib/pleg-bridge/nats"} {
+		err := withSetting(fmt.Errorf("create data directory: %w", &fs.PathError{Op: "mkdir", Path: path, Err: syscall.EACCES}), cfg)
+		if !strings.Contains(err.Error(), "permission denied; set PLEG_DATA_DIR") {
+			t.Errorf("mkdir %s refused: %v, want PLEG_DATA_DIR named", path, err)
+		}
+	}
+	for _, err := range []error{
+		&fs.PathError{Op: "open", Path: "/etc/pleg/creds", Err: syscall.EACCES},            // elsewhere
+		&fs.PathError{Op: "open", Path: "/var/lib/pleg-bridge/state.db", Err: syscall.EIO}, // not a permission
+	} {
+		if got := withSetting(err, cfg); got != err {
+			t.Errorf("withSetting(%v) = %v, want it unchanged", err, got)
+		}
 	}
 }
