@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -101,7 +104,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		var err error
 		lis, err = net.Listen("tcp", b.opts.ListenAddress)
 		if err != nil {
-			return fmt.Errorf("listen for metrics and health on %s: %w", b.opts.ListenAddress, err)
+			return &ListenError{Option: OptionListenAddress, Err: fmt.Errorf("listen for metrics and health on %s: %w", b.opts.ListenAddress, err)}
 		}
 	}
 	p, err := build(b.opts)
@@ -115,6 +118,25 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.p.Store(p)
 	return p.run(ctx, lis)
 }
+
+// Options whose address a ListenError names.
+const (
+	OptionListenAddress  = "ListenAddress"
+	OptionEmbeddedListen = "NATS.EmbeddedListen"
+)
+
+// ListenError is Run's error when it cannot bind an address of its
+// options: the HTTP endpoint's or the embedded NATS server's, typically
+// because the port is taken. Its message names the address; Option names
+// the option, so that a command can name its own setting for it.
+type ListenError struct {
+	// Option is OptionListenAddress or OptionEmbeddedListen.
+	Option string
+	Err    error
+}
+
+func (e *ListenError) Error() string { return e.Err.Error() }
+func (e *ListenError) Unwrap() error { return e.Err }
 
 // pipeline is what one Run opened and built.
 type pipeline struct {
@@ -164,6 +186,7 @@ func build(opts Options) (_ *pipeline, err error) {
 	if p.cri, err = generator.NewCRIClient(opts.CRIEndpoint, opts.CRI); err != nil {
 		return nil, err
 	}
+	warnMissingSocket(opts.CRIEndpoint, log)
 
 	url := opts.NATS.URL
 	if url == "" {
@@ -172,7 +195,11 @@ func build(opts Options) (_ *pipeline, err error) {
 		}
 		url = p.ns.ClientURL()
 	}
-	if p.nc, err = connectNATS(url, "pleg-bridge "+opts.Node, opts.NATS, log); err != nil {
+	connected := newNATSConnectedGauge()
+	if err := p.reg.Register(connected); err != nil {
+		return nil, fmt.Errorf("register NATS metrics: %w", err)
+	}
+	if p.nc, err = connectNATS(url, "pleg-bridge "+opts.Node, opts.NATS, connected, log); err != nil {
 		return nil, err
 	}
 	// Stream setup and readiness; the publisher makes its own context for
@@ -271,6 +298,22 @@ func build(opts Options) (_ *pipeline, err error) {
 	log.Info("bridge running", "node", opts.Node, "cri_endpoint", opts.CRIEndpoint, "mode", string(opts.Mode),
 		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "state_bucket", opts.StateBucket, "data_dir", opts.DataDir)
 	return p, nil
+}
+
+// warnMissingSocket logs at Warn, once, that the CRI socket of endpoint
+// does not exist. That is no reason to fail: on a node the bridge may start
+// before the runtime, and a DaemonSet's pod that exits would only be
+// restarted with a backoff. The relists retry every period; the first that
+// works is logged as the relist recovered.
+func warnMissingSocket(endpoint string, log *slog.Logger) {
+	path, err := generator.ParseEndpoint(endpoint)
+	if err != nil {
+		return
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		log.Warn("the CRI socket does not exist (yet); relisting keeps retrying until the runtime creates it",
+			"path", path, "err", err)
+	}
 }
 
 // run runs the components and the HTTP endpoint on lis (if not nil) until

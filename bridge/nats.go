@@ -4,14 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
 )
@@ -29,6 +33,9 @@ func startEmbedded(listen, dataDir string, logger *slog.Logger) (*server.Server,
 		return nil, fmt.Errorf("create embedded NATS store: %w", err)
 	}
 	s, err := natsembed.Start(natsembed.Options{DataDir: store, Host: host, Port: port, ServerName: "pleg-bridge-embedded"})
+	if opErr := (*net.OpError)(nil); errors.As(err, &opErr) && opErr.Op == "listen" {
+		return nil, &ListenError{Option: OptionEmbeddedListen, Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -39,20 +46,50 @@ func startEmbedded(listen, dataDir string, logger *slog.Logger) (*server.Server,
 
 // connectNATS connects to url with the credentials and TLS of opts, as
 // client name, and keeps reconnecting forever: NATS being away is normal,
-// and events wait in the outbox and the spool meanwhile.
-func connectNATS(url, name string, opts NATSOptions, logger *slog.Logger) (*nats.Conn, error) {
+// and events wait in the outbox and the spool meanwhile. connected is set
+// to 1 while the connection is up and 0 while it is not.
+//
+// A server that cannot be reached is logged at Warn once, with the reason
+// (connection refused, a name that does not resolve, an authorization
+// violation) and the URL without its credentials, then at Debug for every
+// further attempt until the connection is up again.
+func connectNATS(url, name string, opts NATSOptions, connected prometheus.Gauge, logger *slog.Logger) (*nats.Conn, error) {
 	log := logger.With("component", "nats")
+	redacted := redactURLs(url)
+	var failing atomic.Bool // a failed attempt was logged at Warn; the next success says so
+	up := func(nc *nats.Conn, what string) {
+		connected.Set(1)
+		failing.Store(false)
+		log.Info(what, "url", nc.ConnectedUrlRedacted())
+	}
 	nopts := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
+		nats.ReconnectWait(natsReconnectWait),
 		nats.RetryOnFailedConnect(true),
+		// With RetryOnFailedConnect, the first connection is reported
+		// here, also when it is made by a retry.
+		nats.ConnectHandler(func(nc *nats.Conn) { up(nc, "connected to NATS") }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { up(nc, "reconnected to NATS") }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			connected.Set(0)
 			if err != nil {
 				log.Warn("disconnected from NATS, will reconnect", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ClosedHandler(func(*nats.Conn) { connected.Set(0) }),
+		// Every failed attempt, the first connection's included. That one
+		// reports only nats.ErrNoServers (the client drops "connection
+		// refused" from its first round over the servers); each later
+		// attempt reports its dial error, which names the cause.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if errors.Is(err, nats.ErrNoServers) || failing.Swap(true) {
+				log.Debug("cannot connect to NATS", "url", redacted, "err", err)
+				return
+			}
+			log.Warn("cannot connect to NATS, retrying in the background; events wait in the outbox and the spool meanwhile",
+				"url", redacted, "err", err, "retry_every", natsReconnectWait)
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("NATS error", "err", err) }),
 	}
 	if opts.Creds != "" {
@@ -80,17 +117,48 @@ func connectNATS(url, name string, opts NATSOptions, logger *slog.Logger) (*nats
 	if opts.TLSCert != "" {
 		nopts = append(nopts, nats.ClientCert(opts.TLSCert, opts.TLSKey))
 	}
+	connected.Set(0)
 	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
-	}
-	// With RetryOnFailedConnect, Connect returns at once; say where we are.
-	if nc.IsConnected() {
-		log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
-	} else {
-		log.Warn("NATS not reachable yet, retrying in the background", "url", url)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redacted, err)
 	}
 	return nc, nil
+}
+
+// newNATSConnectedGauge returns the gauge connectNATS keeps.
+func newNATSConnectedGauge() prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "pleg_bridge_nats_connected",
+		Help: "1 while the bridge is connected to NATS, 0 while it is not (connecting, or reconnecting after a disconnect).",
+	})
+}
+
+// natsReconnectWait is the pause between two attempts to reach NATS.
+const natsReconnectWait = time.Second
+
+// redactURLs returns the comma-separated NATS URLs of urls with their
+// credentials replaced: a password, and a user without a password, which
+// NATS takes for a token.
+func redactURLs(urls string) string {
+	var out []string
+	for u := range strings.SplitSeq(urls, ",") {
+		u = strings.TrimSpace(u)
+		p, err := neturl.Parse(u)
+		switch {
+		case err != nil:
+			// url.Parse's error would quote the URL, credentials and all.
+			out = append(out, "(a URL that does not parse)")
+			continue
+		case p.User == nil:
+		case func() bool { _, ok := p.User.Password(); return ok }():
+			u = p.Redacted()
+		default:
+			p.User = neturl.User("xxxxx")
+			u = p.String()
+		}
+		out = append(out, u)
+	}
+	return strings.Join(out, ",")
 }
 
 // tokenFromFile returns a token handler that reads path at every connect:

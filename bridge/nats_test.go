@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
@@ -49,7 +50,7 @@ func TestTokenFileIsReadAgainAtReconnect(t *testing.T) {
 	s := publishtest.RunServer(t, opts)
 
 	logs := &lockedBuffer{}
-	nc, err := connectNATS(s.ClientURL(), "pleg-bridge node-1", NATSOptions{TokenFile: tokenFile}, slog.New(slog.NewTextHandler(logs, nil)))
+	nc, err := connectNATS(s.ClientURL(), "pleg-bridge node-1", NATSOptions{TokenFile: tokenFile}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}), slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -225,7 +225,8 @@ func (s *streamSupervisor) detect(ctx context.Context) (bool, string, error) {
 		if status.Code(err) == codes.Unimplemented {
 			return false, "runtime does not implement Version, so whether its event stream is safe to share is unknown", nil
 		}
-		s.logger.Warn("cannot read runtime version to choose a mode, relisting meanwhile", "err", err)
+		// At Debug: the relists meanwhile fail too, and say so at Warn once.
+		s.logger.Debug("cannot read runtime version to choose a mode, relisting meanwhile", "err", err)
 		if err := sleep(ctx, jitter(delay)); err != nil {
 			return false, "", err
 		}

@@ -445,10 +445,33 @@ func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 	g.metrics.relistDuration.Observe(time.Since(start).Seconds())
 	if !g.relistStart.IsZero() {
 		g.metrics.relistInterval.Observe(start.Sub(g.relistStart).Seconds())
+	} else {
+		g.logFirstRelist(b, time.Since(start))
 	}
 	g.relistStart = start
 	g.relistSucceeded(b.at)
 	return nil
+}
+
+// logFirstRelist says at Info, once, what the first full relist found: a
+// new user sees at once whether the bridge reads the runtime they meant.
+func (g *Generator) logFirstRelist(b *batch, took time.Duration) {
+	var containers, running, sandboxes int
+	for _, p := range b.pods {
+		for _, c := range p.containers {
+			switch {
+			case c.info.Sandbox:
+				sandboxes++
+			case c.state == stateRunning:
+				running++
+				containers++
+			default:
+				containers++
+			}
+		}
+	}
+	g.logger.Info("first relist done", "pods", len(b.pods), "sandboxes", sandboxes, "containers", containers,
+		"running", running, "mode", g.Mode(), "configured_mode", g.opts.Mode, "took", took)
 }
 
 func (g *Generator) relistSucceeded(at time.Time) {

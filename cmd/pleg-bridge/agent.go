@@ -2,8 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"path/filepath"
+	"runtime"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -23,7 +28,7 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		cfg.CRIEndpoint = ep
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	b, err := bridge.New(cfg.bridgeOptions(logger, reg))
 	if err != nil {
 		return err
@@ -31,5 +36,50 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	logger.Info("pleg-bridge starting", "version", versionString())
 	err = b.Run(ctx)
 	logger.Info("pleg-bridge stopped")
+	return withSetting(err, cfg)
+}
+
+// buildInfo is the pleg_bridge_build_info gauge, always 1, whose labels
+// say which build runs: a dashboard or an alert joins on it to tell the
+// versions of a rollout apart.
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "pleg_bridge_build_info",
+		Help:        "Always 1; the labels are the version of pleg-bridge and the Go version it was built with.",
+		ConstLabels: prometheus.Labels{"version": versionString(), "go_version": runtime.Version()},
+	})
+	g.Set(1)
+	return g
+}
+
+// withSetting adds to an error of the bridge the variable to change, where
+// the bridge's message names only its option or a path.
+func withSetting(err error, cfg Config) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && errors.Is(err, fs.ErrPermission) && cfg.DataDir != "" && within(pe.Path, cfg.DataDir) {
+		return fmt.Errorf("%w; set PLEG_DATA_DIR to a directory this user can write (e.g. $HOME/.local/share/pleg-bridge)", err)
+	}
+	var le *bridge.ListenError
+	if !errors.As(err, &le) {
+		return err
+	}
+	switch le.Option {
+	case bridge.OptionEmbeddedListen:
+		return fmt.Errorf("%w; set PLEG_EMBEDDED_NATS_LISTEN to a free address (host:port, port -1 for any), or PLEG_NATS_URL to a NATS server that runs already", err)
+	case bridge.OptionListenAddress:
+		return fmt.Errorf("%w; set PLEG_LISTEN_ADDRESS to a free address (empty: no metrics and health endpoint)", err)
+	}
 	return err
+}
+
+// within reports whether path is dir or under it, or one of dir's parents
+// (MkdirAll fails on the first parent it cannot create).
+func within(path, dir string) bool {
+	path, dir = filepath.Clean(path), filepath.Clean(dir)
+	rel, err := filepath.Rel(path, dir)
+	if err == nil && !strings.HasPrefix(rel, "..") {
+		return true
+	}
+	rel, err = filepath.Rel(dir, path)
+	return err == nil && !strings.HasPrefix(rel, "..")
 }

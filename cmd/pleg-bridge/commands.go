@@ -13,7 +13,10 @@ import (
 // commandEnv is what run gives every subcommand: the environment and the
 // output streams. Subcommands read and write nothing else.
 type commandEnv struct {
-	lookup         lookupFunc
+	lookup lookupFunc
+	// environ lists the environment, NAME=value, for run's warning about
+	// PLEG_ variables it does not know; nil: no warning.
+	environ        func() []string
 	stdout, stderr io.Writer
 }
 
@@ -152,7 +155,11 @@ environment variables below configure it, as the DaemonSet does.`,
 			if err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
-			return runAgent(c.Context(), cfg, newLogger(env.stderr, cfg.LogFormat, cfg.LogLevel))
+			logger := newLogger(env.stderr, cfg.LogFormat, cfg.LogLevel)
+			if env.environ != nil {
+				warnUnknownVariables(logger, env.environ())
+			}
+			return runAgent(c.Context(), cfg, logger)
 		},
 	}
 }

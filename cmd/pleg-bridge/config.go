@@ -407,3 +407,76 @@ func validBucket(name string) bool {
 	}
 	return true
 }
+
+// devVariablePrefixes are PLEG_ variables that are not the bridge's
+// configuration but the test harness's (the containerd end-to-end tests,
+// the benchmarks): a developer's shell may hold them, and they are not
+// typos.
+var devVariablePrefixes = []string{"PLEG_E2E_", "PLEG_BENCH_"}
+
+// unknownVariable is a PLEG_ variable of the environment that is not a
+// configuration variable, with the known variable closest to it.
+type unknownVariable struct{ name, closest string }
+
+// unknownVariables returns the variables of environ (as os.Environ gives
+// it, NAME=value) that have the PLEG_ prefix but are not configuration
+// variables, sorted by name: a typo such as PLEG_MOD=generic would
+// otherwise be ignored in silence. The command warns of them rather than
+// failing: a newer manifest may set a variable this version does not know.
+func unknownVariables(environ []string) []unknownVariable {
+	known := configNames()
+	var unknown []unknownVariable
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) || slices.Contains(known, name) ||
+			slices.ContainsFunc(devVariablePrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			continue
+		}
+		closest := slices.MinFunc(known, func(a, b string) int {
+			return editDistance(name, a) - editDistance(name, b)
+		})
+		unknown = append(unknown, unknownVariable{name: name, closest: closest})
+	}
+	slices.SortFunc(unknown, func(a, b unknownVariable) int { return strings.Compare(a.name, b.name) })
+	return unknown
+}
+
+// warnUnknownVariables logs a warning for each of unknownVariables(environ).
+func warnUnknownVariables(logger *slog.Logger, environ []string) {
+	for _, u := range unknownVariables(environ) {
+		logger.Warn("unknown configuration variable is ignored; pleg-bridge run --help lists them",
+			"variable", u.name, "did_you_mean", u.closest)
+	}
+}
+
+// configNames lists the variable of every Config field, in field order.
+func configNames() []string {
+	var names []string
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[Config]()) {
+		names = append(names, f.Tag.Get("env"))
+	}
+	return names
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes: the
+// fewest insertions, deletions and substitutions that turn one into the
+// other.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -22,15 +22,6 @@ func lookupMap(kv map[string]string) lookupFunc {
 	}
 }
 
-// configNames lists the variable of every Config field, in field order.
-func configNames() []string {
-	var names []string
-	for _, f := range reflect.VisibleFields(reflect.TypeFor[Config]()) {
-		names = append(names, f.Tag.Get("env"))
-	}
-	return names
-}
-
 // leafErrors flattens the tree errors.Join builds.
 func leafErrors(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -202,5 +193,99 @@ func TestConfigNamesPodAnnotationKeysThatCannotBe(t *testing.T) {
 	}
 	if got := c.bridgeOptions(nil, nil).PodAnnotations; !slices.Equal(got, []string{"team", "kubernetes.io/change-cause", "app.example.com/owner.v2"}) {
 		t.Errorf("bridge options carry pod annotations %q", got)
+	}
+}
+
+func TestConfigParseErrorsSayTheAcceptedValuesAndHideNoOtherError(t *testing.T) {
+	t.Parallel()
+	// One value of each parsed type that does not parse, next to values
+	// that parse but are wrong, alone or against another variable.
+	_, err := loadConfig(lookupMap(map[string]string{
+		"PLEG_NODE_NAME":             "n",
+		"PLEG_STREAM_MANAGE":         "yes",
+		"PLEG_STREAM_REPLICAS":       "three",
+		"PLEG_SPOOL_MAX_BYTES":       "1GiB",
+		"PLEG_STREAM_MAX_AGE":        "7d",
+		"PLEG_CE_MODE":               "json",
+		"PLEG_LOG_FORMAT":            "pretty",
+		"PLEG_RELIST_PERIOD":         "5m",
+		"PLEG_RELIST_THRESHOLD":      "1m",
+		"PLEG_STATE_BUCKET":          "a.b",
+		"PLEG_NATS_TLS_CERT":         "/tls/cert.pem",
+		"PLEG_OUTBOX_SIZE":           "10",
+		"PLEG_SUBJECT_PREFIX":        "pleg.>",
+		"PLEG_CRI_MAX_RECV_MSG_SIZE": "0x10",
+	}))
+	var got []string
+	for _, e := range leafErrors(err) {
+		got = append(got, e.Error())
+	}
+	slices.Sort(got)
+	want := []string{
+		`PLEG_CE_MODE="json": want structured or binary`,
+		`PLEG_CRI_MAX_RECV_MSG_SIZE="16": want at least 4194304`,
+		`PLEG_LOG_FORMAT="pretty": want auto, text or json`,
+		`PLEG_NATS_TLS_CERT="/tls/cert.pem": PLEG_NATS_TLS_CERT and PLEG_NATS_TLS_KEY go together`,
+		`PLEG_OUTBOX_SIZE="10": must be at least PLEG_PUBLISH_MAX_IN_FLIGHT`,
+		`PLEG_RELIST_THRESHOLD="1m0s": must be longer than PLEG_RELIST_PERIOD`,
+		`PLEG_SPOOL_MAX_BYTES="1GiB": not an integer`,
+		`PLEG_STATE_BUCKET="a.b": a bucket name holds only letters, digits, - and _ (empty: no state bucket)`,
+		`PLEG_STREAM_MANAGE="yes": want true or false`,
+		`PLEG_STREAM_MAX_AGE="7d": not a duration (like 500ms, 30s or 3m)`,
+		`PLEG_STREAM_REPLICAS="three": not an integer`,
+		`PLEG_SUBJECT_PREFIX="pleg.>": not a valid subject prefix: invalid subject prefix "pleg.>": wildcard '>'`,
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("errors (-want +got):\n%s", d)
+	}
+	for _, e := range got {
+		if strings.Contains(e, "strconv.") || strings.Contains(e, "time: ") {
+			t.Errorf("error %q quotes a parser instead of saying what is accepted", e)
+		}
+	}
+}
+
+func TestUnknownVariablesNameTheClosestKnownOne(t *testing.T) {
+	t.Parallel()
+	got := unknownVariables([]string{
+		"HOME=/root",
+		"PLEG_MODE=generic", // known
+		"PLEG_MOD=generic",
+		"PLEG_NATS_URLS=nats://n:4222",
+		"PLEG_LOGLEVEL=debug",
+		"PLEG_DATADIR=/tmp/x",
+		"PLEG_E2E_VERSIONS=2.0", // the test harness's, not a typo
+		"PLEG_BENCH_RUNTIME=containerd",
+		"NOT_PLEG_MODE=x",
+	})
+	want := []unknownVariable{
+		{"PLEG_DATADIR", "PLEG_DATA_DIR"},
+		{"PLEG_LOGLEVEL", "PLEG_LOG_LEVEL"},
+		{"PLEG_MOD", "PLEG_MODE"},
+		{"PLEG_NATS_URLS", "PLEG_NATS_URL"},
+	}
+	if d := cmp.Diff(want, got, cmp.AllowUnexported(unknownVariable{})); d != "" {
+		t.Errorf("unknown variables (-want +got):\n%s", d)
+	}
+	if got := unknownVariables(nil); got != nil {
+		t.Errorf("an empty environment has unknown variables %v", got)
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"", "abc", 3}, {"abc", "", 3}, {"PLEG_MODE", "PLEG_MODE", 0},
+		{"PLEG_MOD", "PLEG_MODE", 1}, {"PLEG_MDOE", "PLEG_MODE", 2}, {"kitten", "sitting", 3},
+	} {
+		if got := editDistance(c.a, c.b); got != c.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+		if got := editDistance(c.b, c.a); got != c.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", c.b, c.a, got, c.want)
+		}
 	}
 }

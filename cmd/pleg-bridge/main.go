@@ -27,7 +27,8 @@ func main() {
 	// what turns the kill into an error; the channel is never read. Unlike
 	// ignoring the signal, this is not inherited by the bridge soak starts.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
+	root := newRootCommand(commandEnv{lookup: os.LookupEnv, environ: os.Environ, stdout: os.Stdout, stderr: os.Stderr})
+	err := execute(ctx, root, os.Args[1:])
 	stop()
 	os.Exit(report(err, os.Stderr))
 }
@@ -71,7 +72,9 @@ func report(err error, stderr io.Writer) int {
 	return 1
 }
 
-// run is the whole program. lookup reads the environment: the bridge's
+// run is the whole program as main runs it, but for the warning about
+// unknown PLEG_ variables, which needs the whole environment. lookup reads
+// the environment: the bridge's
 // configuration (run, demo) and the defaults of the tail and replay flags.
 // Nothing else reads the process environment or writes to the process's
 // standard streams, so tests call run in-process and in parallel.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/crisim"
@@ -60,6 +62,11 @@ func runSimulate(ctx context.Context, cmd string, o simulateOptions, stdout io.W
 		return usageErrorf(cmd, "--rate=%v must not be negative", o.rate)
 	}
 	model := crisim.NewRuntime(opts)
+	// The default, /run/pleg-sim, is root's; a user names a socket in a
+	// directory of theirs, which need not exist yet.
+	if err := os.MkdirAll(filepath.Dir(o.socket), 0o755); err != nil {
+		return fmt.Errorf("%w; pass --socket a path this user can write (e.g. /tmp/pleg-sim-$USER/cri.sock)", err)
+	}
 	lis, err := crisim.Listen(o.socket)
 	if err != nil {
 		return err
