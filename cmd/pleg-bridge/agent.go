@@ -23,7 +23,7 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		cfg.CRIEndpoint = ep
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(runtimeCollectors()...)
 	b, err := bridge.New(cfg.bridgeOptions(logger, reg))
 	if err != nil {
 		return err
@@ -32,4 +32,10 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	err = b.Run(ctx)
 	logger.Info("pleg-bridge stopped")
 	return err
+}
+
+// runtimeCollectors are the Go runtime's and the process's metrics, which
+// /metrics serves beside the bridge's own.
+func runtimeCollectors() []prometheus.Collector {
+	return []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
 }
