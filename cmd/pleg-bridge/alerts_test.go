@@ -1,18 +1,21 @@
 package main
 
 // Validation of the alerting rules (deploy/prometheus/rules.yml and its
-// PrometheusRule twin in deploy/kubernetes) against the code: the two rule
-// files hold the same rules, each alert has a runbook in the README,
-// promtool accepts the rules and passes their unit tests, and every metric
-// a query names is one the bridge exports, so that renaming a metric fails
-// here rather than in an alert that never fires.
+// PrometheusRule twin in deploy/kubernetes) and of the Grafana dashboard
+// (deploy/grafana) against the code: the two rule files hold the same
+// rules, each alert has a runbook in the README, promtool accepts the rules
+// and passes their unit tests and parses the dashboard's queries, and every
+// metric a query names is one the bridge exports, so that renaming a metric
+// fails here rather than in an alert that never fires or an empty panel.
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -417,7 +420,87 @@ func TestPromQLMetricNamesFindsTheSelectorsOnly(t *testing.T) {
 	}
 }
 
-func TestAlertsNameOnlyMetricsTheBridgeExports(t *testing.T) {
+// dashboardQueries returns the PromQL of every panel target and every
+// query variable of the Grafana dashboard, keyed by where it is.
+func dashboardQueries(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "grafana", "pleg-bridge.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type panel struct {
+		ID      int    `json:"id"`
+		Title   string `json:"title"`
+		Type    string `json:"type"`
+		Targets []struct {
+			Expr  string `json:"expr"`
+			RefID string `json:"refId"`
+		} `json:"targets"`
+		Panels []json.RawMessage `json:"panels"` // a collapsed row's
+	}
+	var d struct {
+		UID        string            `json:"uid"`
+		Title      string            `json:"title"`
+		Panels     []json.RawMessage `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Type  string `json:"type"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("deploy/grafana/pleg-bridge.json: %v", err)
+	}
+	if d.UID == "" || d.Title == "" {
+		t.Errorf("the dashboard has uid %q and title %q; both must be set", d.UID, d.Title)
+	}
+	queries := map[string]string{}
+	ids := map[int]bool{}
+	var walk func([]json.RawMessage)
+	walk = func(raw []json.RawMessage) {
+		for _, r := range raw {
+			var p panel
+			if err := json.Unmarshal(r, &p); err != nil {
+				t.Fatalf("a panel of the dashboard: %v", err)
+			}
+			if ids[p.ID] {
+				t.Errorf("panel id %d is used twice", p.ID)
+			}
+			ids[p.ID] = true
+			walk(p.Panels)
+			if p.Type == "row" {
+				continue
+			}
+			if len(p.Targets) == 0 {
+				t.Errorf("panel %q has no query", p.Title)
+			}
+			for _, tg := range p.Targets {
+				queries[fmt.Sprintf("panel %q, query %s", p.Title, tg.RefID)] = tg.Expr
+			}
+		}
+	}
+	walk(d.Panels)
+	// label_values(<selector>, <label>) is Grafana's; its selector is PromQL.
+	labelValues := regexp.MustCompile(`^label_values\((.+),\s*[A-Za-z_][A-Za-z0-9_]*\)$`)
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		q, _ := v.Query.(string)
+		if m, ok := v.Query.(map[string]any); ok {
+			q, _ = m["query"].(string)
+		}
+		if sm := labelValues.FindStringSubmatch(q); sm != nil {
+			q = sm[1]
+		}
+		queries[fmt.Sprintf("variable %s", v.Name)] = q
+	}
+	return queries
+}
+
+func TestDashboardAndAlertsNameOnlyMetricsTheBridgeExports(t *testing.T) {
 	t.Parallel()
 	names, histograms := exportedMetrics(t)
 	// The test is not vacuous: the registry holds what the README promises.
@@ -430,7 +513,7 @@ func TestAlertsNameOnlyMetricsTheBridgeExports(t *testing.T) {
 		t.Fatal("pleg_bridge_relist_duration_seconds is not recognised as a histogram")
 	}
 
-	queries := map[string]string{}
+	queries := dashboardQueries(t)
 	for _, g := range loadRules(t).Groups {
 		for _, r := range g.Rules {
 			queries["alert "+r.Alert] = r.Expr
@@ -454,5 +537,54 @@ func TestAlertsNameOnlyMetricsTheBridgeExports(t *testing.T) {
 		if !used[n] {
 			t.Errorf("externalMetrics lists %s (%s), which nothing uses any more", n, from)
 		}
+	}
+	// The dashboard shows what the alerts are about.
+	var missing []string
+	for _, n := range []string{
+		"pleg_bridge_last_relist_timestamp_seconds", "pleg_bridge_relist_duration_seconds_bucket",
+		"pleg_bridge_events_total", "pleg_bridge_publish_total", "pleg_bridge_publish_ack_duration_seconds_bucket",
+		"pleg_bridge_outbox_events", "pleg_bridge_spool_bytes", "pleg_bridge_cri_stream_connected", "pleg_bridge_mode",
+	} {
+		inDashboard := false
+		for where, expr := range queries {
+			if !strings.HasPrefix(where, "alert ") && slices.Contains(promqlMetricNames(expr), n) {
+				inDashboard = true
+			}
+		}
+		if !inDashboard {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("the dashboard has no panel on %s", strings.Join(missing, ", "))
+	}
+}
+
+// grafanaVariables stand in for the dashboard's variables, to make its
+// queries PromQL.
+var grafanaVariables = strings.NewReplacer("$__rate_interval", "2m", "$__range", "6h", "$__interval", "1m", "$node", ".*")
+
+func TestDashboardQueriesParseAsPromQL(t *testing.T) {
+	t.Parallel()
+	bin := promtool(t)
+	// promtool parses the expressions of recording rules: one per query.
+	var rules []map[string]string
+	for where, expr := range dashboardQueries(t) {
+		rules = append(rules, map[string]string{
+			"record": fmt.Sprintf("dashboard:query_%d", len(rules)),
+			"expr":   grafanaVariables.Replace(expr),
+		})
+		t.Logf("dashboard:query_%d is %s", len(rules)-1, where)
+	}
+	b, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "dashboard.yml")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(t.Context(), bin, "check", "rules", file).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules on the dashboard's queries: %v\n%s", err, out)
 	}
 }
