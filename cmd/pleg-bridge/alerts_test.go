@@ -173,9 +173,9 @@ func promtool(t *testing.T) string {
 		return path
 	}
 	if ci := os.Getenv("CI"); ci != "" && ci != "false" {
-		t.Fatalf("promtool not found with CI=%s: %v (apt-get install prometheus provides it)", ci, err)
+		t.Fatalf("promtool not found with CI=%s: %v (.ci/run fetches it from Debian's prometheus package)", ci, err)
 	}
-	t.Skipf("promtool not found (%v); apt-get install prometheus provides it, and CI=true makes this a failure", err)
+	t.Skipf("promtool not found (%v); Debian's prometheus package has it, and with CI set this fails", err)
 	return ""
 }
 
