@@ -50,7 +50,7 @@ type SpoolEntry struct {
 // It is safe for concurrent use.
 type Spool struct {
 	db     *bolt.DB
-	max    int64
+	max    int64 // never modified
 	logger *slog.Logger
 	// earlier is the first sequence number of this process: lower entries
 	// were found at Open. Never modified.
@@ -315,6 +315,10 @@ func (s *Spool) Bytes() int64 {
 	defer s.mu.Unlock()
 	return s.bytes
 }
+
+// MaxBytes returns the bound on Bytes: Options.SpoolMaxBytes. It is safe
+// for concurrent use (the bound never changes).
+func (s *Spool) MaxBytes() int64 { return s.max }
 
 // Restored returns the events of the entries the spool held at Open that
 // are still in the file and not delivered, in order: the generator is

@@ -107,6 +107,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "The generator's current mode (1 for the active one).",
 		}, []string{"mode"}),
 	}
+	// A loss must show as an increase: a series born at 1 would hide the
+	// first one from increase() and rate(), so every event type starts at 0.
+	for _, t := range []LifecycleEventType{ContainerStarted, ContainerDied, ContainerRemoved} {
+		m.unreported.WithLabelValues(string(t))
+	}
 	if reg != nil {
 		reg.MustRegister(m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.events,
 			m.skipped, m.criRequests, m.criDuration, m.streamReconnects, m.streamEvents,

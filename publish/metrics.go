@@ -31,12 +31,14 @@ type metrics struct {
 	ackDuration prometheus.Histogram
 	dropped     prometheus.Counter
 	outbox      prometheus.GaugeFunc
+	outboxCap   prometheus.Gauge
 	inFlight    prometheus.Gauge
 
 	spooled      prometheus.Counter
 	refused      prometheus.Counter
 	spoolEvents  prometheus.GaugeFunc
 	spoolBytes   prometheus.GaugeFunc
+	spoolCap     prometheus.Gauge
 	checks       *prometheus.CounterVec
 	checkStored  prometheus.Counter
 	checkMissing prometheus.Counter
@@ -47,8 +49,10 @@ type metrics struct {
 }
 
 // newMetrics creates the collectors and registers them on reg. pending
-// reports the memory outbox's fill; spool (nil: none) its own.
-func newMetrics(reg prometheus.Registerer, pending func() int, spool *durable.Spool) (*metrics, error) {
+// reports the memory outbox's fill and outboxSize its bound; spool (nil:
+// none) reports its own. The bounds are exported beside the fills so that
+// an alert can say "80% full" without knowing the configuration.
+func newMetrics(reg prometheus.Registerer, pending func() int, outboxSize int, spool *durable.Spool) (*metrics, error) {
 	m := &metrics{
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pleg_bridge_publish_total",
@@ -69,6 +73,10 @@ func newMetrics(reg prometheus.Registerer, pending func() int, spool *durable.Sp
 			Name: "pleg_bridge_outbox_events",
 			Help: "Lifecycle events accepted by the publisher and not yet acked: queued plus in flight.",
 		}, func() float64 { return float64(pending()) }),
+		outboxCap: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pleg_bridge_outbox_capacity_events",
+			Help: "The memory outbox's bound (PLEG_OUTBOX_SIZE): beyond it events go to the disk spool, or are refused.",
+		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pleg_bridge_publish_in_flight",
 			Help: "Messages published to JetStream and waiting for their ack.",
@@ -99,10 +107,18 @@ func newMetrics(reg prometheus.Registerer, pending func() int, spool *durable.Sp
 			}
 			return float64(spool.Bytes())
 		}),
+		spoolCap: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pleg_bridge_spool_capacity_bytes",
+			Help: "The disk spool's bound on pleg_bridge_spool_bytes (PLEG_SPOOL_MAX_BYTES); 0 without a spool.",
+		}),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pleg_bridge_publish_checks_total",
 			Help: "Checks against the stream of an event that may be stored already (a retry near the end of the duplicate window, an event an earlier run may have stored), by result: stored (delivered, not published again), missing (published), error (retried), reconciled (found among the messages an earlier run stored after its checkpoint, read at start: delivered, not published again).",
 		}, []string{"result"}),
+	}
+	m.outboxCap.Set(float64(outboxSize))
+	if spool != nil {
+		m.spoolCap.Set(float64(spool.MaxBytes()))
 	}
 	m.acked = m.published.WithLabelValues(resultAcked)
 	m.duplicate = m.published.WithLabelValues(resultDuplicate)
@@ -114,8 +130,8 @@ func newMetrics(reg prometheus.Registerer, pending func() int, spool *durable.Sp
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.published, m.ackDuration, m.dropped, m.outbox, m.inFlight,
-		m.spooled, m.refused, m.spoolEvents, m.spoolBytes, m.checks} {
+	for _, c := range []prometheus.Collector{m.published, m.ackDuration, m.dropped, m.outbox, m.outboxCap, m.inFlight,
+		m.spooled, m.refused, m.spoolEvents, m.spoolBytes, m.spoolCap, m.checks} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register publisher metrics: %w", err)
 		}

@@ -226,7 +226,7 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 		// Entries an earlier process left go out before anything newer.
 		spilling: opts.Spool != nil && opts.Spool.Untaken() > 0,
 	}
-	m, err := newMetrics(opts.Registerer, p.memoryPending, opts.Spool)
+	m, err := newMetrics(opts.Registerer, p.memoryPending, opts.OutboxSize, opts.Spool)
 	if err != nil {
 		return nil, fmt.Errorf("create publisher: %w", err)
 	}

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
@@ -269,4 +271,33 @@ func TestSendRefusesWhatFitsNeitherTheOutboxNorTheSpool(t *testing.T) {
 	}
 	f.waitAcks(t, len(sent)-len(acked))
 	checkPerPodOrder(t, fetchAll(t, f.js, len(sent)), sent)
+}
+
+func TestMetricsExportTheOutboxAndSpoolBoundsBesideTheirFill(t *testing.T) {
+	t.Parallel()
+	// An alert on "80% full" divides the fill by these; without a spool
+	// its bound is 0, which an alert must treat as "no spool".
+	for _, c := range []struct {
+		name     string
+		spool    *durable.Spool
+		spoolCap string
+	}{
+		{"with a spool, both bounds are the configured ones", newSpool(t, 4096), "4096"},
+		{"without a spool, the spool's bound is 0", nil, "0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, fixtureOptions{Options: publish.Options{OutboxSize: 32, Spool: c.spool}})
+			want := `
+# HELP pleg_bridge_outbox_capacity_events The memory outbox's bound (PLEG_OUTBOX_SIZE): beyond it events go to the disk spool, or are refused.
+# TYPE pleg_bridge_outbox_capacity_events gauge
+pleg_bridge_outbox_capacity_events 32
+# HELP pleg_bridge_spool_capacity_bytes The disk spool's bound on pleg_bridge_spool_bytes (PLEG_SPOOL_MAX_BYTES); 0 without a spool.
+# TYPE pleg_bridge_spool_capacity_bytes gauge
+pleg_bridge_spool_capacity_bytes ` + c.spoolCap + "\n"
+			if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want),
+				"pleg_bridge_outbox_capacity_events", "pleg_bridge_spool_capacity_bytes"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
 }

@@ -28,7 +28,7 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		cfg.CRIEndpoint = ep
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	reg.MustRegister(runtimeCollectors()...)
 	b, err := bridge.New(cfg.bridgeOptions(logger, reg))
 	if err != nil {
 		return err
@@ -82,4 +82,10 @@ func within(path, dir string) bool {
 	}
 	rel, err = filepath.Rel(dir, path)
 	return err == nil && !strings.HasPrefix(rel, "..")
+}
+
+// runtimeCollectors are the Go runtime's and the process's metrics, and the
+// build info, which /metrics serves beside the bridge's own.
+func runtimeCollectors() []prometheus.Collector {
+	return []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo()}
 }

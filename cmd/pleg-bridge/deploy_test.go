@@ -384,6 +384,7 @@ type podMonitor struct {
 	metav1.TypeMeta `json:",inline"`
 	Metadata        metav1.ObjectMeta `json:"metadata"`
 	Spec            struct {
+		JobLabel            string               `json:"jobLabel"`
 		Selector            metav1.LabelSelector `json:"selector"`
 		PodMetricsEndpoints []struct {
 			Port        string `json:"port"`
@@ -447,6 +448,7 @@ func k8sManifests(t *testing.T) map[string]any {
 			"Secret":         {"v1", &corev1.Secret{}},
 			"DaemonSet":      {"apps/v1", &appsv1.DaemonSet{}},
 			"PodMonitor":     {"monitoring.coreos.com/v1", &podMonitor{}},
+			"PrometheusRule": {"monitoring.coreos.com/v1", &prometheusRule{}},
 			"Kustomization":  {"kustomize.config.k8s.io/v1beta1", &kustomization{}},
 		}[tm.Kind]
 		if want.obj == nil {
@@ -505,6 +507,8 @@ func TestKubernetesKustomizationListsEveryManifestButTheExampleSecret(t *testing
 		case *appsv1.DaemonSet:
 			ns = o.Namespace
 		case *podMonitor:
+			ns = o.Metadata.Namespace
+		case *prometheusRule:
 			ns = o.Metadata.Namespace
 		case *corev1.Namespace:
 			ns = o.Name
@@ -717,6 +721,11 @@ func TestKubernetesDaemonSetIsWiredAndLockedDown(t *testing.T) {
 	}
 	if len(pm.Spec.PodMetricsEndpoints) != 1 || pm.Spec.PodMetricsEndpoints[0].Port != "metrics" || pm.Spec.PodMetricsEndpoints[0].Path != "/metrics" {
 		t.Errorf("the PodMonitor does not scrape port metrics, path /metrics: %+v", pm.Spec.PodMetricsEndpoints)
+	}
+	// The alerting rules select job="pleg-bridge" (alertJob).
+	if job := ds.Spec.Template.Labels[pm.Spec.JobLabel]; pm.Spec.JobLabel == "" || job != alertJob {
+		t.Errorf("the PodMonitor's jobLabel %q gives the bridge pods job=%q, want %q, which the alerting rules select",
+			pm.Spec.JobLabel, job, alertJob)
 	}
 }
 
