@@ -9,11 +9,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // startEmbedded starts the in-process NATS server with JetStream that the
@@ -80,6 +82,9 @@ func connectNATS(url, name string, opts NATSOptions, logger *slog.Logger) (*nats
 	if opts.TLSCert != "" {
 		nopts = append(nopts, nats.ClientCert(opts.TLSCert, opts.TLSKey))
 	}
+	if opts.InboxPrefix != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(opts.InboxPrefix))
+	}
 	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
@@ -91,6 +96,25 @@ func connectNATS(url, name string, opts NATSOptions, logger *slog.Logger) (*nats
 		log.Warn("NATS not reachable yet, retrying in the background", "url", url)
 	}
 	return nc, nil
+}
+
+// ExpandInboxPrefix returns the inbox prefix pattern names for node:
+// "{node}" replaced by the node's subject token (schemas.EncodeToken), as
+// per-node credentials name the inbox they may subscribe to
+// (_INBOX_{node}). An empty pattern stays empty (nats.go's _INBOX). It
+// refuses a prefix that is not a literal subject: wildcards, whitespace,
+// an empty token, or a trailing dot.
+func ExpandInboxPrefix(pattern, node string) (string, error) {
+	prefix := strings.ReplaceAll(pattern, "{node}", schemas.EncodeToken(node))
+	if prefix == "" {
+		return "", nil
+	}
+	for tok := range strings.SplitSeq(prefix, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsFunc(tok, unicode.IsSpace) {
+			return "", fmt.Errorf("NATS inbox prefix %q: want a literal subject such as _INBOX_{node} (no wildcards, spaces or empty tokens)", pattern)
+		}
+	}
+	return prefix, nil
 }
 
 // tokenFromFile returns a token handler that reads path at every connect:
