@@ -27,6 +27,9 @@ type Server struct {
 	// its seed, as an operator would give it to pleg-bridge creds.
 	SigningKey     nkeys.KeyPair
 	SigningKeyFile string
+	// AccountJWTFile holds the account's JWT, as nsc describe account
+	// --raw prints it.
+	AccountJWTFile string
 	// AdminCreds is a credentials file of a user of the account issued by
 	// the account's own key, without permissions: it may do everything.
 	AdminCreds string
@@ -67,7 +70,8 @@ func Start(t testing.TB, names natsauth.Names) *Server {
 	scope.Role = natsauth.Role
 	scope.Template.Permissions = natsauth.NodeTemplate(names)
 	accClaims.SigningKeys.AddScopedSigner(scope)
-	if err := resolver.Store(pub(t, account), encode(t, accClaims, operator)); err != nil {
+	accJWT := encode(t, accClaims, operator)
+	if err := resolver.Store(pub(t, account), accJWT); err != nil {
 		t.Fatal(err)
 	}
 
@@ -87,6 +91,10 @@ func Start(t testing.TB, names natsauth.Names) *Server {
 	srv := &Server{
 		URL: s.ClientURL(), Account: pub(t, account), SigningKey: signer,
 		SigningKeyFile: filepath.Join(dir, "pleg-node.nk"),
+		AccountJWTFile: filepath.Join(dir, "pleg.jwt"),
+	}
+	if err := os.WriteFile(srv.AccountJWTFile, []byte(accJWT+"\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(srv.SigningKeyFile, append(seed, '\n'), 0o600); err != nil {
 		t.Fatal(err)
