@@ -264,3 +264,82 @@ func TestMintIssuesAScopedUserNamedByTheNode(t *testing.T) {
 		}
 	}
 }
+
+// TestADeliverySubjectCannotForgeAnotherNode checks the one way around the
+// template a node has: a push consumer on its own subjects may deliver to
+// any subject, the node's permissions do not apply to it. JetStream
+// delivers each message under its stored subject, and no stream stores a
+// delivery: pointing a consumer at node B's subjects or keys stores nothing
+// as node B.
+func TestADeliverySubjectCannotForgeAnotherNode(t *testing.T) {
+	t.Parallel()
+	srv := natsauthtest.Start(t, natsauth.Names{})
+	ctx := t.Context()
+	admin := connect(t, srv.URL, srv.AdminCreds)
+	if _, err := admin.js.CreateStream(ctx, jetstream.StreamConfig{Name: "PLEG", Subjects: []string{"pleg.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "PLEG_STATE"}); err != nil {
+		t.Fatal(err)
+	}
+	a := connect(t, srv.URL, srv.Mint(t, "node-1"), nats.CustomInboxPrefix(natsauth.InboxPrefix("node-1")))
+	if _, err := a.js.Publish(ctx, "pleg.node-1.u1.ContainerStarted", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := a.js.KeyValue(ctx, "PLEG_STATE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "node-1.shop.web-0.u1.c1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tt := range []struct{ stream, filter, deliver string }{
+		{"PLEG", "pleg.node-1.>", "$KV.PLEG_STATE.node-2.shop.web-0.u1.c1"},
+		{"KV_PLEG_STATE", "$KV.PLEG_STATE.node-1.>", "pleg.node-2.u1.ContainerStarted"},
+	} {
+		// Someone listens on the delivery subject, so that the consumer
+		// delivers.
+		sub, err := admin.nc.SubscribeSync(tt.deliver)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := a.js.Stream(ctx, tt.stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: tt.filter, DeliverSubject: tt.deliver}); err != nil {
+			t.Fatalf("push consumer on %s: %v", tt.stream, err)
+		}
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("no delivery to %s: %v", tt.deliver, err)
+		}
+		if !strings.Contains(m.Subject, "node-1") {
+			t.Errorf("the delivery to %s comes as %s, not under node-1's subject", tt.deliver, m.Subject)
+		}
+	}
+	// A message published after the deliveries is stored after them, if
+	// they were stored: once it is there, nothing of node-2 is.
+	if _, err := admin.js.Publish(ctx, "pleg.node-3.u1.ContainerStarted", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.js.Publish(ctx, "$KV.PLEG_STATE.node-3.shop.web-0.u1.c1", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, stream := range []string{"PLEG", "KV_PLEG_STATE"} {
+		s, err := admin.js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for subj := range info.State.Subjects {
+			if strings.Contains(subj, "node-2") {
+				t.Errorf("stream %s stores %s: node-1 forged node-2", stream, subj)
+			}
+		}
+	}
+}
