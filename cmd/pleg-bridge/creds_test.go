@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +148,46 @@ func TestNATSInboxPrefixMustBeALiteralSubject(t *testing.T) {
 	}
 	if got := cfg.bridgeOptions(nil, nil).NATS.InboxPrefix; got != "_INBOX_{node}" {
 		t.Errorf("the bridge gets inbox prefix %q, want the pattern it expands", got)
+	}
+}
+
+// TestNATSReadmeSigningKeyStepGrantsTheTemplate checks that the nsc step of
+// deploy/nats/README.md gives the scoped signing key exactly the
+// permissions natsauth.NodeTemplate gives it in the tests.
+func TestNATSReadmeSigningKeyStepGrantsTheTemplate(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nats", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pub, sub []string
+	in := false
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "nsc edit signing-key") {
+			in = true
+		}
+		if !in {
+			continue
+		}
+		for _, f := range []struct {
+			flag string
+			to   *[]string
+		}{{"--allow-pub '", &pub}, {"--allow-sub '", &sub}} {
+			if _, rest, ok := strings.Cut(line, f.flag); ok {
+				list, _, _ := strings.Cut(rest, "'")
+				*f.to = append(*f.to, strings.Split(list, ",")...)
+			}
+		}
+		if !strings.HasSuffix(line, `\`) {
+			break
+		}
+	}
+	want := natsauth.NodeTemplate(natsauth.Names{})
+	slices.Sort(pub)
+	slices.Sort(sub)
+	wantPub, wantSub := slices.Sorted(slices.Values(want.Pub.Allow)), slices.Sorted(slices.Values(want.Sub.Allow))
+	if !slices.Equal(pub, wantPub) || !slices.Equal(sub, wantSub) {
+		t.Errorf("the README's nsc edit signing-key grants\npub %q\nsub %q\nwant\npub %q\nsub %q", pub, sub, wantPub, wantSub)
 	}
 }
