@@ -64,8 +64,7 @@ func (n Names) withDefaults() Names {
 //
 // Two grants are wider than one node: the next-message and delete requests
 // name a consumer, not a filter, so a node may pull from or delete another
-// consumer of the stream whose name it knows (consumers of other users
-// are best durable and named as the permissions of those users say); and
+// consumer of the stream whose name it knows; and
 // STREAM.MSG.GET of the stream (used for the check when the stream does
 // not allow direct gets) takes its subject in the request body, so it reads
 // any message. Both let a node read or disturb, neither lets it publish as
@@ -144,7 +143,7 @@ func Mint(opts MintOptions) ([]byte, error) {
 		return nil, errors.New("mint credentials: no signing key")
 	}
 	if pub, err := opts.SigningKey.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
-		return nil, fmt.Errorf("mint credentials: the signing key is not an account signing key (seed SA...)")
+		return nil, errors.New("mint credentials: the signing key is not an account signing key (seed SA...)")
 	}
 	if !nkeys.IsValidPublicAccountKey(opts.Account) {
 		return nil, fmt.Errorf("mint credentials: account %q is not an account public key (A...)", opts.Account)

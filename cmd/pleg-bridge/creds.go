@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
 	"github.com/pleg-bridge/pleg-bridge/natsauth"
@@ -93,7 +94,7 @@ func runCreds(cmd string, o credsOptions, stdout io.Writer) error {
 // scopedAccount reads the account JWT in path and returns the account's
 // public key, after checking that key is one of its scoped signing keys
 // with role natsauth.Role.
-func scopedAccount(path string, key interface{ PublicKey() (string, error) }) (string, error) {
+func scopedAccount(path string, key nkeys.KeyPair) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("read the account JWT: %w", err)
