@@ -12,12 +12,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // startEmbedded starts the in-process NATS server with JetStream that the
@@ -117,6 +119,9 @@ func connectNATS(url, name string, opts NATSOptions, connected prometheus.Gauge,
 	if opts.TLSCert != "" {
 		nopts = append(nopts, nats.ClientCert(opts.TLSCert, opts.TLSKey))
 	}
+	if opts.InboxPrefix != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(opts.InboxPrefix))
+	}
 	connected.Set(0)
 	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
@@ -159,6 +164,25 @@ func redactURLs(urls string) string {
 		out = append(out, u)
 	}
 	return strings.Join(out, ",")
+}
+
+// ExpandInboxPrefix returns the inbox prefix pattern names for node:
+// "{node}" replaced by the node's subject token (schemas.EncodeToken), as
+// per-node credentials name the inbox they may subscribe to
+// (_INBOX_{node}). An empty pattern stays empty (nats.go's _INBOX). It
+// refuses a prefix that is not a literal subject: wildcards, whitespace,
+// an empty token, or a trailing dot.
+func ExpandInboxPrefix(pattern, node string) (string, error) {
+	prefix := strings.ReplaceAll(pattern, "{node}", schemas.EncodeToken(node))
+	if prefix == "" {
+		return "", nil
+	}
+	for tok := range strings.SplitSeq(prefix, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsFunc(tok, unicode.IsSpace) {
+			return "", fmt.Errorf("NATS inbox prefix %q: want a literal subject such as _INBOX_{node} (no wildcards, spaces or empty tokens)", pattern)
+		}
+	}
+	return prefix, nil
 }
 
 // tokenFromFile returns a token handler that reads path at every connect:

@@ -115,6 +115,12 @@ type NATSOptions struct {
 	// TLSCA verifies the server; TLSCert and TLSKey (together) are the
 	// client's certificate for mutual TLS.
 	TLSCA, TLSCert, TLSKey string
+	// InboxPrefix is the start of the subjects the bridge receives replies
+	// on (JetStream acks, API answers, its consumers' messages); "{node}"
+	// in it stands for the node's subject token (ExpandInboxPrefix). Empty
+	// means nats.go's _INBOX. Per-node credentials (natsauth) allow only
+	// _INBOX_{node}.
+	InboxPrefix string
 }
 
 // StreamOptions describe the JetStream stream the events go to.
@@ -170,6 +176,9 @@ func (o Options) check() error {
 	if (o.NATS.TLSCert == "") != (o.NATS.TLSKey == "") {
 		errs = append(errs, errors.New("NATS TLS certificate and key go together"))
 	}
+	if _, err := ExpandInboxPrefix(o.NATS.InboxPrefix, o.Node); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("configure bridge: %w", err)
 	}
@@ -187,6 +196,8 @@ func (o Options) withDefaults() Options {
 	if o.NATS.EmbeddedListen == "" {
 		o.NATS.EmbeddedListen = DefaultEmbeddedListen
 	}
+	// check refused a pattern that does not expand.
+	o.NATS.InboxPrefix, _ = ExpandInboxPrefix(o.NATS.InboxPrefix, o.Node)
 	if o.Stream.Name == "" {
 		o.Stream.Name = schemas.DefaultStream
 	}

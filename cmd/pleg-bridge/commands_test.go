@@ -69,6 +69,7 @@ func TestSubcommandFlagsAreDocumented(t *testing.T) {
 		"simulate": {"--socket", "--rate", "--lifetime", "--containers", "--behave-like"},
 		"soak": {"--duration", "--rate", "--cluster", "--faults", "--dir", "--containers", "--lifetime", "--seed", "--duplicate-window",
 			"--outbox", "--max-in-flight", "--fault-length", "--settle-timeout", "--bridge-env", "--log-level"},
+		"creds": {"--signing-key", "--account", "--account-jwt", "--node", "--out", "--expiry"},
 	}
 	for cmd, want := range flags {
 		var stdout bytes.Buffer

@@ -73,6 +73,8 @@ type Config struct {
 	EmbeddedNATS  string `env:"PLEG_EMBEDDED_NATS_LISTEN" desc:"Listen address of the embedded NATS server"`
 	SubjectPrefix string `env:"PLEG_SUBJECT_PREFIX" desc:"First subject token(s): <prefix>.<node>.<podUID>.<eventType>"`
 
+	NATSInboxPrefix string `env:"PLEG_NATS_INBOX_PREFIX" desc:"Prefix of the subjects NATS replies come back on; {node} stands for the node's subject token. Per-node credentials (pleg-bridge creds) need _INBOX_{node}; unset: _INBOX"`
+
 	Stream                string        `env:"PLEG_STREAM" desc:"JetStream stream name"`
 	StreamReplicas        int           `env:"PLEG_STREAM_REPLICAS" desc:"Stream replicas (1 on a single server, 3 in a cluster)"`
 	StreamMaxAge          time.Duration `env:"PLEG_STREAM_MAX_AGE" desc:"How long the stream keeps events (0: forever)"`
@@ -302,6 +304,9 @@ func (c Config) validate() error {
 	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
 		bad("NATS_TLS_CERT", c.NATSTLSCert, "PLEG_NATS_TLS_CERT and PLEG_NATS_TLS_KEY go together")
 	}
+	if _, err := bridge.ExpandInboxPrefix(c.NATSInboxPrefix, c.NodeName); err != nil {
+		bad("NATS_INBOX_PREFIX", c.NATSInboxPrefix, err.Error())
+	}
 	for i, k := range c.PodAnnotations {
 		if !isAnnotationKey(k) {
 			bad("POD_ANNOTATIONS", strings.Join(c.PodAnnotations, ","), fmt.Sprintf("%q is not an annotation key ([<DNS subdomain>/]<name>, the name at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)", k))
@@ -349,6 +354,7 @@ func (c Config) bridgeOptions(logger *slog.Logger, reg *prometheus.Registry) bri
 			URL: c.NATSURL, EmbeddedListen: c.EmbeddedNATS,
 			Creds: c.NATSCreds, NKeySeed: c.NATSNKeySeed, User: c.NATSUser, Password: c.NATSPassword,
 			Token: c.NATSToken, TokenFile: c.NATSTokenFile, TLSCA: c.NATSTLSCA, TLSCert: c.NATSTLSCert, TLSKey: c.NATSTLSKey,
+			InboxPrefix: c.NATSInboxPrefix,
 		},
 		Stream: bridge.StreamOptions{
 			Name: c.Stream, Replicas: c.StreamReplicas, MaxAge: c.StreamMaxAge,

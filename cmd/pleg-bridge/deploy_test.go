@@ -869,9 +869,12 @@ func TestNATSBridgeUserMayPublishOnlyEventsAndItsJetStreamCalls(t *testing.T) {
 		if s != "pleg.>" && s != "$KV.PLEG_STATE.>" && !strings.HasPrefix(s, "$JS.API.") && !strings.HasPrefix(s, "$JS.FC.KV_PLEG_STATE.") && !strings.HasPrefix(s, "_INBOX.") {
 			t.Errorf("the bridge may publish on %s, outside pleg.>, $KV.PLEG_STATE.>, $JS.API. and _INBOX.", s)
 		}
-		// Consumers only on the state bucket, to read back its own keys.
-		if strings.HasPrefix(s, "$JS.API.CONSUMER.") && !strings.Contains(s, ".KV_PLEG_STATE") {
-			t.Errorf("the bridge may publish on %s, a consumer call outside the state bucket", s)
+		// Consumers to read back what its node stored: on the state
+		// bucket, and on the stream with a filter (the reconcile after a
+		// restart), never durable ones.
+		if strings.HasPrefix(s, "$JS.API.CONSUMER.") && !strings.Contains(s, ".KV_PLEG_STATE") &&
+			s != "$JS.API.CONSUMER.CREATE.PLEG.*.pleg.>" && s != "$JS.API.CONSUMER.MSG.NEXT.PLEG.*" && s != "$JS.API.CONSUMER.DELETE.PLEG.*" {
+			t.Errorf("the bridge may publish on %s, a consumer call other than the reconcile's", s)
 		}
 		if s == "$JS.API.>" || strings.HasPrefix(s, "$JS.API.STREAM.DELETE") || strings.HasPrefix(s, "$JS.API.STREAM.PURGE") {
 			t.Errorf("the bridge may publish on %s", s)
@@ -940,8 +943,33 @@ func TestNATSAccountsWorkForTheBridgeAndTheReader(t *testing.T) {
 	if err != nil || ack.Stream != cfg.Name {
 		t.Fatalf("the bridge user cannot publish an event: %v", err)
 	}
+	// What a restarted bridge reads back before it publishes
+	// (publish/reconcile.go), and the check of a late retry (verify.go).
+	streamB, err := jsB.Stream(t.Context(), cfg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := streamB.CreateConsumer(t.Context(), jetstream.ConsumerConfig{
+		FilterSubject: "pleg.node-1.>", AckPolicy: jetstream.AckNonePolicy, HeadersOnly: true, MemoryStorage: true,
+	})
+	if err != nil {
+		t.Fatalf("the bridge user cannot read back its node's events after a restart: %v", err)
+	}
+	if batch, err := rc.Fetch(1, jetstream.FetchMaxWait(10*time.Second)); err != nil {
+		t.Errorf("the bridge user cannot fetch from its reconcile consumer: %v", err)
+	} else if m, ok := <-batch.Messages(); !ok || m.Headers().Get(jetstream.MsgIDHeader) != "e1" {
+		t.Errorf("the bridge user reads back %v (%v), want the event e1", m, batch.Error())
+	}
+	if err := streamB.DeleteConsumer(t.Context(), rc.CachedInfo().Name); err != nil {
+		t.Errorf("the bridge user cannot delete its reconcile consumer: %v", err)
+	}
+	if m, err := streamB.GetLastMsgForSubject(t.Context(), "pleg.node-1.6f1c2a7e.ContainerStarted"); err != nil || m.Sequence != ack.Sequence {
+		t.Errorf("the bridge user cannot check the last message of a subject: %v", err)
+	}
 	denied("the bridge", "other.subject", ncB, errsB)
 	denied("the bridge", "$JS.API.STREAM.DELETE."+cfg.Name, ncB, errsB)
+	denied("the bridge", "$JS.API.CONSUMER.DURABLE.CREATE."+cfg.Name+".x", ncB, errsB)
+	denied("the bridge", "$JS.API.CONSUMER.CREATE."+cfg.Name+".x", ncB, errsB)
 	if _, err := ncB.SubscribeSync("pleg.>"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/natsauth"
+	"github.com/pleg-bridge/pleg-bridge/natsauth/natsauthtest"
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
+)
+
+// TestCredsMintsCredentialsThatPublishOnlyTheirNode runs pleg-bridge creds
+// against a server in operator mode: the file it writes (mode 0600)
+// connects, with the inbox prefix PLEG_NATS_INBOX_PREFIX=_INBOX_{node}
+// gives, and publishes the node's events and not another node's.
+func TestCredsMintsCredentialsThatPublishOnlyTheirNode(t *testing.T) {
+	t.Parallel()
+	srv := natsauthtest.Start(t, natsauth.Names{})
+	_, admin := publishtest.Connect(t, srv.URL, nats.UserCredentials(srv.AdminCreds))
+	if _, err := admin.CreateStream(t.Context(), jetstream.StreamConfig{Name: "PLEG", Subjects: []string{"pleg.>"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	out := filepath.Join(t.TempDir(), "nats.creds")
+	args := []string{"creds", "--signing-key", srv.SigningKeyFile, "--account-jwt", srv.AccountJWTFile, "--node", "node-1.example.com", "--out", out}
+	if err := run(t.Context(), args, envFrom(t, nil), io.Discard, io.Discard); err != nil {
+		t.Fatalf("creds: %v", err)
+	}
+	if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the credentials file: %v, mode %v, want 0600", err, fi.Mode())
+	}
+	cfg, err := loadConfig(envFrom(t, map[string]string{"PLEG_NODE_NAME": "node-1.example.com", "PLEG_NATS_INBOX_PREFIX": "_INBOX_{node}"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox, err := bridge.ExpandInboxPrefix(cfg.bridgeOptions(nil, nil).NATS.InboxPrefix, cfg.NodeName)
+	if err != nil || inbox != natsauth.InboxPrefix("node-1.example.com") {
+		t.Fatalf("PLEG_NATS_INBOX_PREFIX=_INBOX_{node} gives %q, %v; the credentials allow %s", inbox, err, natsauth.InboxPrefix("node-1.example.com"))
+	}
+	_, js := publishtest.Connect(t, srv.URL, nats.UserCredentials(out), nats.CustomInboxPrefix(inbox))
+	if _, err := js.Publish(t.Context(), "pleg.node-1_example_com.u1.ContainerStarted", []byte(`{}`)); err != nil {
+		t.Errorf("the minted credentials cannot publish their node's event: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := js.Publish(ctx, "pleg.node-2.u1.ContainerStarted", []byte(`{}`)); err == nil {
+		t.Error("the minted credentials publish as node-2")
+	}
+
+	// The node's name from PLEG_NODE_NAME, the account by its key, the
+	// credentials on stdout.
+	var stdout bytes.Buffer
+	args = []string{"creds", "--signing-key", srv.SigningKeyFile, "--account", srv.Account}
+	if err := run(t.Context(), args, envFrom(t, map[string]string{"PLEG_NODE_NAME": "node-2"}), &stdout, io.Discard); err != nil {
+		t.Fatalf("creds: %v", err)
+	}
+	token, err := jwt.ParseDecoratedJWT(stdout.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uc, err := jwt.DecodeUserClaims(token); err != nil || uc.Name != "node-2" || uc.IssuerAccount != srv.Account {
+		t.Errorf("creds on stdout: %+v, %v; want a user node-2 of account %s", uc, err, srv.Account)
+	}
+}
+
+// TestCredsRefusesWhatWouldMintTheWrongUser checks the usage errors, and
+// that a signing key without a scope (whose users would get every
+// permission of the account) is refused when the account JWT is given.
+func TestCredsRefusesWhatWouldMintTheWrongUser(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	operator, _ := nkeys.CreateOperator()
+	account, _ := nkeys.CreateAccount()
+	signer, _ := nkeys.CreateAccount()
+	apub, _ := account.PublicKey()
+	spub, _ := signer.PublicKey()
+	seed, _ := signer.Seed()
+	keyFile := filepath.Join(dir, "signer.nk")
+	if err := os.WriteFile(keyFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeAccount := func(name string, scope *jwt.UserScope) string {
+		ac := jwt.NewAccountClaims(apub)
+		ac.Name = "PLEG"
+		if scope != nil {
+			ac.SigningKeys.AddScopedSigner(scope)
+		} else {
+			ac.SigningKeys.Add(spub)
+		}
+		token, err := ac.Encode(operator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	otherRole := jwt.NewUserScope()
+	otherRole.Key, otherRole.Role = spub, "admin"
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no signing key", []string{"--account", apub, "--node", "n"}, "--signing-key is required"},
+		{"no node", []string{"--signing-key", keyFile, "--account", apub}, "--node is required"},
+		{"both accounts", []string{"--signing-key", keyFile, "--account", apub, "--account-jwt", "x", "--node", "n"}, "one of --account and --account-jwt"},
+		{"an unscoped key", []string{"--signing-key", keyFile, "--account-jwt", writeAccount("unscoped.jwt", nil), "--node", "n"}, "has no scope"},
+		{"another role", []string{"--signing-key", keyFile, "--account-jwt", writeAccount("admin.jwt", otherRole), "--node", "n"}, `role "admin"`},
+		{"a node name of two tokens", []string{"--signing-key", keyFile, "--account", apub, "--node", "node_1"}, "differ"},
+	} {
+		var stdout bytes.Buffer
+		err := run(t.Context(), append([]string{"creds"}, tt.args...), envFrom(t, nil), &stdout, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: creds = %v, want an error with %q", tt.name, err, tt.want)
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("%s: creds wrote %q", tt.name, stdout.String())
+		}
+	}
+}
+
+func TestNATSInboxPrefixMustBeALiteralSubject(t *testing.T) {
+	t.Parallel()
+	_, err := loadConfig(envFrom(t, map[string]string{"PLEG_NATS_URL": "nats://x:4222", "PLEG_NATS_INBOX_PREFIX": "_INBOX.>"}))
+	if err == nil || !strings.Contains(err.Error(), "PLEG_NATS_INBOX_PREFIX") {
+		t.Errorf("loadConfig with PLEG_NATS_INBOX_PREFIX=_INBOX.> = %v, want an error naming it", err)
+	}
+	cfg, err := loadConfig(envFrom(t, map[string]string{"PLEG_NODE_NAME": "node-1.example.com", "PLEG_NATS_INBOX_PREFIX": "_INBOX_{node}"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.bridgeOptions(nil, nil).NATS.InboxPrefix; got != "_INBOX_{node}" {
+		t.Errorf("the bridge gets inbox prefix %q, want the pattern it expands", got)
+	}
+}
+
+// TestNATSReadmeSigningKeyStepGrantsTheTemplate checks that the nsc step of
+// deploy/nats/README.md gives the scoped signing key exactly the
+// permissions natsauth.NodeTemplate gives it in the tests.
+func TestNATSReadmeSigningKeyStepGrantsTheTemplate(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nats", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pub, sub []string
+	in := false
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "nsc edit signing-key") {
+			in = true
+		}
+		if !in {
+			continue
+		}
+		for _, f := range []struct {
+			flag string
+			to   *[]string
+		}{{"--allow-pub '", &pub}, {"--allow-sub '", &sub}} {
+			if _, rest, ok := strings.Cut(line, f.flag); ok {
+				list, _, _ := strings.Cut(rest, "'")
+				*f.to = append(*f.to, strings.Split(list, ",")...)
+			}
+		}
+		if !strings.HasSuffix(line, `\`) {
+			break
+		}
+	}
+	want := natsauth.NodeTemplate(natsauth.Names{})
+	slices.Sort(pub)
+	slices.Sort(sub)
+	wantPub, wantSub := slices.Sorted(slices.Values(want.Pub.Allow)), slices.Sorted(slices.Values(want.Sub.Allow))
+	if !slices.Equal(pub, wantPub) || !slices.Equal(sub, wantSub) {
+		t.Errorf("the README's nsc edit signing-key grants\npub %q\nsub %q\nwant\npub %q\nsub %q", pub, sub, wantPub, wantSub)
+	}
+}

@@ -1,0 +1,16 @@
+// Package natsauth gives each node's bridge its own NATS identity, in
+// operator (JWT) mode, so that a node can publish events only under its own
+// name: <prefix>.<node token>.> and its own keys of the state bucket.
+//
+// The account that holds the stream has a scoped signing key: a key whose
+// users carry no permissions of their own, and get the key's permission
+// template (NodeTemplate) instead, with {{name()}} replaced by the user's
+// name. Mint issues a node's user with that key, named by the node's subject
+// token, and returns the node's credentials file. The account's operator
+// sets the key up once; after that, a node's credentials come from the key's
+// seed and the node's name alone, with no change to the account or the
+// server.
+//
+// natsauth imports schemas, nats-io/jwt and nats-io/nkeys only. The
+// pleg-bridge creds command and the tests use it.
+package natsauth
