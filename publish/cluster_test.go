@@ -37,7 +37,7 @@ type clusterFixture struct {
 // newClusterFixture starts the cluster and the stream, and connects the
 // publisher first to the server pick chooses from the roles (the client
 // goes on to the others, in index order, when that one fails).
-func newClusterFixture(t *testing.T, pick func(streamLeader, metaLeader int) int) *clusterFixture {
+func newClusterFixture(t *testing.T, pick func(streamLeader, metaLeader int) int, tweaks ...func(*publish.Options)) *clusterFixture {
 	t.Helper()
 	c := publishtest.NewCluster(t, 3)
 	_, admin := publishtest.Connect(t, strings.Join(c.URLs(), ","))
@@ -70,13 +70,17 @@ func newClusterFixture(t *testing.T, pick func(streamLeader, metaLeader int) int
 		t.Fatal(err)
 	}
 	cf.connected = serverIndex(t, c, cf.nc.ConnectedUrl())
-	cf.fixture = newFixtureOn(t, js, publish.Options{
+	opts := publish.Options{
 		// Short, so that what was in flight to a server that died is
 		// retried soon; the default (5 s) only lengthens the stall.
 		AckTimeout:      time.Second,
 		RetryBackoffMin: 20 * time.Millisecond,
 		RetryBackoffMax: 200 * time.Millisecond,
-	})
+	}
+	for _, tweak := range tweaks {
+		tweak(&opts)
+	}
+	cf.fixture = newFixtureOn(t, js, opts)
 	t.Logf("stream leader %d, meta leader %d, publisher connected to %d", cf.streamLeader, cf.metaLeader, cf.connected)
 	return cf
 }
@@ -326,6 +330,25 @@ func TestPublisherSurvivesTheLossOfTheStreamLeader(t *testing.T) {
 	if now := cf.c.StreamLeader(globalAccount, "PLEG"); now == leader {
 		t.Errorf("stream leader is server %d again, the one that was stopped", now)
 	}
+}
+
+// TestAMessageLostWithItsLeaderIsRetriedBeforeItsAckTimeout loses the
+// stream leader with an ack timeout of a minute: what was in flight to it
+// is never answered, while what is sent after the election is acked. The
+// unanswered messages are retried once later ones are acked, not a minute
+// later: every event is stored well within the test's wait, each once.
+func TestAMessageLostWithItsLeaderIsRetriedBeforeItsAckTimeout(t *testing.T) {
+	t.Parallel()
+	cf := newClusterFixture(t, func(streamLeader, _ int) int { return (streamLeader + 1) % 3 },
+		func(o *publish.Options) { o.AckTimeout = time.Minute })
+	leader := cf.streamLeader
+	cf.failover(t,
+		func() { cf.c.Stop(leader) },
+		func() {
+			if err := cf.c.Restart(leader); err != nil {
+				t.Fatal(err)
+			}
+		})
 }
 
 func TestPublisherSurvivesTheLossOfItsServer(t *testing.T) {

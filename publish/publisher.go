@@ -49,6 +49,17 @@ const (
 const (
 	stallAfter         = time.Second
 	stallCheckInterval = 250 * time.Millisecond
+	// stragglerAfter is how much earlier than a message JetStream acked
+	// another must have been sent, unanswered, to be taken as lost. One
+	// stream leader stores a connection's messages in order, so an
+	// unanswered one sent well before an acked one went to a leader that
+	// died (an election): it is retried now, not after AckTimeout.
+	stragglerAfter = time.Second
+	// stalledResendAfter is how long publishing may go without any ack,
+	// with messages in flight, before they are all taken as lost and
+	// retried: when every pod's head went to a leader that died, no later
+	// ack can overtake them.
+	stalledResendAfter = 3 * time.Second
 )
 
 // refillBatch bounds the spool entries taken in one read: large enough
@@ -58,6 +69,10 @@ const refillBatch = 1024
 
 // errReconnecting fails an attempt made while the NATS connection is down.
 var errReconnecting = errors.New("nats connection is reconnecting")
+
+// errOvertaken fails an attempt left unanswered while later ones were acked
+// (abandonStragglers).
+var errOvertaken = errors.New("no ack, while messages sent more than a second later were acked")
 
 // ErrClosed is returned (wrapped) by Send once the Publisher no longer accepts
 // events: after Run's ctx is done.
@@ -507,6 +522,9 @@ type delivery struct {
 	found      map[string]uint64
 	recognised map[string]struct{}
 	wm         watermark
+	// lastAckedSent is when the latest-sent message that JetStream acked
+	// was sent (abandonStragglers).
+	lastAckedSent time.Time
 }
 
 type inflight struct {
@@ -574,6 +592,7 @@ func (d *delivery) run(ctx context.Context) error {
 			d.armedAt = time.Time{}
 			d.retryDue(now)
 		case now := <-stallCheck.C:
+			d.abandonStragglers(now)
 			d.checkStall(now)
 			d.checkHold(now)
 		case <-reconnected:
@@ -800,6 +819,9 @@ func (d *delivery) handle(r ackResult) {
 		return
 	}
 	d.wm.stored(r.ack.Sequence)
+	if r.sent.After(d.lastAckedSent) {
+		d.lastAckedSent = r.sent
+	}
 	if r.ack.Duplicate {
 		d.p.metrics.duplicate.Inc()
 	} else {
@@ -926,6 +948,36 @@ func (d *delivery) failed(pq *podQueue, err error) {
 	}
 	pq.retryAt = now.Add(delay)
 	heap.Push(&d.retries, pq)
+}
+
+// abandonStragglers takes every message in flight that was sent more than
+// stragglerAfter before one JetStream has acked, or every one sent more than
+// stalledResendAfter ago when nothing was acked for as long, as lost, and
+// schedules its retry: it went to a stream leader that died, whose successor will never
+// answer it, and waiting out AckTimeout would hold its pod's events back
+// (and, should the bridge be killed meanwhile, lose them with the memory
+// outbox). It may have been stored all the same, so the retry is checked
+// against the stream if it comes late for the duplicate window (verify.go).
+// A late answer to the abandoned attempt is ignored.
+func (d *delivery) abandonStragglers(now time.Time) {
+	stalled := now.Sub(d.progressAt) > stalledResendAfter
+	if d.lastAckedSent.IsZero() && !stalled {
+		return
+	}
+	for msg, f := range d.inflight {
+		overtaken := !d.lastAckedSent.IsZero() && d.lastAckedSent.Sub(f.sent) > stragglerAfter
+		if !overtaken && !(stalled && now.Sub(f.sent) > stalledResendAfter) {
+			continue
+		}
+		delete(d.inflight, msg)
+		d.inFlight--
+		d.p.metrics.inFlight.Dec()
+		d.p.metrics.failed.Inc()
+		if e := f.pod.events[0]; e.maybeStoredAt.IsZero() {
+			e.maybeStoredAt = f.sent
+		}
+		d.failed(f.pod, errOvertaken)
+	}
 }
 
 // checkStall logs a stall that no failure reported yet: messages in
