@@ -260,10 +260,12 @@ func build(opts Options) (_ *pipeline, err error) {
 		}
 	}
 	p.pub, err = publish.New(p.js, publish.Options{
-		Encoder:         enc,
-		MaxInFlight:     opts.PublishMaxInFlight,
-		OutboxSize:      opts.OutboxSize,
-		Spool:           spool,
+		Encoder:     enc,
+		MaxInFlight: opts.PublishMaxInFlight,
+		OutboxSize:  opts.OutboxSize,
+		Spool:       spool,
+		// What waits in memory for NATS outlives a killed process too.
+		WriteThrough:    spool != nil,
 		Stream:          opts.Stream.Name,
 		DuplicateWindow: opts.Stream.DuplicateWindow,
 		ReconcileFrom:   reconcileFrom,

@@ -124,22 +124,7 @@ func (s *Spool) Append(events []generator.Event) int {
 	s.mu.Lock()
 	room := s.max - s.bytes
 	s.mu.Unlock()
-	// Encoded outside the lock, and only as many as the room seen here
-	// takes: a full spool costs its caller nothing but this check. An
-	// event that does not encode (a time beyond the year 9999) is not
-	// appended, nor anything after it, as if the spool were full.
-	var data [][]byte
-	for _, ev := range events {
-		d, err := encodeRecord(toRecord(ev))
-		if err != nil {
-			s.logger.Warn("cannot spool an event", "pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", ev.Type, "err", err)
-			break
-		}
-		if room -= int64(len(d)); room < 0 {
-			break
-		}
-		data = append(data, d)
-	}
+	data := s.encode(events, room)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Another Append may have taken some of the room since.
@@ -154,6 +139,66 @@ func (s *Spool) Append(events []generator.Event) int {
 		s.bytes += size
 	}
 	return len(data)
+}
+
+// AppendTaken appends events as entries already taken, as a write-ahead
+// copy of events the caller delivers from memory: Take never returns
+// them, and the caller marks each Done once delivered. Written by the
+// Store's next write, they survive a crash of the process, and the next
+// process finds those not Done and delivers them (as Earlier entries),
+// rather than losing what waited in memory. It appends only while every
+// entry is taken (else the copies would overtake what waits to be taken):
+// it returns the first entry's Seq and how many of the events it appended
+// (a prefix, as Append), 0 when the spool holds untaken entries or is
+// full. It does no I/O. It is safe for concurrent use.
+func (s *Spool) AppendTaken(events []generator.Event) (first uint64, n int) {
+	s.mu.Lock()
+	room := s.max - s.bytes
+	busy := s.untaken > 0
+	s.mu.Unlock()
+	if busy {
+		return 0, 0
+	}
+	data := s.encode(events, room)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.untaken > 0 {
+		return 0, 0 // an Append came in between
+	}
+	first = s.next
+	for i, d := range data {
+		size := int64(len(d))
+		if s.bytes+size > s.max {
+			return first, i
+		}
+		s.queued = append(s.queued, queuedEntry{seq: s.next, ev: events[i], data: d})
+		s.taken[s.next] = size
+		s.next++
+		s.takeNext = s.next
+		s.bytes += size
+	}
+	return first, len(data)
+}
+
+// encode encodes the longest prefix of events that fits room bytes.
+// Encoding is done outside the lock, and only for as many events as the
+// room seen takes: a full spool costs its caller nothing but the check.
+// An event that does not encode (a time beyond the year 9999) ends the
+// prefix, as if the spool were full.
+func (s *Spool) encode(events []generator.Event, room int64) [][]byte {
+	var data [][]byte
+	for _, ev := range events {
+		d, err := encodeRecord(toRecord(ev))
+		if err != nil {
+			s.logger.Warn("cannot spool an event", "pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", ev.Type, "err", err)
+			break
+		}
+		if room -= int64(len(d)); room < 0 {
+			break
+		}
+		data = append(data, d)
+	}
+	return data
 }
 
 // Take returns up to max of the oldest entries not yet taken, in Seq order.
@@ -379,13 +424,14 @@ func putSpool(tx *bolt.Tx, w spoolWrites) error {
 	b.FillPercent = 1
 	for _, q := range w.appends {
 		if done[q.seq] {
+			delete(done, q.seq) // never written: nothing to delete either
 			continue
 		}
 		if err := b.Put(seqKey(q.seq), q.data); err != nil {
 			return fmt.Errorf("put spool entry: %w", err)
 		}
 	}
-	for _, seq := range w.done {
+	for seq := range done {
 		if err := b.Delete(seqKey(seq)); err != nil {
 			return fmt.Errorf("delete spool entry: %w", err)
 		}

@@ -384,3 +384,47 @@ func TestSpoolConcurrentAppendTakeDone(t *testing.T) {
 		t.Errorf("found %d entries again after every one was Done", n)
 	}
 }
+
+// TestSpoolKeepsAWriteAheadCopyOfWhatIsDeliveredFromMemory appends events
+// as taken: Take never hands them out, Done frees them, and those not Done
+// when the process goes come back at the next Open, marked Earlier, so
+// that what waited in memory outlives the process. It refuses while
+// entries wait to be taken, which the copies would overtake.
+func TestSpoolKeepsAWriteAheadCopyOfWhatIsDeliveredFromMemory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := durable.Options{SpoolMaxBytes: 1 << 20}
+	s, _ := open(t, dir, opts)
+	sp := s.Spool()
+	evs := spoolEvents(0, 6)
+	first, n := sp.AppendTaken(evs[:4])
+	if n != 4 {
+		t.Fatalf("AppendTaken appended %d of 4", n)
+	}
+	if got := sp.Take(10); len(got) != 0 {
+		t.Errorf("Take handed out copies: %v", got)
+	}
+	if sp.Len() != 4 || sp.Untaken() != 0 {
+		t.Errorf("Len %d Untaken %d, want 4 and 0", sp.Len(), sp.Untaken())
+	}
+	sp.Done(first)     // delivered
+	sp.Done(first + 2) // delivered; first+1 and first+3 are not
+	if sp.Append(evs[4:5]) != 1 {
+		t.Fatal("Append refused")
+	}
+	if _, n := sp.AppendTaken(evs[5:]); n != 0 {
+		t.Errorf("AppendTaken appended %d while an entry waits to be taken, want 0", n)
+	}
+	closeStore(t, s)
+
+	s, _ = open(t, dir, opts)
+	defer closeStore(t, s)
+	sp = s.Spool()
+	got := sp.Take(10)
+	checkOrder(t, "after Open", eventsOf(got), []generator.Event{evs[1], evs[3], evs[4]})
+	for _, e := range got {
+		if !e.Earlier {
+			t.Errorf("entry %d: not Earlier", e.Seq)
+		}
+	}
+}

@@ -93,6 +93,14 @@ type Options struct {
 	// over the same spool delivers what an earlier one left, before
 	// anything newer.
 	Spool *durable.Spool
+	// WriteThrough (with a Spool) also writes each event Send keeps in
+	// memory to the spool, as a copy taken already (durable's
+	// AppendTaken), marked Done once delivered. A process that is killed
+	// then loses at most the last flush of them (100 ms), not every event
+	// waiting in memory for NATS: the next one delivers the copies left,
+	// checked against the stream as any earlier entry. It costs an
+	// encoding and a share of a batched disk write per event.
+	WriteThrough bool
 	// Stream is the name of the stream the events land in, asked before a
 	// retry that could be stored twice (see DuplicateWindow); empty: the
 	// stream that takes the event's subject, looked up once.
@@ -199,6 +207,9 @@ type outboxEvent struct {
 	// is marked Done there once delivered or given up, and left there
 	// when Run stops before.
 	spooled bool
+	// written is set for an event Send kept in memory and wrote through
+	// to the spool, as entry seq (Options.WriteThrough): Done likewise.
+	written bool
 	seq     uint64
 	// earlier is set for a spool entry of an earlier process, until a
 	// check found it is not stored.
@@ -221,6 +232,9 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 	}
 	if opts.Encoder == nil {
 		return nil, errors.New("create publisher: encoder is nil")
+	}
+	if opts.WriteThrough && opts.Spool == nil {
+		return nil, errors.New("create publisher: write-through needs a spool")
 	}
 	if err := applyDefaults(&opts); err != nil {
 		return nil, fmt.Errorf("create publisher: %w", err)
@@ -358,7 +372,14 @@ func (p *Publisher) Send(_ context.Context, events []generator.Event) error {
 		if !p.spilling {
 			select {
 			case p.slots <- struct{}{}:
-				p.queue <- &outboxEvent{ev: *ev, msg: msg}
+				e := &outboxEvent{ev: *ev, msg: msg}
+				if p.opts.WriteThrough {
+					// A full spool leaves the event in memory only.
+					if seq, n := p.opts.Spool.AppendTaken(events[i : i+1]); n == 1 {
+						e.written, e.seq = true, seq
+					}
+				}
+				p.queue <- e
 				continue
 			default:
 			}
@@ -884,7 +905,7 @@ func (d *delivery) delivered(pq *podQueue) {
 	if d.p.opts.OnAck != nil {
 		d.p.opts.OnAck(e.ev, d.wm.value())
 	}
-	if e.spooled {
+	if e.spooled || e.written {
 		d.done(e.seq)
 	}
 }
@@ -905,7 +926,7 @@ func (d *delivery) giveUpHead(pq *podQueue, reason string, err error) {
 	e := pq.events[0]
 	d.drop(e, reason, err)
 	d.advance(pq) // frees its slot
-	if e.spooled {
+	if e.spooled || e.written {
 		d.done(e.seq)
 	}
 }
@@ -1036,8 +1057,9 @@ func (d *delivery) retryDue(now time.Time) {
 
 // giveUp takes in the outcomes that arrived and what Send still left, stops
 // waiting for acks and checks, and drops every undelivered event that Send
-// kept in memory. The spooled ones stay in the spool (not Done), for the
-// next start; reason empty means only those are left.
+// kept in memory only. The spooled ones, and the memory events written
+// through to the spool, stay in the spool (not Done), for the next start;
+// reason empty means only spooled ones are left.
 func (d *delivery) giveUp(reason string) {
 	for {
 		select {
@@ -1081,7 +1103,7 @@ func (d *delivery) giveUp(reason string) {
 	left := 0
 	for _, pq := range d.pods {
 		for _, e := range pq.events {
-			if e.spooled {
+			if e.spooled || e.written {
 				left++
 			} else {
 				d.drop(e, reason, nil)

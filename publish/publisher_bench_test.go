@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -16,8 +17,14 @@ import (
 
 // BenchmarkPublish measures events per second through Send to the JetStream
 // ack against an in-process server, and the Send-to-ack latency (p50, p99)
-// that OnAck observes.
+// that OnAck observes: memory only, and with every event written through
+// to a spool (the bridge's default with a data directory), in the same run.
 func BenchmarkPublish(b *testing.B) {
+	b.Run("memory", func(b *testing.B) { benchmarkPublish(b, false) })
+	b.Run("write-through", func(b *testing.B) { benchmarkPublish(b, true) })
+}
+
+func benchmarkPublish(b *testing.B, writeThrough bool) {
 	const pods = 100
 	_, url := publishtest.NewServer(b)
 	_, js := publishtest.Connect(b, url)
@@ -30,9 +37,29 @@ func BenchmarkPublish(b *testing.B) {
 	// room is signalled by each ack: Send does not wait for room, so the
 	// loop below does when the outbox is full.
 	room := make(chan struct{}, 1)
+	opts := publish.Options{WriteThrough: writeThrough}
+	if writeThrough {
+		st, err := durable.Open(b.TempDir(), durable.Options{Node: "node-1", SpoolMaxBytes: 256 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		stCtx, stStop := context.WithCancel(context.Background())
+		stErr := make(chan error, 1)
+		go func() { stErr <- st.Run(stCtx) }()
+		b.Cleanup(func() {
+			stStop()
+			<-stErr
+			st.Close()
+		})
+		opts.Spool = st.Spool()
+	}
+	opts.Encoder = newEncoder(b, publish.EncoderOptions{})
+	opts.Logger = slog.New(slog.DiscardHandler)
 	pub, err := publish.New(js, publish.Options{
-		Encoder: newEncoder(b, publish.EncoderOptions{}),
-		Logger:  slog.New(slog.DiscardHandler),
+		Spool:        opts.Spool,
+		WriteThrough: opts.WriteThrough,
+		Encoder:      opts.Encoder,
+		Logger:       opts.Logger,
 		OnAck: func(ev generator.Event, _ uint64) {
 			latencies = append(latencies, time.Since(ev.ObservedAt))
 			if len(latencies) == b.N {

@@ -227,6 +227,59 @@ func TestPublisherDeliversWhatAnEarlierPublisherSpooledBeforeNewerEvents(t *test
 	}
 }
 
+// TestWriteThroughKeepsWhatWaitedInMemoryForTheNextPublisher is the same
+// outage with Options.WriteThrough: the events the first publisher held in
+// memory were written to the spool as well, so they are not given up when
+// it stops but delivered by the next one, in order, before newer events.
+func TestWriteThroughKeepsWhatWaitedInMemoryForTheNextPublisher(t *testing.T) {
+	t.Parallel()
+	rs, stop := newRestartableServer(t)
+	_, js := publishtest.Connect(t, rs.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	ensureStream(t, js)
+	stop()
+	dir := t.TempDir()
+	opts := publish.Options{
+		OutboxSize:      8,
+		MaxInFlight:     4,
+		AckTimeout:      200 * time.Millisecond,
+		RetryBackoffMin: 10 * time.Millisecond,
+		RetryBackoffMax: 100 * time.Millisecond,
+		DrainTimeout:    100 * time.Millisecond,
+		WriteThrough:    true,
+	}
+
+	st, closeStore := openStore(t, dir, 16<<20)
+	opts.Spool = st.Spool()
+	first := newFixtureOn(t, js, opts)
+	stopFirst := first.run(t)
+	before := churn(40, 5, 0)
+	sendWithin(t, first.pub, before)
+	stopFirst()
+	if got := metricValue(t, first.reg, "pleg_bridge_events_dropped_total", nil); got != 0 {
+		t.Errorf("first publisher dropped %v events, want none: those in memory were written through", got)
+	}
+	closeStore()
+
+	st, _ = openStore(t, dir, 16<<20)
+	opts.Spool = st.Spool()
+	if got := opts.Spool.Len(); got != len(before) {
+		t.Fatalf("reopened spool holds %d entries, want all %d", got, len(before))
+	}
+	second := newFixtureOn(t, js, opts)
+	second.run(t)
+	after := churn(40, 2, 100)
+	sendWithin(t, second.pub, after)
+	rs.start(t)
+
+	want := append(before, after...)
+	second.waitAcks(t, len(want))
+	checkPerPodOrder(t, fetchAll(t, js, len(want)), want)
+	second.waitLog(t, "spool empty: every spooled event is delivered")
+	if n := opts.Spool.Len(); n != 0 {
+		t.Errorf("spool holds %d entries after every event was delivered, want 0", n)
+	}
+}
+
 func TestSendRefusesWhatFitsNeitherTheOutboxNorTheSpool(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOptions{Options: publish.Options{OutboxSize: 2, Spool: newSpool(t, 4096)}})
