@@ -70,6 +70,12 @@ func newBridgeProcess(binary string, env []string, logPath, listenAddr string) *
 // start starts a bridge process and waits until it is ready. The process
 // runs until kill or stop; start never leaves one behind on error.
 func (b *bridgeProcess) start(ctx context.Context) error {
+	return b.startUntil(ctx, "/readyz")
+}
+
+// startUntil starts a bridge process and waits until path answers 200:
+// /readyz, or /healthz while NATS is away and the bridge cannot be ready.
+func (b *bridgeProcess) startUntil(ctx context.Context, path string) error {
 	log, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("open bridge log: %w", err)
@@ -92,7 +98,7 @@ func (b *bridgeProcess) start(ctx context.Context) error {
 	b.mu.Lock()
 	b.cur = inc
 	b.mu.Unlock()
-	if err := b.waitReady(ctx, readyTimeout); err != nil {
+	if err := b.waitOK(ctx, path, readyTimeout); err != nil {
 		b.kill()
 		return err
 	}
@@ -100,14 +106,20 @@ func (b *bridgeProcess) start(ctx context.Context) error {
 }
 
 // waitReady polls /readyz until it answers 200, the process exits, or
-// timeout passes. Polling is the way here: the bridge offers nothing else.
+// timeout passes.
 func (b *bridgeProcess) waitReady(ctx context.Context, timeout time.Duration) error {
+	return b.waitOK(ctx, "/readyz", timeout)
+}
+
+// waitOK polls path until it answers 200, the process exits, or timeout
+// passes. Polling is the way here: the bridge offers nothing else.
+func (b *bridgeProcess) waitOK(ctx context.Context, path string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	ticker := time.NewTicker(readyPoll)
 	defer ticker.Stop()
 	last := "no answer yet"
 	for {
-		status, body, err := b.get(ctx, "/readyz")
+		status, body, err := b.get(ctx, path)
 		switch {
 		case err == nil && status == http.StatusOK:
 			return nil
@@ -117,7 +129,7 @@ func (b *bridgeProcess) waitReady(ctx context.Context, timeout time.Duration) er
 			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("wait for the bridge to be ready: not ready after %v: %s (log: %s)", timeout, last, b.logPath)
+			return fmt.Errorf("wait for the bridge's %s: not 200 after %v: %s (log: %s)", path, timeout, last, b.logPath)
 		}
 		select {
 		case <-ctx.Done():

@@ -28,6 +28,11 @@ const (
 	// FaultBridgeKill kills the bridge with SIGKILL and starts it again
 	// after FaultLength, while the churn goes on.
 	FaultBridgeKill = "bridge-kill"
+	// FaultOutageBridgeKill stops NATS as FaultNATSOutage does, kills the
+	// bridge with SIGKILL halfway through while events wait for NATS, and
+	// starts it again after FaultLength, before NATS returns: what waited
+	// in memory must outlive the process.
+	FaultOutageBridgeKill = "outage-bridge-kill"
 	// FaultRuntimeRestart stops serving CRI for FaultLength and serves the
 	// same model again, as containerd keeps its containers across a restart;
 	// the churn pauses meanwhile.
@@ -40,7 +45,7 @@ const (
 // AllFaults lists every fault in schedule order.
 var AllFaults = []string{
 	FaultNATSRestart, FaultNATSOutage, FaultLeaderKill, FaultMetaLeaderChange,
-	FaultBridgeKill, FaultRuntimeRestart, FaultStreamDrop,
+	FaultBridgeKill, FaultOutageBridgeKill, FaultRuntimeRestart, FaultStreamDrop,
 }
 
 func clusterOnly(fault string) bool {
@@ -220,10 +225,13 @@ func (opts Options) part() time.Duration {
 func (opts Options) faultBudget(fault string) time.Duration {
 	var d time.Duration
 	switch fault {
-	case FaultNATSRestart, FaultNATSOutage:
+	case FaultNATSRestart, FaultNATSOutage, FaultOutageBridgeKill:
 		d = time.Second
-		if fault == FaultNATSOutage {
+		if fault != FaultNATSRestart {
 			d += opts.outage()
+		}
+		if fault == FaultOutageBridgeKill {
+			d += opts.FaultLength + time.Second
 		}
 		if opts.Cluster {
 			// Restarted servers wait for a quorum before any is ready.

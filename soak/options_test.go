@@ -18,7 +18,7 @@ func TestOptionsDefaults(t *testing.T) {
 		{
 			name:       "a single server gets every fault but those of a cluster",
 			opts:       Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge"},
-			wantFaults: []string{FaultNATSRestart, FaultNATSOutage, FaultBridgeKill, FaultRuntimeRestart, FaultStreamDrop},
+			wantFaults: []string{FaultNATSRestart, FaultNATSOutage, FaultBridgeKill, FaultOutageBridgeKill, FaultRuntimeRestart, FaultStreamDrop},
 		},
 		{
 			name:       "a cluster gets every fault",
@@ -42,9 +42,10 @@ func TestOptionsDefaults(t *testing.T) {
 		},
 		{
 			name: "a duration too short for the faults says how long it must be",
-			// 7 windows of 2s, and the outage needs 2*5s+1s+1s.
+			// 8 windows of 1.75s, and the outage with a kill in it needs
+			// 2*5s+1s, then 3s+1s for the kill, and 1s of quiet.
 			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Duration: 14 * time.Second},
-			wantErr: "--duration=14s is too short for 5 faults: the run is cut into 7 equal windows (a baseline, one per fault, a recovery) and the longest fault needs 12s, so at least 1m24s",
+			wantErr: "--duration=14s is too short for 6 faults: the run is cut into 8 equal windows (a baseline, one per fault, a recovery) and the longest fault needs 16s, so at least 2m8s",
 		},
 		{
 			name:    "a run directory too long for a unix socket is refused",

@@ -289,6 +289,32 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		note := fmt.Sprintf("%s %s killed, restarted after %v; %s meanwhile: %s", what, name, o.FaultLength, what, s.serverName(newLeader))
 		return note + s.bridgeRecovery(ctx), nil
 
+	case FaultOutageBridgeKill:
+		down := time.Now()
+		s.nats.stopAll()
+		if err := s.wait(ctx, o.outage()/2); err != nil {
+			return "", err
+		}
+		s.scrapeDropped(ctx)
+		s.health.setUp(false)
+		s.bridge.kill()
+		if err := s.wait(ctx, o.FaultLength); err != nil {
+			return "", err
+		}
+		if err := s.bridge.startUntil(ctx, "/healthz"); err != nil {
+			return "", err
+		}
+		s.health.setUp(true)
+		if err := s.waitUntil(ctx, down.Add(o.outage()+o.FaultLength)); err != nil {
+			return "", err
+		}
+		if err := s.nats.startAll(); err != nil {
+			return "", err
+		}
+		note := fmt.Sprintf("NATS down for %v; bridge killed (SIGKILL) %v into it, started again %v later, before NATS returned",
+			roundDelay(time.Since(down)), roundDelay(o.outage()/2), o.FaultLength)
+		return note + s.bridgeRecovery(ctx), nil
+
 	case FaultBridgeKill:
 		s.scrapeDropped(ctx)
 		s.health.setUp(false)

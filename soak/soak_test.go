@@ -24,18 +24,19 @@ func buildBridge(t *testing.T) string {
 	return bin
 }
 
-// TestShortSoakLosesNothing is the soak of CI: 24 seconds of churn through a
+// TestShortSoakLosesNothing is the soak of CI: 42 seconds of churn through a
 // NATS outage longer than the duplicate window and the outbox, a SIGKILL of
-// the bridge, a runtime restart and stream drops, on one NATS server. Every
+// the bridge, a SIGKILL in the middle of a NATS outage, a runtime restart and
+// stream drops, on one NATS server. Every
 // transition must be stored exactly once and in order.
 func TestShortSoakLosesNothing(t *testing.T) {
 	bin := buildBridge(t)
 	dir := t.TempDir()
 	var progress bytes.Buffer
 	rep, err := soak.Run(t.Context(), soak.Options{
-		Duration:        24 * time.Second,
+		Duration:        42 * time.Second,
 		Rate:            100,
-		Faults:          []string{soak.FaultNATSOutage, soak.FaultBridgeKill, soak.FaultRuntimeRestart, soak.FaultStreamDrop},
+		Faults:          []string{soak.FaultNATSOutage, soak.FaultBridgeKill, soak.FaultOutageBridgeKill, soak.FaultRuntimeRestart, soak.FaultStreamDrop},
 		Dir:             dir,
 		BridgeBinary:    bin,
 		Lifetime:        time.Second,
@@ -65,8 +66,8 @@ func TestShortSoakLosesNothing(t *testing.T) {
 			t.Errorf("window %s: only %d transitions made", w.Name, w.Expected)
 		}
 	}
-	if got := len(rep.Windows); got != 6 {
-		t.Errorf("%d windows, want 6: baseline, four faults, recovery", got)
+	if got := len(rep.Windows); got != 7 {
+		t.Errorf("%d windows, want 7: baseline, five faults, recovery", got)
 	}
 }
 
