@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
@@ -174,14 +175,17 @@ func TestPublisherSpoolsWhileNATSIsDownAndDeliversEverythingInOrder(t *testing.T
 	}
 }
 
-func TestPublisherDeliversWhatAnEarlierPublisherSpooledBeforeNewerEvents(t *testing.T) {
-	t.Parallel()
+// twoPublishersOverAnOutage returns a stopped server with the stream (rs
+// starts it again), a connection that waits for it, the data directory
+// two publishers share, one after the other, and their options: an outbox
+// of 8 and short timeouts.
+func twoPublishersOverAnOutage(t *testing.T) (*restartableServer, jetstream.JetStream, string, publish.Options) {
+	t.Helper()
 	rs, stop := newRestartableServer(t)
 	_, js := publishtest.Connect(t, rs.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	ensureStream(t, js)
 	stop()
-	dir := t.TempDir()
-	opts := publish.Options{
+	return rs, js, t.TempDir(), publish.Options{
 		OutboxSize:      8,
 		MaxInFlight:     4,
 		AckTimeout:      200 * time.Millisecond,
@@ -189,6 +193,11 @@ func TestPublisherDeliversWhatAnEarlierPublisherSpooledBeforeNewerEvents(t *test
 		RetryBackoffMax: 100 * time.Millisecond,
 		DrainTimeout:    100 * time.Millisecond,
 	}
+}
+
+func TestPublisherDeliversWhatAnEarlierPublisherSpooledBeforeNewerEvents(t *testing.T) {
+	t.Parallel()
+	rs, js, dir, opts := twoPublishersOverAnOutage(t)
 
 	// The first bridge: NATS is down all its life.
 	st, closeStore := openStore(t, dir, 16<<20)
@@ -233,20 +242,8 @@ func TestPublisherDeliversWhatAnEarlierPublisherSpooledBeforeNewerEvents(t *test
 // it stops but delivered by the next one, in order, before newer events.
 func TestWriteThroughKeepsWhatWaitedInMemoryForTheNextPublisher(t *testing.T) {
 	t.Parallel()
-	rs, stop := newRestartableServer(t)
-	_, js := publishtest.Connect(t, rs.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	ensureStream(t, js)
-	stop()
-	dir := t.TempDir()
-	opts := publish.Options{
-		OutboxSize:      8,
-		MaxInFlight:     4,
-		AckTimeout:      200 * time.Millisecond,
-		RetryBackoffMin: 10 * time.Millisecond,
-		RetryBackoffMax: 100 * time.Millisecond,
-		DrainTimeout:    100 * time.Millisecond,
-		WriteThrough:    true,
-	}
+	rs, js, dir, opts := twoPublishersOverAnOutage(t)
+	opts.WriteThrough = true
 
 	st, closeStore := openStore(t, dir, 16<<20)
 	opts.Spool = st.Spool()
