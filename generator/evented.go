@@ -55,7 +55,8 @@ const (
 // moment the supervisor sets out to connect (at start, and whenever a
 // connection ends) until the new connection's replay is over, the gate is
 // open and the merge holds relist batches back, merging the stream
-// meanwhile (Generator.mergeStreamFirst).
+// meanwhile (Generator.mergeStreamFirst). During a reconnect backoff of
+// replayHold or more it is shut: no replay is that close.
 //
 // A replay is over at the first message the runtime stamped at or after the
 // connection opened (the backlog comes first, oldest first, so everything
@@ -132,8 +133,11 @@ type streamSupervisor struct {
 	// evented mode.
 	runtimeBack <-chan struct{}
 	// replay is open from the moment the supervisor sets out to connect
-	// until that connection's replayed backlog is in.
+	// until that connection's replayed backlog is in, except during a
+	// backoff of replayHold or more.
 	replay *replayGate
+	// backingOff is set while the supervisor waits out such a backoff.
+	backingOff atomic.Bool
 
 	connectedAt atomic.Int64 // unix ns when the current connection opened; 0 while none is open
 	// eventsSinceRelist counts the messages received since the last full
@@ -200,16 +204,38 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 		if up >= reconnectAtOnceAfter {
 			continue // a working connection broke: the next one's relist covers the gap
 		}
+		wait := jitter(delay)
+		if wait >= replayHold {
+			// No connection for a while: relists are not held for a
+			// replay that far away, or a stream that keeps failing (CRI-O
+			// without pod events) would slow relisting to one each
+			// replayHold. runtimeAnswers opens the gate again for a
+			// reconnect brought forward.
+			s.replay.close()
+			s.backingOff.Store(true)
+		}
 		// Whatever happened while the stream was down is found by a relist.
 		s.relist()
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(jitter(delay)):
+		case <-time.After(wait):
 			delay = min(delay*2, s.opts.StreamBackoffMax)
 		case <-s.runtimeBack:
 			delay = s.opts.StreamBackoffMin // the runtime answers again: reconnect now
 		}
+		s.backingOff.Store(false)
+		s.replay.open()
+	}
+}
+
+// runtimeAnswers is called when a relist's listing succeeded after failed
+// ones, before it is merged: the runtime is back, the supervisor reconnects
+// at once (runtimeBack), and that relist must wait for the reconnect's
+// replay even if the gate was shut for a long backoff.
+func (s *streamSupervisor) runtimeAnswers() {
+	if s.backingOff.Load() {
+		s.replay.open()
 	}
 }
 

@@ -407,6 +407,7 @@ func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration)
 			if failing {
 				// The runtime answers again: reconnect now, so that this
 				// relist, held for the stream's replay, is not held long.
+				g.stream.runtimeAnswers()
 				select {
 				case g.runtimeBack <- struct{}{}:
 				default:

@@ -899,3 +899,39 @@ func TestEventsCarryThePodsLabelsAndAllowlistedAnnotations(t *testing.T) {
 		}
 	}
 }
+
+// TestAStreamThatKeepsFailingDoesNotSlowRelisting: a runtime whose event
+// stream fails at every connect (CRI-O without pod events) leaves the
+// bridge relisting every second, backing off its reconnects for 20 s. The
+// relists are not held for a replay that is 20 s away: a container that
+// starts is reported within the relist period.
+func TestAStreamThatKeepsFailingDoesNotSlowRelisting(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{
+			Mode: generator.ModeEvented, RelistPeriod: time.Second,
+			StreamBackoffMin: 20 * time.Second, StreamBackoffMax: 20 * time.Second, StreamFailureLimit: 1,
+		})
+		for range 10 {
+			f.rt.FailNext("WatchEvents", status.Error(codes.Unavailable, "stream closed"))
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		advance(5 * time.Second) // the first failures, the fallback to relisting
+		if f.gen.Mode() != generator.ModeGeneric {
+			t.Fatalf("mode = %s with a failing stream, want generic", f.gen.Mode())
+		}
+		m := f.rt.Model()
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		advance(1500 * time.Millisecond)
+		got := eventTypesByContainer(f.rec.Events())
+		if diff := cmp.Diff([]string{"ContainerStarted"}, got[sb]); diff != "" {
+			t.Errorf("events of the sandbox 1.5 s after it started (-want +got):\n%s", diff)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
