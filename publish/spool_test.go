@@ -195,85 +195,66 @@ func twoPublishersOverAnOutage(t *testing.T) (*restartableServer, jetstream.JetS
 	}
 }
 
-func TestPublisherDeliversWhatAnEarlierPublisherSpooledBeforeNewerEvents(t *testing.T) {
+// TestPublisherDeliversWhatAnEarlierPublisherLeftBeforeNewerEvents runs a
+// publisher through an outage that outlasts it, then a second one over the
+// same data directory. Without write-through, the 8 events the first held
+// in memory are given up at its drain deadline and only what it spooled is
+// delivered by the second; with write-through, those 8 were written to the
+// spool as well and are delivered too. Either way the second delivers the
+// earlier run's entries first, each checked against the stream (the first
+// may have published it before it stopped), then its own, in per-pod order.
+func TestPublisherDeliversWhatAnEarlierPublisherLeftBeforeNewerEvents(t *testing.T) {
 	t.Parallel()
-	rs, js, dir, opts := twoPublishersOverAnOutage(t)
+	for _, tc := range []struct {
+		name         string
+		writeThrough bool
+		givenUp      int // of the first publisher's events: those in memory only
+	}{
+		{"memory only", false, 8},
+		{"write-through", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rs, js, dir, opts := twoPublishersOverAnOutage(t)
+			opts.WriteThrough = tc.writeThrough
 
-	// The first bridge: NATS is down all its life.
-	st, closeStore := openStore(t, dir, 16<<20)
-	opts.Spool = st.Spool()
-	first := newFixtureOn(t, js, opts)
-	stopFirst := first.run(t)
-	before := churn(40, 5, 0)
-	sendWithin(t, first.pub, before)
-	stopFirst()
-	// What it held in memory is given up at the drain deadline; what it
-	// spooled stays.
-	if got := metricValue(t, first.reg, "pleg_bridge_events_dropped_total", nil); got != 8 {
-		t.Errorf("first publisher dropped %v events, want the 8 it held in memory", got)
-	}
-	closeStore()
+			// The first bridge: NATS is down all its life.
+			st, closeStore := openStore(t, dir, 16<<20)
+			opts.Spool = st.Spool()
+			first := newFixtureOn(t, js, opts)
+			stopFirst := first.run(t)
+			before := churn(40, 5, 0)
+			sendWithin(t, first.pub, before)
+			stopFirst()
+			if got := metricValue(t, first.reg, "pleg_bridge_events_dropped_total", nil); got != float64(tc.givenUp) {
+				t.Errorf("first publisher dropped %v events, want %d", got, tc.givenUp)
+			}
+			closeStore()
 
-	// The second bridge, over the same data directory.
-	st, _ = openStore(t, dir, 16<<20)
-	opts.Spool = st.Spool()
-	if got := opts.Spool.Len(); got != len(before)-8 {
-		t.Fatalf("reopened spool holds %d entries, want %d", got, len(before)-8)
-	}
-	second := newFixtureOn(t, js, opts)
-	second.run(t)
-	after := churn(40, 2, 100)
-	sendWithin(t, second.pub, after)
-	rs.start(t)
+			// The second bridge, over the same data directory.
+			kept := before[tc.givenUp:]
+			st, _ = openStore(t, dir, 16<<20)
+			opts.Spool = st.Spool()
+			if got := opts.Spool.Len(); got != len(kept) {
+				t.Fatalf("reopened spool holds %d entries, want %d", got, len(kept))
+			}
+			second := newFixtureOn(t, js, opts)
+			second.run(t)
+			after := churn(40, 2, 100)
+			sendWithin(t, second.pub, after)
+			rs.start(t)
 
-	want := append(before[8:], after...)
-	second.waitAcks(t, len(want))
-	checkPerPodOrder(t, fetchAll(t, js, len(want)), want)
-	// The earlier run's entries may have been published before its crash:
-	// each is checked against the stream first. None was.
-	if got := metricValue(t, second.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": "missing"}); got != float64(len(before)-8) {
-		t.Errorf("pleg_bridge_publish_checks_total{result=\"missing\"} = %v, want %d", got, len(before)-8)
-	}
-}
-
-// TestWriteThroughKeepsWhatWaitedInMemoryForTheNextPublisher is the same
-// outage with Options.WriteThrough: the events the first publisher held in
-// memory were written to the spool as well, so they are not given up when
-// it stops but delivered by the next one, in order, before newer events.
-func TestWriteThroughKeepsWhatWaitedInMemoryForTheNextPublisher(t *testing.T) {
-	t.Parallel()
-	rs, js, dir, opts := twoPublishersOverAnOutage(t)
-	opts.WriteThrough = true
-
-	st, closeStore := openStore(t, dir, 16<<20)
-	opts.Spool = st.Spool()
-	first := newFixtureOn(t, js, opts)
-	stopFirst := first.run(t)
-	before := churn(40, 5, 0)
-	sendWithin(t, first.pub, before)
-	stopFirst()
-	if got := metricValue(t, first.reg, "pleg_bridge_events_dropped_total", nil); got != 0 {
-		t.Errorf("first publisher dropped %v events, want none: those in memory were written through", got)
-	}
-	closeStore()
-
-	st, _ = openStore(t, dir, 16<<20)
-	opts.Spool = st.Spool()
-	if got := opts.Spool.Len(); got != len(before) {
-		t.Fatalf("reopened spool holds %d entries, want all %d", got, len(before))
-	}
-	second := newFixtureOn(t, js, opts)
-	second.run(t)
-	after := churn(40, 2, 100)
-	sendWithin(t, second.pub, after)
-	rs.start(t)
-
-	want := append(before, after...)
-	second.waitAcks(t, len(want))
-	checkPerPodOrder(t, fetchAll(t, js, len(want)), want)
-	second.waitLog(t, "spool empty: every spooled event is delivered")
-	if n := opts.Spool.Len(); n != 0 {
-		t.Errorf("spool holds %d entries after every event was delivered, want 0", n)
+			want := append(kept, after...)
+			second.waitAcks(t, len(want))
+			checkPerPodOrder(t, fetchAll(t, js, len(want)), want)
+			if got := metricValue(t, second.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": "missing"}); got != float64(len(kept)) {
+				t.Errorf("pleg_bridge_publish_checks_total{result=\"missing\"} = %v, want %d", got, len(kept))
+			}
+			second.waitLog(t, "spool empty: every spooled event is delivered")
+			if n := opts.Spool.Len(); n != 0 {
+				t.Errorf("spool holds %d entries after every event was delivered, want 0", n)
+			}
+		})
 	}
 }
 
