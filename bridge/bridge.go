@@ -144,12 +144,15 @@ type pipeline struct {
 	reg   *prometheus.Registry
 	store *durable.Store // nil without a data directory
 	cri   *generator.CRIClient
-	ns    *server.Server // the embedded NATS server; nil with a NATS URL
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	gen   *generator.Generator
-	pub   *publish.Publisher
-	state *publish.StateWriter // nil without Options.StateBucket
+	// containerd is the client of containerd's own API when it has its
+	// own endpoint (Options.ContainerdEndpoint); nil means cri serves it.
+	containerd *generator.CRIClient
+	ns         *server.Server // the embedded NATS server; nil with a NATS URL
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	gen        *generator.Generator
+	pub        *publish.Publisher
+	state      *publish.StateWriter // nil without Options.StateBucket
 }
 
 // build opens the durable store, makes the runtime client, connects NATS
@@ -187,6 +190,13 @@ func build(opts Options) (_ *pipeline, err error) {
 		return nil, err
 	}
 	warnMissingSocket(opts.CRIEndpoint, log)
+	var tasks generator.TaskEventSource = p.cri
+	if opts.ContainerdEndpoint != "" && opts.ContainerdEndpoint != opts.CRIEndpoint {
+		if p.containerd, err = generator.NewCRIClient(opts.ContainerdEndpoint, opts.CRI); err != nil {
+			return nil, fmt.Errorf("containerd endpoint: %w", err)
+		}
+		tasks = p.containerd
+	}
 
 	url := opts.NATS.URL
 	if url == "" {
@@ -293,6 +303,7 @@ func build(opts Options) (_ *pipeline, err error) {
 		RelistThreshold:     opts.RelistThreshold,
 		EventedRelistPeriod: opts.EventedRelistPeriod,
 		PodAnnotations:      opts.PodAnnotations,
+		TaskEvents:          generator.InstrumentTaskEvents(tasks, metrics),
 		Published:           published,
 		Logger:              log,
 		Metrics:             metrics,
@@ -418,6 +429,9 @@ func (p *pipeline) close() {
 	p.closeNATS()
 	if p.cri != nil {
 		p.cri.Close()
+	}
+	if p.containerd != nil {
+		p.containerd.Close()
 	}
 	if p.store != nil {
 		if err := p.store.Close(); err != nil {

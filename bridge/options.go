@@ -52,6 +52,10 @@ type Options struct {
 	CRIEndpoint string
 	// CRI configures the CRI client (call timeout, largest response).
 	CRI generator.CRIOptions
+	// ContainerdEndpoint is the socket of containerd's own API, whose event
+	// service the containerd-events mode (and auto mode on containerd 1.x)
+	// follows; empty means CRIEndpoint, where containerd serves both.
+	ContainerdEndpoint string
 	// Mode selects the generator's sources; empty means generator.ModeAuto.
 	Mode generator.Mode
 	// RelistPeriod, RelistThreshold and EventedRelistPeriod are the

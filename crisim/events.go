@@ -106,9 +106,11 @@ func (r *Runtime) endSubscriptionLocked(s *Subscription, err error) {
 }
 
 // emitLocked hands ev to the subscribers: a copy to each of them, or with
-// SharedEventChannel to the next one in turn. It never blocks.
+// SharedEventChannel to the next one in turn, and publishes containerd's
+// envelopes that go with it to the task subscribers. It never blocks.
 func (r *Runtime) emitLocked(ev *runtimeapi.ContainerEventResponse) {
 	r.stats.Events++
+	r.publishTasksLocked(ev)
 	if r.opts.SharedEventChannel {
 		for len(r.subs) > 0 {
 			r.nextShared %= len(r.subs)

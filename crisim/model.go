@@ -154,6 +154,7 @@ type Runtime struct {
 	byPod      map[string]map[string]*containerRecord // by sandbox id, orphans included; guarded by mu
 	names      map[string]string                      // reserved name -> id, as containerd reserves them; guarded by mu
 	subs       []*Subscription                        // guarded by mu
+	taskSubs   []*TaskSubscription                    // containerd event subscribers; guarded by mu
 	nextShared int                                    // round robin for SharedEventChannel; guarded by mu
 	backlog    []replayEvent                          // guarded by mu
 	populated  int                                    // pods made by Populate; guarded by mu

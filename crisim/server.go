@@ -10,9 +10,11 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	eventsapi "github.com/containerd/containerd/api/services/events/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -138,6 +140,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		grpc.ChainStreamInterceptor(s.interceptStream),
 	)
 	runtimeapi.RegisterRuntimeServiceServer(gs, &service{srv: s, serving: srv})
+	if strings.Contains(strings.ToLower(s.rt.Version().GetRuntimeName()), "containerd") {
+		// containerd serves its own API, its event service among it, on the
+		// CRI socket.
+		eventsapi.RegisterEventsServer(gs, &eventsService{srv: s, serving: srv})
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()
@@ -190,7 +197,8 @@ func (s *Server) SetLatency(method string, d time.Duration) {
 	s.latency[method] = d
 }
 
-// DropStreams ends every open GetContainerEvents stream with
+// DropStreams ends every open GetContainerEvents stream and containerd
+// event subscription with
 // codes.Unavailable and returns how many it ended. Clients may reconnect at
 // once.
 func (s *Server) DropStreams() int {
@@ -218,11 +226,11 @@ func (s *Server) MutatingCalls() []string {
 // IsReadOnly reports whether the RuntimeService method (a short name such as
 // "ListContainers") only reads: Version, Status, the List, Stream and Status
 // methods, the stats and metrics methods, RuntimeConfig and
-// GetContainerEvents. Everything else changes the node or runs something in
+// GetContainerEvents, and containerd's Events/Subscribe. Everything else changes the node or runs something in
 // a container.
 func IsReadOnly(method string) bool {
 	switch method {
-	case "Version", "Status", "RuntimeConfig", "GetContainerEvents",
+	case "Version", "Status", "RuntimeConfig", "GetContainerEvents", "Subscribe",
 		"ListPodSandbox", "ListContainers", "StreamPodSandboxes", "StreamContainers",
 		"PodSandboxStatus", "ContainerStatus",
 		"ContainerStats", "ListContainerStats", "StreamContainerStats",

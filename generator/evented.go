@@ -42,6 +42,9 @@ const (
 	// working (a dropped connection) is back before anything is missed,
 	// while one that ends as soon as it opens backs off.
 	reconnectAtOnceAfter = time.Second
+	// subscribeSettle is when a subscription to containerd's event service
+	// is relisted again, once it is surely in place (see watchTasks).
+	subscribeSettle = time.Second
 )
 
 // replayGate tells the merge when to hold relists back for the stream.
@@ -103,9 +106,11 @@ func (r *replayGate) close() {
 	}
 }
 
-// streamSupervisor is the evented source. It decides (in auto mode) whether
-// to subscribe at all, then keeps a GetContainerEvents stream open and hands
-// each message to the merge without ever blocking the runtime. It falls back
+// streamSupervisor is the evented source. It decides (in auto and
+// containerd-events mode) where to subscribe, if at all, then keeps a
+// GetContainerEvents stream, or a subscription to containerd's event service,
+// open and hands each message on (a CRI message to the merge, a containerd
+// event to the trigger) without ever blocking the runtime. It falls back
 // to generic relisting after repeated connection failures, or when a relist
 // shows a connected stream silent, and returns to evented mode once a
 // connection has been healthy for StreamHealthyAfter (after a silent stream,
@@ -128,6 +133,14 @@ type streamSupervisor struct {
 	// messages carries stream messages to the merge goroutine, which takes
 	// them in arrival order between relists.
 	messages chan<- *runtimeapi.ContainerEventResponse
+	// tasks is containerd's event service, nil where there is none; its
+	// events go to the trigger goroutine through triggers.
+	tasks    TaskEventSource
+	triggers chan<- TaskEvent
+	// source is where events come from, set once by Run before it connects.
+	source eventSource
+	// sm are the metrics of the source in use.
+	sm sourceMetrics
 	// runtimeBack receives when a relist succeeded after failing: the runtime
 	// answers again, so waiting out the reconnect backoff would only delay
 	// evented mode.
@@ -161,24 +174,31 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 	// while the bridge was away.
 	s.replay.open()
 	defer s.replay.close()
-	if mode == ModeAuto {
-		ok, why, err := s.detect(ctx)
+	s.source = sourceCRI
+	if mode == ModeAuto || mode == ModeContainerdEvents {
+		src, why, err := s.detect(ctx, mode)
 		if err != nil {
 			return nil // ctx done
 		}
-		if !ok {
-			s.logger.Info("auto mode: relisting only, no event stream", "reason", why)
+		if src == sourceContainerd && s.tasks == nil {
+			src, why = sourceNone, why+"; but no connection to containerd's event service was given"
+		}
+		if src == sourceNone {
+			s.logger.Info(string(mode)+" mode: relisting only, no event stream", "reason", why)
 			s.setMode(ModeGeneric, why)
 			return nil
 		}
-		s.logger.Info("runtime supports the event stream", "reason", why)
+		s.source = src
+		s.logger.Info("following the runtime's events", "source", src.String(), "reason", why)
 	}
+	s.sm = s.metrics.sourceMetrics(s.source)
+	s.metrics.eventSource.WithLabelValues(s.source.String()).Set(1)
 	s.setMode(ModeEvented, "event stream opening")
 	failures := 0
 	delay := s.opts.StreamBackoffMin
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			s.metrics.streamReconnects.Inc()
+			s.sm.reconnects.Inc()
 		}
 		up, events, err := s.watchOnce(ctx)
 		if ctx.Err() != nil {
@@ -195,7 +215,11 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 		s.logger.Warn("event stream ended", "err", err, "connected_for", up.Round(time.Millisecond),
 			"events", events, "consecutive_failures", failures)
 		if status.Code(err) == codes.Unimplemented {
-			s.setMode(ModeGeneric, "runtime does not implement GetContainerEvents")
+			why := "runtime does not implement GetContainerEvents"
+			if s.source == sourceContainerd {
+				why = "the socket does not serve containerd's event service"
+			}
+			s.setMode(ModeGeneric, why)
 			return nil
 		}
 		if failures >= s.opts.StreamFailureLimit && s.mode() == ModeEvented {
@@ -239,22 +263,23 @@ func (s *streamSupervisor) runtimeAnswers() {
 	}
 }
 
-// detect asks the runtime its version until it answers or ctx is done.
-func (s *streamSupervisor) detect(ctx context.Context) (bool, string, error) {
+// detect asks the runtime its version until it answers or ctx is done, and
+// chooses the event source for mode from it.
+func (s *streamSupervisor) detect(ctx context.Context, mode Mode) (eventSource, string, error) {
 	delay := s.opts.StreamBackoffMin
 	for {
 		v, err := s.rt.Version(ctx)
 		if err == nil {
-			ok, why := streamSupport(v)
-			return ok, why, nil
+			src, why := chooseSource(mode, v)
+			return src, why, nil
 		}
 		if status.Code(err) == codes.Unimplemented {
-			return false, "runtime does not implement Version, so whether its event stream is safe to share is unknown", nil
+			return sourceNone, "runtime does not implement Version, so which event source is safe to use is unknown", nil
 		}
 		// At Debug: the relists meanwhile fail too, and say so at Warn once.
 		s.logger.Debug("cannot read runtime version to choose a mode, relisting meanwhile", "err", err)
 		if err := sleep(ctx, jitter(delay)); err != nil {
-			return false, "", err
+			return sourceNone, "", err
 		}
 		delay = min(delay*2, s.opts.StreamBackoffMax)
 	}
@@ -273,11 +298,15 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 
 	start := time.Now()
 	s.connectedAt.Store(start.UnixNano())
-	s.metrics.streamConnected.Set(1)
+	s.sm.connected.Set(1)
 	defer func() {
 		s.connectedAt.Store(0)
-		s.metrics.streamConnected.Set(0)
+		s.sm.connected.Set(0)
 	}()
+	if s.source == sourceContainerd {
+		events, err := s.watchTasks(wctx, requireEvents)
+		return time.Since(start), events, err
+	}
 	// The gate is open (Run opened it), so this relist is merged after
 	// whatever the runtime replays.
 	s.relist()
@@ -300,7 +329,7 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 		select {
 		case s.messages <- ev:
 		default:
-			s.metrics.streamEvents.WithLabelValues("dropped").Inc()
+			s.sm.events.WithLabelValues("dropped").Inc()
 			s.logger.Warn("event stream buffer full, dropping an event and resyncing by relist",
 				"container_id", ev.GetContainerId(), "event_type", ev.GetContainerEventType().String())
 			s.relist()
@@ -317,6 +346,57 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 		}
 	})
 	return time.Since(start), events, err
+}
+
+// watchTasks holds one subscription to containerd's event service open
+// until it ends, handing each event to the trigger goroutine without ever
+// blocking. It returns how many events the subscription delivered.
+//
+// containerd keeps nothing for a new subscriber, so there is no replay to
+// wait for: the gate is shut at once. What happened while no subscription
+// was open is found by the relist at connect, and once more by a relist
+// after subscribeSettle, since containerd gives no sign of when the
+// subscription is in place: a change between the first relist's listing and
+// that moment would otherwise wait for the safety-net relist.
+func (s *streamSupervisor) watchTasks(ctx context.Context, requireEvents bool) (int, error) {
+	s.replay.close()
+	s.relist()
+	var events int
+	gotEvent := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() { s.promoteWhenHealthy(ctx, requireEvents, gotEvent) })
+	wg.Go(func() {
+		if sleep(ctx, subscribeSettle) == nil {
+			s.relist()
+		}
+	})
+	err := s.tasks.WatchTaskEvents(ctx, func(ev TaskEvent, err error) {
+		if err != nil {
+			s.sm.events.WithLabelValues("invalid").Inc()
+			s.logger.Warn("skipping a containerd event that does not decode, relisting instead", "err", err)
+			s.relist()
+			return
+		}
+		events++
+		s.eventsSinceRelist.Add(1)
+		select {
+		case gotEvent <- struct{}{}:
+		default:
+		}
+		select {
+		case s.triggers <- ev:
+			s.sm.events.WithLabelValues("accepted").Inc()
+		default:
+			s.sm.events.WithLabelValues("dropped").Inc()
+			s.logger.Warn("containerd event buffer full, dropping an event and resyncing by relist",
+				"id", ev.ID, "topic", ev.Topic)
+			s.relist()
+		}
+	})
+	return events, err
 }
 
 // endReplayWhenQuiet shuts the gate when no replayed message came for

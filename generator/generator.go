@@ -88,8 +88,12 @@ type Options struct {
 	// and a container among them that is gone now is reported Died and
 	// Removed by the first relist.
 	Published []Event
-	Logger    *slog.Logger
-	Metrics   *Metrics
+	// TaskEvents is containerd's event service, for the containerd-events
+	// mode and auto mode on containerd 1.x. Nil: the runtime's, if it
+	// implements TaskEventSource (the CRI client does), else none.
+	TaskEvents TaskEventSource
+	Logger     *slog.Logger
+	Metrics    *Metrics
 }
 
 // Generator is the PLEG: it relists the runtime, merges what it sees into
@@ -118,8 +122,12 @@ type Generator struct {
 	// streamBuf carries stream messages from the connection's reader to the
 	// merge goroutine, which takes them in arrival order between relists.
 	streamBuf chan *runtimeapi.ContainerEventResponse
-	mode      atomic.Value // string: the active Mode, evented or generic
-	stream    *streamSupervisor
+	// taskBuf carries containerd's events from the subscription's reader
+	// to the trigger goroutine.
+	taskBuf  chan TaskEvent
+	triggers *triggerSet
+	mode     atomic.Value // string: the active Mode, evented or generic
+	stream   *streamSupervisor
 
 	lastRelist  atomic.Int64 // unix ns of the start of the last good relist
 	lastGC      time.Time    // used by the merge goroutine only
@@ -188,6 +196,11 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		relistNow:   make(chan struct{}, 1),
 		runtimeBack: make(chan struct{}, 1),
 		streamBuf:   make(chan *runtimeapi.ContainerEventResponse, streamBufferSize),
+		taskBuf:     make(chan TaskEvent, streamBufferSize),
+	}
+	g.triggers = newTriggerSet(g, opts.Metrics.triggers)
+	if opts.TaskEvents == nil {
+		opts.TaskEvents, _ = rt.(TaskEventSource)
 	}
 	g.targeted = newTargetedQueue(opts.TargetedRelistDelay, opts.TargetedRelistRate, opts.Metrics.targetedPending)
 	g.seed(opts.Published)
@@ -213,6 +226,8 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		setMode:     g.setMode,
 		relist:      g.requestRelist,
 		messages:    g.streamBuf,
+		tasks:       opts.TaskEvents,
+		triggers:    g.taskBuf,
 		runtimeBack: g.runtimeBack,
 		replay:      newReplayGate(),
 	}
@@ -252,6 +267,7 @@ func (g *Generator) Run(ctx context.Context) error {
 	default:
 		eg.Go(func() error { return g.stream.Run(ctx, g.opts.Mode) })
 		eg.Go(func() error { return g.runTargeted(ctx) })
+		eg.Go(func() error { return g.runTriggers(ctx) })
 	}
 	err := eg.Wait()
 	if errors.Is(err, context.Canceled) {

@@ -42,7 +42,9 @@ type fixture struct {
 func newFixture(t *testing.T, mopts crisim.Options, gopts generator.Options) *fixture {
 	t.Helper()
 	f := &fixture{rt: generatortest.NewFakeRuntime(mopts), rec: generatortest.NewRecorder(), reg: prometheus.NewRegistry()}
-	gopts.Logger = slog.New(slog.DiscardHandler)
+	if gopts.Logger == nil {
+		gopts.Logger = slog.New(slog.DiscardHandler)
+	}
 	gopts.Metrics = generator.NewMetrics(f.reg)
 	f.gen = generator.New(f.rt, f.rec, gopts)
 	return f
@@ -317,10 +319,15 @@ func TestGenericModeNeverOpensTheStream(t *testing.T) {
 	})
 }
 
-func TestAutoModeDoesNotSubscribeOnContainerd17(t *testing.T) {
+// criOnly hides a runtime's containerd event service: the generator sees a
+// CRI runtime and nothing else.
+type criOnly struct{ generator.Runtime }
+
+func TestAutoModeDoesNotSubscribeOnContainerd17WithoutItsEventService(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, crisim.Containerd17Options(), generator.Options{Mode: generator.ModeAuto})
+		f.gen = generator.New(criOnly{f.rt}, f.rec, generator.Options{Mode: generator.ModeAuto, Logger: slog.New(slog.DiscardHandler)})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- f.gen.Run(ctx) }()

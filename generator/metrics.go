@@ -29,6 +29,28 @@ type Metrics struct {
 	targetedPending  prometheus.Gauge
 	unsent           prometheus.Gauge
 	unreported       *prometheus.CounterVec
+
+	// containerd's event service, as a trigger.
+	taskReconnects prometheus.Counter
+	taskEvents     *prometheus.CounterVec
+	taskConnected  prometheus.Gauge
+	triggers       *prometheus.CounterVec
+	eventSource    *prometheus.GaugeVec
+}
+
+// sourceMetrics are the metrics of one event source's connection.
+type sourceMetrics struct {
+	connected  prometheus.Gauge
+	reconnects prometheus.Counter
+	events     *prometheus.CounterVec
+}
+
+// sourceMetrics returns the connection metrics of src.
+func (m *Metrics) sourceMetrics(src eventSource) sourceMetrics {
+	if src == sourceContainerd {
+		return sourceMetrics{connected: m.taskConnected, reconnects: m.taskReconnects, events: m.taskEvents}
+	}
+	return sourceMetrics{connected: m.streamConnected, reconnects: m.streamReconnects, events: m.streamEvents}
 }
 
 // NewMetrics creates the generator's metrics and registers them on reg
@@ -106,6 +128,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "pleg_bridge_mode",
 			Help: "The generator's current mode (1 for the active one).",
 		}, []string{"mode"}),
+		taskReconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pleg_bridge_containerd_events_reconnects_total",
+			Help: "Times the subscription to containerd's event service was (re)opened after the first time.",
+		}),
+		taskEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_containerd_events_total",
+			Help: "containerd event service messages by result (accepted, dropped, invalid).",
+		}, []string{"result"}),
+		taskConnected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pleg_bridge_containerd_events_connected",
+			Help: "1 while a subscription to containerd's event service is open, else 0.",
+		}),
+		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_containerd_triggers_total",
+			Help: "What became of containerd's events as triggers: requested (a targeted relist), known (the cache held it), exec (an exec's exit), confirmed, relooked (not listed yet, asked again), unconfirmed and unresolved (left to the periodic relist).",
+		}, []string{"result"}),
+		eventSource: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pleg_bridge_event_source",
+			Help: "Where the evented source takes events from (1 for the one chosen): cri (GetContainerEvents) or containerd (containerd's event service, as a trigger).",
+		}, []string{"source"}),
 	}
 	// A loss must show as an increase: a series born at 1 would hide the
 	// first one from increase() and rate(), so every event type starts at 0.
@@ -116,7 +158,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.events,
 			m.skipped, m.criRequests, m.criDuration, m.streamReconnects, m.streamEvents,
 			m.missedByStream, m.mode, m.suppressed, m.streamConnected, m.targetedPending,
-			m.unsent, m.unreported)
+			m.unsent, m.unreported, m.taskReconnects, m.taskEvents, m.taskConnected, m.triggers, m.eventSource)
 	}
 	return m
 }
@@ -175,5 +217,28 @@ func (i *instrumented) WatchEvents(ctx context.Context, fn func(*runtimeapi.Cont
 	start := time.Now()
 	err := i.rt.WatchEvents(ctx, fn)
 	i.observe("GetContainerEvents", start, err)
+	return err
+}
+
+// instrumentedTasks is the TaskEventSource decorator that records a
+// subscription in pleg_bridge_cri_requests_total (operation "Subscribe")
+// when it ends, with the code it ended with.
+type instrumentedTasks struct {
+	src TaskEventSource
+	m   *Metrics
+}
+
+// InstrumentTaskEvents wraps src like InstrumentRuntime wraps a Runtime;
+// nil stays nil.
+func InstrumentTaskEvents(src TaskEventSource, m *Metrics) TaskEventSource {
+	if src == nil {
+		return nil
+	}
+	return &instrumentedTasks{src: src, m: m}
+}
+
+func (i *instrumentedTasks) WatchTaskEvents(ctx context.Context, fn func(TaskEvent, error)) error {
+	err := i.src.WatchTaskEvents(ctx, fn)
+	i.m.criRequests.WithLabelValues("Subscribe", status.Code(err).String()).Inc()
 	return err
 }

@@ -14,55 +14,93 @@ type Mode string
 
 // Modes.
 const (
-	// ModeAuto uses the event stream where the runtime supports a second
-	// subscriber safely (containerd 2.0+, CRI-O 1.28+), else relists.
+	// ModeAuto follows the runtime's events where that is safe: the CRI
+	// event stream on runtimes that serve a second subscriber safely
+	// (containerd 2.0+, CRI-O 1.28+), containerd's own event service as a
+	// trigger on containerd 1.x, else relisting only.
 	ModeAuto Mode = "auto"
-	// ModeEvented follows the event stream, with a slower relist as a
+	// ModeEvented follows the CRI event stream, with a slower relist as a
 	// safety net, falling back to relisting while the stream fails.
 	ModeEvented Mode = "evented"
-	// ModeGeneric only relists; it never opens the event stream.
+	// ModeContainerdEvents follows containerd's own event service as a
+	// trigger for targeted relists, with a slower relist as a safety net,
+	// falling back to relisting while the subscription fails. It never
+	// opens the CRI event stream.
+	ModeContainerdEvents Mode = "containerd-events"
+	// ModeGeneric only relists; it never opens an event stream.
 	ModeGeneric Mode = "generic"
 )
 
 // ParseMode checks a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case ModeAuto, ModeEvented, ModeGeneric:
+	case ModeAuto, ModeEvented, ModeContainerdEvents, ModeGeneric:
 		return m, nil
 	}
-	return "", fmt.Errorf("unknown mode %q (want auto, evented or generic)", s)
+	return "", fmt.Errorf("unknown mode %q (want auto, evented, containerd-events or generic)", s)
 }
 
-// streamSupport decides from the runtime's Version whether subscribing to
-// GetContainerEvents next to the kubelet is safe, and says why.
+// eventSource is where the evented source takes the runtime's events from.
+type eventSource int
+
+const (
+	sourceNone       eventSource = iota // relisting only
+	sourceCRI                           // CRI GetContainerEvents
+	sourceContainerd                    // containerd's event service, as a trigger
+)
+
+func (s eventSource) String() string {
+	switch s {
+	case sourceCRI:
+		return "cri"
+	case sourceContainerd:
+		return "containerd"
+	}
+	return "none"
+}
+
+// chooseSource decides from the configured mode and the runtime's Version
+// where to take events from, and says why.
 //
-// containerd 1.7 serves every subscriber from one shared channel, so a second
-// subscriber steals events from the kubelet: never subscribe there. CRI-O
-// supports the stream from 1.28 (it closes it at once unless pod events are
-// enabled; the fallback handles that).
-func streamSupport(v *runtimeapi.VersionResponse) (bool, string) {
+// containerd 1.7 serves every GetContainerEvents subscriber from one shared
+// channel, so a second subscriber steals events from the kubelet: never
+// subscribe there. Its own event service gives every subscriber its own
+// queue, so auto mode uses that on containerd 1.x. On containerd 2.x the CRI
+// stream fans out and carries the pod's state in each message, which saves
+// the trigger's listing: auto mode keeps it there. CRI-O supports the stream
+// from 1.28 (it closes it at once unless pod events are enabled; the
+// fallback handles that). A runtime that is not containerd never gets the
+// containerd trigger.
+func chooseSource(mode Mode, v *runtimeapi.VersionResponse) (eventSource, string) {
 	name := strings.ToLower(v.GetRuntimeName())
 	ver := v.GetRuntimeVersion()
 	major, minor, ok := parseVersion(ver)
+	containerd := strings.Contains(name, "containerd")
+	if mode == ModeContainerdEvents {
+		if !containerd {
+			return sourceNone, fmt.Sprintf("runtime %q is not containerd, so it has no containerd event service", v.GetRuntimeName())
+		}
+		return sourceContainerd, fmt.Sprintf("containerd %s: its event service, as configured", ver)
+	}
 	switch {
-	case strings.Contains(name, "containerd"):
+	case containerd:
 		if !ok {
-			return false, fmt.Sprintf("containerd version %q is not understood", ver)
+			return sourceNone, fmt.Sprintf("containerd version %q is not understood", ver)
 		}
 		if major < 2 {
-			return false, fmt.Sprintf("containerd %s shares one event channel among subscribers; subscribing would steal the kubelet's events", ver)
+			return sourceContainerd, fmt.Sprintf("containerd %s shares one CRI event channel among subscribers (subscribing would steal the kubelet's events); its own event service gives each subscriber a queue", ver)
 		}
-		return true, fmt.Sprintf("containerd %s fans events out to every subscriber", ver)
+		return sourceCRI, fmt.Sprintf("containerd %s fans CRI events out to every subscriber", ver)
 	case strings.Contains(name, "cri-o") || name == "crio":
 		if !ok {
-			return false, fmt.Sprintf("CRI-O version %q is not understood", ver)
+			return sourceNone, fmt.Sprintf("CRI-O version %q is not understood", ver)
 		}
 		if major < 1 || (major == 1 && minor < 28) {
-			return false, fmt.Sprintf("CRI-O %s predates container events (1.28)", ver)
+			return sourceNone, fmt.Sprintf("CRI-O %s predates container events (1.28)", ver)
 		}
-		return true, fmt.Sprintf("CRI-O %s supports container events", ver)
+		return sourceCRI, fmt.Sprintf("CRI-O %s supports container events", ver)
 	}
-	return false, fmt.Sprintf("runtime %q %s is not known to support a second event subscriber", v.GetRuntimeName(), ver)
+	return sourceNone, fmt.Sprintf("runtime %q %s is not known to support a second event subscriber", v.GetRuntimeName(), ver)
 }
 
 // parseVersion reads major and minor from versions such as "v2.4.2",

@@ -3,6 +3,8 @@ package generator
 import (
 	"context"
 
+	eventsapi "github.com/containerd/containerd/api/services/events/v1"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,7 +13,8 @@ import (
 
 // readMethods are the CRI methods the bridge may call: Version, Status, the
 // listings (List*, and the streamed forms of the two the relist uses), the
-// status reads (*Status) and GetContainerEvents. None of them changes the
+// status reads (*Status), GetContainerEvents and containerd's
+// Events/Subscribe. None of them changes the
 // runtime. Anything else (create, start, stop, remove, exec, update, pull,
 // checkpoint) is refused before it reaches the socket, so a future caller
 // of the connection cannot make the bridge act on the node by mistake. A read
@@ -30,7 +33,14 @@ var readMethods = map[string]bool{
 	runtimeapi.RuntimeService_PodSandboxStatus_FullMethodName:      true,
 	runtimeapi.RuntimeService_ContainerStatus_FullMethodName:       true,
 	runtimeapi.RuntimeService_GetContainerEvents_FullMethodName:    true,
+	// containerd's own event service, on the same socket: Subscribe only
+	// (Publish and Forward would inject events into containerd).
+	containerdSubscribe: true,
 }
+
+// containerdSubscribe is the full method name of containerd's
+// Events/Subscribe (its generated code has no constant for it).
+var containerdSubscribe = "/" + eventsapi.Events_ServiceDesc.ServiceName + "/" + eventsapi.Events_ServiceDesc.Streams[0].StreamName
 
 // checkReadOnly returns nil for a read method and otherwise a
 // codes.PermissionDenied error naming the method.

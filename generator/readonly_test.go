@@ -76,6 +76,14 @@ func TestCRIClientRefusesMutatingCallsBeforeTheSocket(t *testing.T) {
 			t.Errorf("%s (a read) = %v, want admitted", name, err)
 		}
 	}
+	// containerd's event service, on the same socket: Subscribe is a read,
+	// Publish and Forward would inject events into containerd.
+	for _, m := range []string{"Publish", "Forward"} {
+		err := conn.Invoke(t.Context(), "/containerd.services.events.v1.Events/"+m, &emptypb.Empty{}, &emptypb.Empty{})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("Events/%s = %v, want refused", m, err)
+		}
+	}
 	if m := srv.MutatingCalls(); len(m) != 0 {
 		t.Errorf("mutating calls reached the runtime: %v", m)
 	}

@@ -82,9 +82,11 @@ func (r *relister) relist(ctx context.Context, scope *relistScope) (*batch, erro
 	}
 	b := &batch{source: SourceRelist, at: at, full: scope == nil}
 	pods := r.group(sandboxes, containers, at, scope)
-	if scope != nil && pods[scope.podUID] == nil {
+	if scope != nil && scope.podUID != "" && pods[scope.podUID] == nil {
 		// The sandbox is gone with all its containers: an empty, complete
-		// view of it lets the merge declare them gone.
+		// view of it lets the merge declare them gone. (A sandbox whose pod
+		// is not known yet, named by one of containerd's events, has
+		// nothing to declare gone.)
 		pods[scope.podUID] = &podObservation{pod: Pod{UID: scope.podUID}, complete: true,
 			scope: map[string]bool{scope.sandboxID: true}, containersOnly: scope.containersOnly}
 	}

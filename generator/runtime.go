@@ -3,6 +3,7 @@ package generator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -41,4 +42,44 @@ type SinkFullError struct{ Recorded int }
 
 func (e *SinkFullError) Error() string {
 	return fmt.Sprintf("send events: sink full after %d recorded", e.Recorded)
+}
+
+// TaskEvent is one of containerd's own task or container events, reduced to
+// what the trigger uses. containerd publishes them on its event service
+// (containerd.services.events.v1.Events), beside CRI on the same socket, for
+// the CRI plugin's containers and sandboxes under the IDs CRI uses. They
+// carry no pod identity and no CRI state: the generator only uses them to
+// ask for targeted relists (trigger.go).
+type TaskEvent struct {
+	// Topic is containerd's topic, one of the Topic* constants.
+	Topic string
+	// ID names the container or sandbox: a task event's container_id, a
+	// container event's id.
+	ID string
+	// ExecID is set on a task exit of a process other than the container's
+	// init (an exec): such an exit ends nothing the bridge reports.
+	ExecID string
+	// At is when containerd published the event.
+	At time.Time
+}
+
+// containerd's topics the trigger subscribes to.
+const (
+	TopicTaskStart       = "/tasks/start"
+	TopicTaskExit        = "/tasks/exit"
+	TopicTaskDelete      = "/tasks/delete"
+	TopicContainerDelete = "/containers/delete"
+)
+
+// TaskEventSource is a runtime that also serves containerd's event service.
+// The CRI client implements it on the CRI socket.
+type TaskEventSource interface {
+	// WatchTaskEvents subscribes to containerd's events for the k8s.io
+	// namespace on the trigger's topics and calls fn for each, in order,
+	// until ctx is done or the subscription ends; an envelope that does not
+	// decode is passed as an error naming what was wrong, and the
+	// subscription goes on. It always returns a non-nil error;
+	// codes.Unimplemented means the socket does not serve containerd's
+	// event service.
+	WatchTaskEvents(ctx context.Context, fn func(TaskEvent, error)) error
 }

@@ -10,25 +10,29 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// targetedQueue holds the targeted relists that STOPPED and DELETED stream
-// events ask for, at most one per sandbox, and hands them out oldest first,
-// each once its delay has passed since it was first asked for and no faster
-// than its rate limit.
+// targetedQueue holds the targeted relists that stream events and
+// containerd's events ask for, at most one per sandbox, and hands each out
+// once it is due (requests that are due at once go oldest first) and no
+// faster than its rate limit.
 //
-// The delay lets the rest of a pod's events coalesce with the first: a pod's
-// termination stops and removes each of its containers and its sandbox within
-// a few milliseconds, and one listing confirms them all. The rate limit keeps
-// a node-wide storm of terminations from turning into a storm of runtime
-// calls. Requests that wait keep coalescing, so under a sustained storm each
-// pod is relisted once per turn of the queue; they confirm what the stream
-// reported, and the periodic relist remains the backstop.
+// The CRI stream's requests are due a delay after they were first asked for:
+// the rest of a pod's events coalesce with the first (a pod's termination
+// stops and removes each of its containers and its sandbox within a few
+// milliseconds, and one listing confirms them all). containerd's events
+// carry no state, so their requests are due at once, and a second look at a
+// container whose listing did not show the change yet is due a little later
+// (trigger.go). The rate limit keeps a node-wide storm of terminations from
+// turning into a storm of runtime calls. Requests that wait keep coalescing,
+// so under a sustained storm each pod is relisted once per turn of the
+// queue; the periodic relist remains the backstop.
 //
-// Request is safe for concurrent use; Next has one caller at a time.
+// Request and RequestAfter are safe for concurrent use; Next has one caller
+// at a time.
 type targetedQueue struct {
 	delay   time.Duration
 	limit   *rate.Limiter
 	pending prometheus.Gauge // the number of sandboxes waiting
-	wake    chan struct{}    // capacity 1: a request arrived
+	wake    chan struct{}    // capacity 1: a request arrived or came due sooner
 
 	mu       sync.Mutex
 	requests map[string]*targetedRequest // guarded by mu; by sandbox ID
@@ -36,15 +40,16 @@ type targetedQueue struct {
 }
 
 // targetedRequest is a waiting targeted relist of one sandbox: what to list,
-// and when it was first asked for.
+// and when it is due.
 type targetedRequest struct {
 	scope relistScope
-	since time.Time
+	due   time.Time
 }
 
 // newTargetedQueue returns an empty queue whose requests wait delay (none if
-// negative), then go out at most perSecond a second, in bursts of up to half
-// a second's worth. pending follows the number of waiting sandboxes.
+// negative) unless asked for otherwise, then go out at most perSecond a
+// second, in bursts of up to half a second's worth. pending follows the
+// number of waiting sandboxes.
 func newTargetedQueue(delay time.Duration, perSecond float64, pending prometheus.Gauge) *targetedQueue {
 	return &targetedQueue{
 		delay:    delay,
@@ -55,33 +60,49 @@ func newTargetedQueue(delay time.Duration, perSecond float64, pending prometheus
 	}
 }
 
-// Request asks for a relist of s's sandbox. A request for a sandbox that is
-// already waiting joins it, keeping its place and its delay; the joint
-// request lists the sandbox itself if either did (a sandbox's own event
-// needs it listed, whatever its containers' events asked for). It does not
-// block.
-func (q *targetedQueue) Request(s relistScope) {
+// Request asks for a relist of s's sandbox after the queue's delay. See
+// RequestAfter.
+func (q *targetedQueue) Request(s relistScope) { q.RequestAfter(s, q.delay) }
+
+// RequestAfter asks for a relist of s's sandbox once delay has passed (at
+// once if it is not positive). A request for a sandbox that is already
+// waiting joins it, keeping its place and becoming due at the sooner of the
+// two times; the joint request lists the sandbox itself if either did (a
+// sandbox's own event needs it listed, whatever its containers' events
+// asked for), and knows the pod UID if either did. It does not block.
+func (q *targetedQueue) RequestAfter(s relistScope, delay time.Duration) {
+	due := time.Now().Add(max(delay, 0))
 	q.mu.Lock()
+	sooner := true
 	if r, ok := q.requests[s.sandboxID]; ok {
 		r.scope.containersOnly = r.scope.containersOnly && s.containersOnly
+		if r.scope.podUID == "" {
+			r.scope.podUID = s.podUID
+		}
+		sooner = due.Before(r.due)
+		if sooner {
+			r.due = due
+		}
 	} else {
-		q.requests[s.sandboxID] = &targetedRequest{scope: s, since: time.Now()}
+		q.requests[s.sandboxID] = &targetedRequest{scope: s, due: due}
 		q.order = append(q.order, s.sandboxID)
 	}
 	q.pending.Set(float64(len(q.requests)))
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
+	if sooner {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// Next removes and returns the oldest request once its delay has passed and
-// the rate limit allows. It blocks until then, or fails when ctx is done (or
-// its deadline would pass first), leaving the request queued.
+// Next removes and returns the request that is due first, once it is due
+// and the rate limit allows. It blocks until then, or fails when ctx is done
+// (or its deadline would pass first), leaving the request queued.
 func (q *targetedQueue) Next(ctx context.Context) (relistScope, error) {
 	for {
-		since, ok := q.oldest()
+		due, ok := q.firstDue()
 		if !ok {
 			select {
 			case <-ctx.Done():
@@ -90,39 +111,60 @@ func (q *targetedQueue) Next(ctx context.Context) (relistScope, error) {
 			}
 			continue
 		}
-		if err := sleep(ctx, time.Until(since.Add(q.delay))); err != nil {
-			return relistScope{}, err
+		if d := time.Until(due); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return relistScope{}, ctx.Err()
+			case <-q.wake:
+				t.Stop()
+				continue // a request may have come due sooner
+			case <-t.C:
+			}
 		}
 		if err := q.limit.Wait(ctx); err != nil {
 			return relistScope{}, fmt.Errorf("wait for the targeted relist rate: %w", err)
 		}
-		// The oldest request is still the one waited for: only Next takes
-		// requests, and new ones queue behind it.
 		if s, ok := q.take(); ok {
 			return s, nil
 		}
 	}
 }
 
-// oldest returns when the oldest request was first asked for.
-func (q *targetedQueue) oldest() (time.Time, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.order) == 0 {
-		return time.Time{}, false
+// firstLocked returns the index in order of the request due first (the oldest of
+// those due at the same time), or -1. q.mu must be held.
+func (q *targetedQueue) firstLocked() int {
+	first := -1
+	for i, id := range q.order {
+		if first < 0 || q.requests[id].due.Before(q.requests[q.order[first]].due) {
+			first = i
+		}
 	}
-	return q.requests[q.order[0]].since, true
+	return first
 }
 
-// take removes the oldest request.
+// firstDue returns when the request due first is due.
+func (q *targetedQueue) firstDue() (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i := q.firstLocked()
+	if i < 0 {
+		return time.Time{}, false
+	}
+	return q.requests[q.order[i]].due, true
+}
+
+// take removes the request due first.
 func (q *targetedQueue) take() (relistScope, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.order) == 0 {
+	i := q.firstLocked()
+	if i < 0 {
 		return relistScope{}, false
 	}
-	id := q.order[0]
-	q.order = q.order[1:]
+	id := q.order[i]
+	q.order = append(q.order[:i], q.order[i+1:]...)
 	r := q.requests[id]
 	delete(q.requests, id)
 	q.pending.Set(float64(len(q.requests)))
@@ -157,11 +199,13 @@ func (g *Generator) runTargeted(ctx context.Context) error {
 		if err != nil {
 			g.metrics.relists.WithLabelValues("targeted", "error").Inc()
 			g.logger.Debug("targeted relist failed; the next full relist covers it", "pod_uid", s.podUID, "err", err)
+			g.triggers.confirm(s, nil)
 			continue
 		}
 		if err := g.submit(ctx, b); err != nil {
 			return nil // ctx done, or the merge failed and Run returns its error
 		}
 		g.metrics.relists.WithLabelValues("targeted", "ok").Inc()
+		g.triggers.confirm(s, b)
 	}
 }

@@ -53,10 +53,11 @@ const (
 // --help; the defaults are defaultConfig's, in Go, so that they are typed
 // and the stream name and subject prefix come from schemas.
 type Config struct {
-	NodeName          string        `env:"PLEG_NODE_NAME" desc:"Node name in subjects and events (default: the host name)"`
-	CRIEndpoint       string        `env:"PLEG_CRI_ENDPOINT" desc:"CRI socket, unix:///path or a bare path (default: the first of containerd's and CRI-O's sockets that exists)"`
-	CRITimeout        time.Duration `env:"PLEG_CRI_TIMEOUT" desc:"Timeout of each unary CRI call"`
-	CRIMaxRecvMsgSize int           `env:"PLEG_CRI_MAX_RECV_MSG_SIZE" desc:"Largest CRI response accepted, in bytes (gRPC's 4 MiB default breaks at about 4,250 containers)"`
+	NodeName           string        `env:"PLEG_NODE_NAME" desc:"Node name in subjects and events (default: the host name)"`
+	CRIEndpoint        string        `env:"PLEG_CRI_ENDPOINT" desc:"CRI socket, unix:///path or a bare path (default: the first of containerd's and CRI-O's sockets that exists)"`
+	ContainerdEndpoint string        `env:"PLEG_CONTAINERD_ENDPOINT" desc:"Socket of containerd's own API, whose event service the containerd-events mode follows (default: the CRI socket, where containerd serves both)"`
+	CRITimeout         time.Duration `env:"PLEG_CRI_TIMEOUT" desc:"Timeout of each unary CRI call"`
+	CRIMaxRecvMsgSize  int           `env:"PLEG_CRI_MAX_RECV_MSG_SIZE" desc:"Largest CRI response accepted, in bytes (gRPC's 4 MiB default breaks at about 4,250 containers)"`
 
 	NATSURL       string `env:"PLEG_NATS_URL" desc:"NATS server URL(s), comma-separated; unset: run an embedded NATS server with JetStream"`
 	NATSCreds     string `env:"PLEG_NATS_CREDS" desc:"NATS credentials file (JWT and NKey seed)"`
@@ -87,7 +88,7 @@ type Config struct {
 	// PodAnnotations is a list: PLEG_POD_ANNOTATIONS=key1,key2.
 	PodAnnotations []string `env:"PLEG_POD_ANNOTATIONS" desc:"Comma-separated keys of the pod annotations events carry in pod.annotations (empty: none; pod labels are always carried)"`
 
-	Mode                generator.Mode `env:"PLEG_MODE" desc:"auto, evented or generic"`
+	Mode                generator.Mode `env:"PLEG_MODE" desc:"auto, evented, containerd-events or generic"`
 	RelistPeriod        time.Duration  `env:"PLEG_RELIST_PERIOD" desc:"Relist period in generic mode"`
 	RelistThreshold     time.Duration  `env:"PLEG_RELIST_THRESHOLD" desc:"/healthz fails when the last relist is older than this"`
 	EventedRelistPeriod time.Duration  `env:"PLEG_EVENTED_RELIST_PERIOD" desc:"Safety-net relist period while the event stream is healthy"`
@@ -251,6 +252,11 @@ func (c Config) validate() error {
 			bad("CRI_ENDPOINT", c.CRIEndpoint, err.Error())
 		}
 	}
+	if c.ContainerdEndpoint != "" {
+		if _, err := generator.ParseEndpoint(c.ContainerdEndpoint); err != nil {
+			bad("CONTAINERD_ENDPOINT", c.ContainerdEndpoint, err.Error())
+		}
+	}
 	if c.Stream == "" || strings.ContainsAny(c.Stream, ".*> \t\r\n/\\") {
 		bad("STREAM", c.Stream, "a stream name must be non-empty without . * > / \\ or whitespace")
 	}
@@ -345,6 +351,7 @@ func (c Config) bridgeOptions(logger *slog.Logger, reg *prometheus.Registry) bri
 		SubjectPrefix:       c.SubjectPrefix,
 		CEMode:              c.CEMode,
 		CRIEndpoint:         c.CRIEndpoint,
+		ContainerdEndpoint:  c.ContainerdEndpoint,
 		CRI:                 generator.CRIOptions{Timeout: c.CRITimeout, MaxRecvMsgSize: c.CRIMaxRecvMsgSize},
 		Mode:                c.Mode,
 		RelistPeriod:        c.RelistPeriod,

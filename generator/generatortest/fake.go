@@ -29,13 +29,19 @@ type FakeRuntime struct {
 	opened  chan struct{}                   // one signal per WatchEvents call that subscribed
 	muted   bool                            // guarded by mu; streams stay open but deliver nothing
 	calls   map[string][]string             // guarded by mu; the sandbox filter of each list call
+	// taskStreams counts the open WatchTaskEvents calls, which are in
+	// streams too.
+	taskStreams int // guarded by mu
 }
 
 // streamOpenedBuffer bounds the stream openings a test has not waited for
 // yet; more are not signalled.
 const streamOpenedBuffer = 64
 
-var _ generator.Runtime = (*FakeRuntime)(nil)
+var (
+	_ generator.Runtime         = (*FakeRuntime)(nil)
+	_ generator.TaskEventSource = (*FakeRuntime)(nil)
+)
 
 // NewFakeRuntime returns a fake over a new model with opts.
 func NewFakeRuntime(opts crisim.Options) *FakeRuntime {
@@ -54,8 +60,9 @@ func (f *FakeRuntime) FailNext(method string, err error) {
 	f.failing[method] = append(f.failing[method], err)
 }
 
-// EndStreams ends every open WatchEvents call with a gRPC status of code, as
-// a runtime that restarts does. It returns how many it ended.
+// EndStreams ends every open WatchEvents and WatchTaskEvents call with a
+// gRPC status of code, as a runtime that restarts does. It returns how many
+// it ended.
 func (f *FakeRuntime) EndStreams(code codes.Code) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -65,11 +72,18 @@ func (f *FakeRuntime) EndStreams(code codes.Code) int {
 	return len(f.streams)
 }
 
+// OpenTaskStreams returns how many WatchTaskEvents calls are open.
+func (f *FakeRuntime) OpenTaskStreams() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.taskStreams
+}
+
 // OpenStreams returns how many WatchEvents calls are open.
 func (f *FakeRuntime) OpenStreams() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.streams)
+	return len(f.streams) - f.taskStreams
 }
 
 // StreamOpened receives once for every WatchEvents call that subscribed to
@@ -162,9 +176,14 @@ func (f *FakeRuntime) ListPodSandbox(ctx context.Context, filter *runtimeapi.Pod
 	return f.model.ListPodSandbox(filter), nil
 }
 
-// ListContainers implements generator.Runtime.
+// ListContainers implements generator.Runtime. A call filtering on a
+// container ID is recorded as "id=<ID>".
 func (f *FakeRuntime) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
-	f.recordList("ListContainers", filter.GetPodSandboxId())
+	if filter.GetId() != "" {
+		f.recordList("ListContainers", "id="+filter.GetId())
+	} else {
+		f.recordList("ListContainers", filter.GetPodSandboxId())
+	}
 	if err := f.enter(ctx, "ListContainers"); err != nil {
 		return nil, err
 	}
@@ -217,4 +236,56 @@ func (f *FakeRuntime) WatchEvents(ctx context.Context, fn func(*runtimeapi.Conta
 		err = context.Cause(ctx)
 	}
 	return fmt.Errorf("watch events: %w", status.Error(codes.Unavailable, fmt.Sprint(err)))
+}
+
+// WatchTaskEvents implements generator.TaskEventSource over the model's
+// containerd events, with the filters the CRI client sends: the k8s.io
+// namespace and the trigger's topics. Mute silences it too.
+func (f *FakeRuntime) WatchTaskEvents(ctx context.Context, fn func(generator.TaskEvent, error)) error {
+	if err := f.enter(ctx, "WatchTaskEvents"); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	f.mu.Lock()
+	id := f.nextID
+	f.nextID++
+	f.streams[id] = cancel
+	f.taskStreams++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.streams, id)
+		f.taskStreams--
+		f.mu.Unlock()
+	}()
+	sub := f.model.SubscribeTasks(ctx)
+	select {
+	case f.opened <- struct{}{}:
+	default:
+	}
+	for env := range sub.Events() {
+		switch env.GetTopic() {
+		case generator.TopicTaskStart, generator.TopicTaskExit, generator.TopicTaskDelete, generator.TopicContainerDelete:
+		default:
+			continue
+		}
+		if env.GetNamespace() != crisim.K8sNamespace {
+			continue
+		}
+		f.mu.Lock()
+		muted := f.muted
+		f.mu.Unlock()
+		if !muted {
+			fn(generator.DecodeEnvelope(env))
+		}
+	}
+	err := sub.Err()
+	if err == nil {
+		err = context.Cause(ctx)
+	}
+	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
+		return err
+	}
+	return fmt.Errorf("watch task events: %w", status.Error(codes.Unavailable, fmt.Sprint(err)))
 }

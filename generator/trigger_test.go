@@ -1,0 +1,370 @@
+package generator_test
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	eventtypes "github.com/containerd/containerd/api/events"
+	"github.com/google/go-cmp/cmp"
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/generator/generatortest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// startTriggered runs a generator in auto mode on a containerd 1.7 model,
+// with a safety-net relist too slow to matter, and waits for it to
+// subscribe to containerd's events. It returns the fixture and a stop
+// function.
+func startTriggered(t *testing.T, gopts generator.Options) (*fixture, func()) {
+	t.Helper()
+	if gopts.Mode == "" {
+		gopts.Mode = generator.ModeAuto
+	}
+	if gopts.EventedRelistPeriod == 0 {
+		gopts.EventedRelistPeriod = time.Hour
+	}
+	f := newFixture(t, crisim.Containerd17Options(), gopts)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- f.gen.Run(ctx) }()
+	advance(2 * time.Second) // past the settle relist
+	return f, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}
+}
+
+// fullRelists counts the ListContainers calls that listed the whole node.
+func fullRelists(f *fixture) int {
+	n := 0
+	for _, sb := range f.rt.ListCalls("ListContainers") {
+		if sb == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// targetedRelistsOf counts the ListContainers calls that listed sandbox sb.
+func targetedRelistsOf(f *fixture, sb string) int {
+	n := 0
+	for _, s := range f.rt.ListCalls("ListContainers") {
+		if s == sb {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAutoModeOnContainerd17FollowsContainerdsEventsWithoutTheCRIStream(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f, stop := startTriggered(t, generator.Options{})
+		defer stop()
+		if n := f.rt.OpenStreams(); n != 0 {
+			t.Errorf("auto mode on containerd 1.7 has %d CRI event streams open, want none", n)
+		}
+		if n := f.rt.OpenTaskStreams(); n != 1 {
+			t.Errorf("auto mode on containerd 1.7 has %d containerd event subscriptions, want 1", n)
+		}
+		if f.gen.Mode() != generator.ModeEvented {
+			t.Errorf("mode = %s, want evented (events drive targeted relists)", f.gen.Mode())
+		}
+		full := fullRelists(f)
+
+		// A pod's whole life, each step a few milliseconds after the last:
+		// every transition must be reported by a targeted relist within
+		// milliseconds of its step, long before the next full relist.
+		m := f.rt.Model()
+		step := func(what string, n int, fn func() error) {
+			t.Helper()
+			advance(5 * time.Millisecond)
+			if err := fn(); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			took := time.Now()
+			f.rec.Wait(t, n, time.Second)
+			if d := time.Since(took); d > 10*time.Millisecond {
+				t.Errorf("%s reported after %v, want within 10ms", what, d)
+			}
+		}
+		var sb, c string
+		step("sandbox start", 1, func() (err error) { sb, err = m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}); return })
+		c = must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		step("container start", 2, func() error { return m.StartContainer(c) })
+		step("container exit", 3, func() error { return m.StopContainer(c, 3, "Error", "") })
+		step("container removal", 4, func() error { return m.RemoveContainer(c) })
+		step("sandbox stop", 5, func() error { return m.StopPodSandbox(sb) })
+		step("sandbox removal", 6, func() error { return m.RemovePodSandbox(sb) })
+		advance(time.Minute)
+
+		got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
+		want := []string{
+			"ContainerStarted sb running - relist",
+			"ContainerStarted c running - relist",
+			"ContainerDied c exited 3 relist",
+			"ContainerRemoved c removed 3 relist",
+			"ContainerDied sb exited - relist",
+			"ContainerRemoved sb removed - relist",
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("events (-want +got):\n%s", diff)
+		}
+		if n := fullRelists(f) - full; n != 0 {
+			t.Errorf("%d full relists during the pod's life, want none: targeted relists report it", n)
+		}
+		if n := f.rt.OpenStreams(); n != 0 {
+			t.Errorf("%d CRI event streams opened", n)
+		}
+	})
+}
+
+func TestAnExitTheListingDoesNotShowYetIsLookedAtAgainBounded(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f, stop := startTriggered(t, generator.Options{})
+		defer stop()
+		m := f.rt.Model()
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		must(0, m.StartContainer(c))
+		f.rec.Wait(t, 2, time.Second)
+
+		// containerd publishes the exit; its CRI plugin updates the status
+		// 150 ms later.
+		before := targetedRelistsOf(f, sb)
+		exit := &eventtypes.TaskExit{ContainerID: c, ID: c, ExitStatus: 1, ExitedAt: timestamppb.Now()}
+		must(0, m.InjectTaskEvent(crisim.K8sNamespace, crisim.TopicTaskExit, exit))
+		advance(150 * time.Millisecond)
+		if n := targetedRelistsOf(f, sb) - before; n < 3 || n > 5 {
+			t.Errorf("%d targeted relists in the 150 ms before CRI showed the exit, want 3 to 5 (at 0, 25, 75 ms, ...)", n)
+		}
+		must(0, m.StopContainer(c, 1, "Error", ""))
+		stopped := time.Now()
+		evs := f.rec.Wait(t, 3, 10*time.Second)
+		if d := time.Since(stopped); d > 200*time.Millisecond {
+			t.Errorf("the exit reported %v after CRI showed it, want within the next look (200 ms)", d)
+		}
+		if last := evs[len(evs)-1]; last.Type != generator.ContainerDied || last.DetectedBy != generator.SourceRelist {
+			t.Errorf("last event %s, want ContainerDied by relist", generatortest.Line(last))
+		}
+
+		// An exit CRI never shows (a container that does not stop) is looked
+		// at a bounded number of times, then left to the periodic relist.
+		c2 := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: "other"}))
+		must(0, m.StartContainer(c2))
+		f.rec.Wait(t, 4, time.Second)
+		before = targetedRelistsOf(f, sb)
+		exit2 := &eventtypes.TaskExit{ContainerID: c2, ID: c2, ExitStatus: 1, ExitedAt: timestamppb.Now()}
+		must(0, m.InjectTaskEvent(crisim.K8sNamespace, crisim.TopicTaskExit, exit2))
+		advance(time.Minute)
+		if n := targetedRelistsOf(f, sb) - before; n != 8 {
+			t.Errorf("%d targeted relists for an exit CRI never shows, want 8", n)
+		}
+		if got := triggerCount(t, f, "unconfirmed"); got != 1 {
+			t.Errorf("pleg_bridge_containerd_triggers_total{result=\"unconfirmed\"} = %v, want 1", got)
+		}
+	})
+}
+
+func TestContainerdEventsThatReportNothingAskForNothing(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f, stop := startTriggered(t, generator.Options{})
+		defer stop()
+		m := f.rt.Model()
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		must(0, m.StartContainer(c))
+		f.rec.Wait(t, 2, time.Second)
+		advance(10 * time.Second)
+		calls := len(f.rt.ListCalls("ListContainers"))
+
+		// An exec's exit, the same start again, another namespace's exit
+		// (filtered out by the subscription), and the removal of a
+		// container never seen.
+		inject := func(ns, topic string, msg any) {
+			t.Helper()
+			var err error
+			switch msg := msg.(type) {
+			case *eventtypes.TaskExit:
+				err = m.InjectTaskEvent(ns, topic, msg)
+			case *eventtypes.TaskStart:
+				err = m.InjectTaskEvent(ns, topic, msg)
+			case *eventtypes.ContainerDelete:
+				err = m.InjectTaskEvent(ns, topic, msg)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		inject(crisim.K8sNamespace, crisim.TopicTaskExit, &eventtypes.TaskExit{ContainerID: c, ID: "exec-1", ExitStatus: 2})
+		inject(crisim.K8sNamespace, crisim.TopicTaskStart, &eventtypes.TaskStart{ContainerID: c})
+		inject("moby", crisim.TopicTaskExit, &eventtypes.TaskExit{ContainerID: c, ID: c})
+		inject(crisim.K8sNamespace, crisim.TopicContainerDelete, &eventtypes.ContainerDelete{ID: "never-seen"})
+		advance(10 * time.Second)
+		if n := len(f.rt.ListCalls("ListContainers")) - calls; n != 0 {
+			t.Errorf("%d listings after events that report nothing new, want none", n)
+		}
+		if n := len(f.rec.Events()); n != 2 {
+			t.Errorf("%d events, want the 2 starts:\n%s", n, strings.Join(lines(f.rec.Events(), nil), "\n"))
+		}
+		for result, want := range map[string]float64{"exec": 1, "known": 2} {
+			if got := triggerCount(t, f, result); got != want {
+				t.Errorf("pleg_bridge_containerd_triggers_total{result=%q} = %v, want %v", result, got, want)
+			}
+		}
+	})
+}
+
+func TestAMalformedContainerdEventIsSkippedAndRelisted(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var logs strings.Builder
+		f, stop := startTriggered(t, generator.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		defer stop()
+		m := f.rt.Model()
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		f.rec.Wait(t, 1, time.Second)
+		full := fullRelists(f)
+		// A task exit whose payload is a TaskStart: the type URL says so.
+		must(0, m.InjectTaskEvent(crisim.K8sNamespace, crisim.TopicTaskExit, &eventtypes.TaskStart{ContainerID: sb}))
+		advance(time.Second)
+		if n := fullRelists(f) - full; n != 1 {
+			t.Errorf("%d full relists after a malformed event, want 1", n)
+		}
+		if !strings.Contains(logs.String(), `payload type \"containerd.events.TaskStart\", want containerd.events.TaskExit`) {
+			t.Errorf("the log does not name what was wrong:\n%s", logs.String())
+		}
+		// The subscription goes on.
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		must(0, m.StartContainer(c))
+		f.rec.Wait(t, 2, 100*time.Millisecond)
+	})
+}
+
+func TestContainerdEventsModeFallsBackAndReturns(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd17Options(), generator.Options{
+			Mode: generator.ModeContainerdEvents, RelistPeriod: time.Second, EventedRelistPeriod: time.Hour,
+			StreamFailureLimit: 3, StreamHealthyAfter: 10 * time.Second,
+		})
+		for range 3 {
+			f.rt.FailNext("WatchTaskEvents", status.Error(codes.Unavailable, "containerd restarting"))
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		advance(5 * time.Second)
+		if f.gen.Mode() != generator.ModeGeneric {
+			t.Fatalf("after 3 failed subscriptions mode = %s, want generic", f.gen.Mode())
+		}
+		// Relisting at the normal period meanwhile: a container started now
+		// is reported by a full relist within a second.
+		m := f.rt.Model()
+		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+		evs := f.rec.Wait(t, 1, 1100*time.Millisecond)
+		if evs[0].Container.ID != sb {
+			t.Errorf("first event %v", evs[0])
+		}
+		advance(time.Minute)
+		if f.gen.Mode() != generator.ModeEvented || f.rt.OpenTaskStreams() != 1 {
+			t.Errorf("after the subscription held %v: mode %s with %d subscriptions, want evented with 1",
+				time.Minute, f.gen.Mode(), f.rt.OpenTaskStreams())
+		}
+		if n := f.rt.OpenStreams(); n != 0 {
+			t.Errorf("containerd-events mode opened %d CRI event streams", n)
+		}
+	})
+}
+
+func TestContainerdEventsModeNeverTriesARuntimeThatIsNotContainerd(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var logs strings.Builder
+		f := newFixture(t, crisim.Options{RuntimeName: "cri-o", RuntimeVersion: "1.31.0"}, generator.Options{
+			Mode: generator.ModeContainerdEvents, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		advance(time.Minute)
+		cancel()
+		<-done
+		if f.gen.Mode() != generator.ModeGeneric || f.rt.OpenTaskStreams() != 0 || f.rt.OpenStreams() != 0 {
+			t.Errorf("mode %s with %d subscriptions and %d streams, want generic with none", f.gen.Mode(), f.rt.OpenTaskStreams(), f.rt.OpenStreams())
+		}
+		if !strings.Contains(logs.String(), `runtime \"cri-o\" is not containerd`) {
+			t.Errorf("the log does not say why:\n%s", logs.String())
+		}
+	})
+}
+
+func TestATriggerForANewPodResolvesItsSandbox(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f, stop := startTriggered(t, generator.Options{})
+		defer stop()
+		m := f.rt.Model()
+		// Twenty pods at once, two containers each.
+		var ids []string
+		for range 20 {
+			sb := must(m.RunPodSandbox(crisim.PodConfig{}))
+			ids = append(ids, sb)
+			for j := range 2 {
+				c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: []string{"a", "b"}[j]}))
+				must(0, m.StartContainer(c))
+				ids = append(ids, c)
+			}
+		}
+		start := time.Now()
+		evs := f.rec.Wait(t, 60, 5*time.Second)
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("60 starts reported in %v, want within a second (rate limit bursts)", d)
+		}
+		var got []string
+		for _, e := range evs {
+			if e.Type != generator.ContainerStarted {
+				t.Errorf("unexpected %s", generatortest.Line(e))
+			}
+			got = append(got, e.Container.ID)
+		}
+		slices.Sort(got)
+		slices.Sort(ids)
+		if !slices.Equal(got, ids) {
+			t.Errorf("started %d of %d, or some twice", len(got), len(ids))
+		}
+	})
+}
+
+// triggerCount reads pleg_bridge_containerd_triggers_total{result}.
+func triggerCount(t *testing.T, f *fixture, result string) float64 {
+	t.Helper()
+	families, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != "pleg_bridge_containerd_triggers_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
