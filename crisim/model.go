@@ -128,6 +128,7 @@ type Stats struct {
 	Events          int // events emitted, InjectEvent included
 	Undelivered     int // events emitted while nobody listened and not kept for replay
 	Subscribers     int // current subscriptions
+	TaskSubscribers int // current subscriptions to containerd's events
 	SlowSubscribers int // subscriptions ended because their buffer was full
 }
 
@@ -566,6 +567,7 @@ func (r *Runtime) Stats() Stats {
 	s.Sandboxes = len(r.sandboxes)
 	s.Containers = len(r.containers)
 	s.Subscribers = len(r.subs)
+	s.TaskSubscribers = len(r.taskSubs)
 	return s
 }
 

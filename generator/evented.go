@@ -139,6 +139,9 @@ type streamSupervisor struct {
 	triggers chan<- TaskEvent
 	// source is where events come from, set once by Run before it connects.
 	source eventSource
+	// coalesceToFull is set (if not nil) when containerd's events are the
+	// source: see runTargeted.
+	coalesceToFull *atomic.Bool
 	// sm are the metrics of the source in use.
 	sm sourceMetrics
 	// runtimeBack receives when a relist succeeded after failing: the runtime
@@ -192,6 +195,9 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 		s.logger.Info("following the runtime's events", "source", src.String(), "reason", why)
 	}
 	s.sm = s.metrics.sourceMetrics(s.source)
+	if s.source == sourceContainerd && s.coalesceToFull != nil {
+		s.coalesceToFull.Store(true)
+	}
 	s.metrics.eventSource.WithLabelValues(s.source.String()).Set(1)
 	s.setMode(ModeEvented, "event stream opening")
 	failures := 0

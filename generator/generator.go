@@ -126,8 +126,12 @@ type Generator struct {
 	// to the trigger goroutine.
 	taskBuf  chan TaskEvent
 	triggers *triggerSet
-	mode     atomic.Value // string: the active Mode, evented or generic
-	stream   *streamSupervisor
+	// coalesceToFull makes the targeted relist goroutine take a burst of
+	// requests as one full relist: set while containerd's events drive
+	// the relists.
+	coalesceToFull atomic.Bool
+	mode           atomic.Value // string: the active Mode, evented or generic
+	stream         *streamSupervisor
 
 	lastRelist  atomic.Int64 // unix ns of the start of the last good relist
 	lastGC      time.Time    // used by the merge goroutine only
@@ -218,18 +222,19 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		meta:              g.meta,
 	}
 	g.stream = &streamSupervisor{
-		rt:          rt,
-		opts:        g.opts,
-		logger:      g.logger,
-		metrics:     g.metrics,
-		mode:        g.Mode,
-		setMode:     g.setMode,
-		relist:      g.requestRelist,
-		messages:    g.streamBuf,
-		tasks:       opts.TaskEvents,
-		triggers:    g.taskBuf,
-		runtimeBack: g.runtimeBack,
-		replay:      newReplayGate(),
+		rt:             rt,
+		opts:           g.opts,
+		logger:         g.logger,
+		metrics:        g.metrics,
+		mode:           g.Mode,
+		setMode:        g.setMode,
+		relist:         g.requestRelist,
+		messages:       g.streamBuf,
+		tasks:          opts.TaskEvents,
+		coalesceToFull: &g.coalesceToFull,
+		triggers:       g.taskBuf,
+		runtimeBack:    g.runtimeBack,
+		replay:         newReplayGate(),
 	}
 	return g
 }
@@ -459,6 +464,7 @@ func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 	if err := g.submit(ctx, b); err != nil {
 		return err
 	}
+	g.triggers.confirmAll()
 	g.metrics.relistDuration.Observe(time.Since(start).Seconds())
 	if !g.relistStart.IsZero() {
 		g.metrics.relistInterval.Observe(start.Sub(g.relistStart).Seconds())

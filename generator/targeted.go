@@ -171,6 +171,36 @@ func (q *targetedQueue) take() (relistScope, bool) {
 	return r.scope, true
 }
 
+// takeDueIfAtLeast removes and returns every request that is due at now,
+// if there are at least n of them; otherwise it takes nothing.
+func (q *targetedQueue) takeDueIfAtLeast(now time.Time, n int) []relistScope {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	due := 0
+	for _, id := range q.order {
+		if !q.requests[id].due.After(now) {
+			due++
+		}
+	}
+	if due < n || due == 0 {
+		return nil
+	}
+	taken := make([]relistScope, 0, due)
+	kept := q.order[:0]
+	for _, id := range q.order {
+		r := q.requests[id]
+		if r.due.After(now) {
+			kept = append(kept, id)
+			continue
+		}
+		taken = append(taken, r.scope)
+		delete(q.requests, id)
+	}
+	q.order = kept
+	q.pending.Set(float64(len(q.requests)))
+	return taken
+}
+
 // sleep waits d (nothing if d is not positive) or until ctx is done, and then
 // returns ctx.Err().
 func sleep(ctx context.Context, d time.Duration) error {
@@ -194,6 +224,18 @@ func (g *Generator) runTargeted(ctx context.Context) error {
 		s, err := g.targeted.Next(ctx)
 		if err != nil {
 			return nil // ctx done
+		}
+		if g.coalesceToFull.Load() {
+			// Driven by containerd's events, a burst over many pods (a
+			// node draining, a deployment rolling) would be one targeted
+			// relist per pod at the rate limit, seconds behind. One full
+			// relist is two calls and shows them all: the expectations
+			// are confirmed after it (triggerSet.confirmAll).
+			if more := g.targeted.takeDueIfAtLeast(time.Now(), coalesceAbove-1); more != nil {
+				g.metrics.relists.WithLabelValues("coalesced", "ok").Add(float64(len(more) + 1))
+				g.requestRelist()
+				continue
+			}
 		}
 		b, err := g.relister.relist(ctx, &s)
 		if err != nil {

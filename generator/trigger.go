@@ -33,6 +33,9 @@ const (
 	triggerLooks = 8
 	// triggerRelookFirst is the wait before the second look.
 	triggerRelookFirst = 25 * time.Millisecond
+	// coalesceAbove is how many sandboxes due for a targeted relist at once
+	// make one full relist instead, in containerd-events mode.
+	coalesceAbove = 8
 )
 
 // Results of a containerd event, counted in
@@ -170,10 +173,6 @@ func (t *triggerSet) confirm(s relistScope, b *batch) {
 	if t == nil {
 		return
 	}
-	podUID := s.podUID
-	if podUID == "" && b != nil && len(b.pods) > 0 {
-		podUID = b.pods[0].pod.UID
-	}
 	type look struct {
 		scope relistScope
 		after time.Duration
@@ -184,10 +183,7 @@ func (t *triggerSet) confirm(s relistScope, b *batch) {
 		if e.scope.sandboxID != s.sandboxID {
 			continue
 		}
-		if e.scope.podUID == "" {
-			e.scope.podUID = podUID
-		}
-		if b != nil && t.g.reached(e.scope.podUID, id, e.want) {
+		if b != nil && t.reached(id, e) {
 			delete(t.pending, id)
 			t.results.WithLabelValues(triggerConfirmed).Inc()
 			continue
@@ -207,6 +203,33 @@ func (t *triggerSet) confirm(s relistScope, b *batch) {
 	for _, l := range again {
 		t.g.targeted.RequestAfter(l.scope, l.after)
 	}
+}
+
+// confirmAll drops the expectations that the cache shows met, after a full
+// relist was merged. The others keep waiting for their own looks.
+func (t *triggerSet) confirmAll() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, e := range t.pending {
+		if t.reached(id, e) {
+			delete(t.pending, id)
+			t.results.WithLabelValues(triggerConfirmed).Inc()
+		}
+	}
+}
+
+// reached says whether the cache shows e met, learning its pod's UID from
+// the cache if the event came before the pod was known. t.mu must be held.
+func (t *triggerSet) reached(id string, e *expectation) bool {
+	if e.scope.podUID == "" {
+		if sc, _, ok := t.g.locate(e.scope.sandboxID); ok {
+			e.scope.podUID = sc.podUID
+		}
+	}
+	return t.g.reached(e.scope.podUID, id, e.want)
 }
 
 // relookDelay is the wait before look n+1 (n ≥ 1): 25 ms doubling.

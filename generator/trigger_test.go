@@ -368,3 +368,42 @@ func triggerCount(t *testing.T, f *fixture, result string) float64 {
 	}
 	return 0
 }
+
+func TestABurstOverManyPodsIsTakenAsOneFullRelist(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f, stop := startTriggered(t, generator.Options{})
+		defer stop()
+		m := f.rt.Model()
+		var ids []string
+		for range 40 {
+			sb := must(m.RunPodSandbox(crisim.PodConfig{}))
+			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+			must(0, m.StartContainer(c))
+			ids = append(ids, c)
+		}
+		f.rec.Wait(t, 80, 5*time.Second)
+		advance(time.Second)
+		full, targeted := fullRelists(f), len(f.rt.ListCalls("ListContainers"))-fullRelists(f)
+
+		// A node draining: every container exits at once.
+		for i, c := range ids {
+			must(0, m.StopContainer(c, int32(i%3), "Error", ""))
+		}
+		stopped := time.Now()
+		f.rec.Wait(t, 120, 5*time.Second)
+		if d := time.Since(stopped); d > 50*time.Millisecond {
+			t.Errorf("40 exits reported in %v, want within 50ms", d)
+		}
+		advance(time.Minute)
+		fulls := fullRelists(f) - full
+		targets := len(f.rt.ListCalls("ListContainers")) - fullRelists(f) - targeted
+		t.Logf("40 exits: %d full relists, %d targeted listings", fulls, targets)
+		if fulls < 1 || fulls > 3 || targets > 10 {
+			t.Errorf("40 exits took %d full relists and %d targeted listings; want 1 to 3 full relists and few targeted ones", fulls, targets)
+		}
+		if n := len(f.rec.Events()); n != 120 {
+			t.Errorf("%d events, want 120 (each once)", n)
+		}
+	})
+}

@@ -44,9 +44,15 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 	opts := h.bridgeOptions()
 	opts.CRIEndpoint = "unix://" + sock
 	opts.DataDir = dataDir
-	opts.Mode = generator.ModeEvented
-	if mode == ModeGeneric {
+	preset := crisim.Containerd24Options
+	switch mode {
+	case ModeGeneric:
 		opts.Mode = generator.ModeGeneric
+	case ModeContainerd:
+		opts.Mode = generator.ModeContainerdEvents
+		preset = crisim.Containerd17Options
+	default:
+		opts.Mode = generator.ModeEvented
 	}
 	opts.Hooks.OnAck = tr.onAck
 	if cfg.Stages {
@@ -67,7 +73,7 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 	)
 	switch cfg.Runtime {
 	case RuntimeInProcess:
-		model := crisim.NewRuntime(crisim.Containerd24Options())
+		model := crisim.NewRuntime(preset())
 		pool, err := newPool(model, slots, cfg.ContainersPerPod, tr.track)
 		if err != nil {
 			return Result{}, err
@@ -81,11 +87,12 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 		drive = func(ctx context.Context) (paced, error) {
 			return pace(ctx, cfg.Rate, cfg.Warmup, cfg.Duration, pool.transition)
 		}
-		subscribed = func() bool { return model.Stats().Subscribers > 0 }
+		subscribed = func() bool { st := model.Stats(); return st.Subscribers+st.TaskSubscribers > 0 }
 	default: // RuntimeProcess; the process waits for the subscription itself
 		env, err := runtimeProcessEnv(runtimeSpec{
 			Socket: sock, Rate: cfg.Rate, Warmup: cfg.Warmup, Duration: cfg.Duration,
-			Slots: slots, ContainersPerPod: cfg.ContainersPerPod, WaitSubscriber: mode == ModeEvented,
+			Slots: slots, ContainersPerPod: cfg.ContainersPerPod, WaitSubscriber: mode.subscribes(),
+			Containerd17: mode == ModeContainerd,
 		})
 		if err != nil {
 			return Result{}, fmt.Errorf("measure %s mode: %w", mode, err)
@@ -152,7 +159,7 @@ func waitReady(ctx context.Context, mode Mode, b *bridge.Bridge, subscribed func
 	return pollUntil(ctx, func() bool {
 		st := b.Status()
 		ready := st.Built && st.Synced && st.Pending == 0
-		if mode == ModeEvented {
+		if mode.subscribes() {
 			ready = ready && st.Mode == generator.ModeEvented && (subscribed == nil || subscribed())
 		}
 		return ready

@@ -57,7 +57,11 @@ func runRuntimeProcess(ctx context.Context, specJSON string, stdin io.Reader, st
 	if err := spec.validate(); err != nil {
 		return fmt.Errorf("read %s: %w", runtimeEnv, err)
 	}
-	model := crisim.NewRuntime(crisim.Containerd24Options())
+	preset := crisim.Containerd24Options()
+	if spec.Containerd17 {
+		preset = crisim.Containerd17Options()
+	}
+	model := crisim.NewRuntime(preset)
 	w := newRecordWriter(stdout)
 	pool, err := newPool(model, spec.Slots, spec.ContainersPerPod, w.track)
 	if err != nil {
@@ -93,7 +97,7 @@ func runRuntimeProcess(ctx context.Context, specJSON string, stdin io.Reader, st
 			return nil
 		}
 		if spec.WaitSubscriber {
-			err := pollUntil(egctx, func() bool { return model.Stats().Subscribers > 0 },
+			err := pollUntil(egctx, func() bool { st := model.Stats(); return st.Subscribers+st.TaskSubscribers > 0 },
 				"the bridge did not subscribe to the event stream within "+readyTimeout.String())
 			if err != nil {
 				return stoppedOr(egctx, err)

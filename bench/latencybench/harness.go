@@ -33,19 +33,26 @@ const (
 	ModeEvented Mode = "evented"
 	// ModeGeneric runs the bridge in generic mode (relisting only).
 	ModeGeneric Mode = "generic"
+	// ModeContainerd runs the bridge in containerd-events mode against the
+	// containerd 1.7 preset: containerd's own events trigger targeted
+	// relists.
+	ModeContainerd Mode = "containerd"
 )
 
-// ParseModes reads a comma-separated list of modes ("raw,evented,generic").
+// subscribes says whether the bridge follows an event stream in mode.
+func (m Mode) subscribes() bool { return m == ModeEvented || m == ModeContainerd }
+
+// ParseModes reads a comma-separated list of modes ("raw,evented,containerd,generic").
 // An empty string is an empty list.
 func ParseModes(s string) ([]Mode, error) {
 	var modes []Mode
 	for f := range strings.SplitSeq(s, ",") {
 		switch m := Mode(strings.TrimSpace(f)); m {
-		case ModeRaw, ModeEvented, ModeGeneric:
+		case ModeRaw, ModeEvented, ModeContainerd, ModeGeneric:
 			modes = append(modes, m)
 		case "":
 		default:
-			return nil, fmt.Errorf("unknown mode %q (want raw, evented or generic)", f)
+			return nil, fmt.Errorf("unknown mode %q (want raw, evented, containerd or generic)", f)
 		}
 	}
 	return modes, nil
@@ -326,7 +333,7 @@ func (h *Harness) Run(ctx context.Context, mode Mode) (Result, error) {
 	switch mode {
 	case ModeRaw:
 		return h.runRaw(ctx)
-	case ModeEvented, ModeGeneric:
+	case ModeEvented, ModeContainerd, ModeGeneric:
 		return h.runBridge(ctx, mode)
 	}
 	return Result{}, fmt.Errorf("unknown mode %q", mode)

@@ -47,6 +47,8 @@ type runtimeSpec struct {
 	// cannot see the subscription, and the bridge's mode says "evented"
 	// before the stream is open.
 	WaitSubscriber bool `json:"wait_subscriber"`
+	// Containerd17 runs the containerd 1.7 preset instead of 2.4's.
+	Containerd17 bool `json:"containerd_17,omitempty"`
 }
 
 func (s runtimeSpec) validate() error {

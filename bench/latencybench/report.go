@@ -156,6 +156,10 @@ func Verdict(results []Result) string {
 	}
 	s := fmt.Sprintf("verdict: target evented p99 ≤ %d× raw p99 %s: evented p99 %s is %s× raw p99 %s",
 		TargetRatio, met, FormatDuration(ev.Latency.P99), formatRatio(ratio), FormatDuration(raw.Latency.P99))
+	if c, ok := byMode[ModeContainerd]; ok && c.Acked > 0 {
+		s += fmt.Sprintf("; containerd-events p99 %s is %s× raw's", FormatDuration(c.Latency.P99),
+			formatRatio(float64(c.Latency.P99)/float64(raw.Latency.P99)))
+	}
 	if gen, ok := byMode[ModeGeneric]; ok && gen.Acked > 0 {
 		s += fmt.Sprintf("; generic p99 %s is %s× evented's", FormatDuration(gen.Latency.P99),
 			formatRatio(float64(gen.Latency.P99)/float64(ev.Latency.P99)))

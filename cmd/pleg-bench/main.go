@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rate := fs.Float64("rate", latencybench.DefaultRate, "container transitions (Lifecycle events) per second")
 	duration := fs.Duration("duration", latencybench.DefaultDuration, "how long each mode is measured, after the warmup")
 	warmup := fs.Duration("warmup", latencybench.DefaultWarmup, "transitions made at the same rate before measuring (0: none)")
-	modesFlag := fs.String("modes", "raw,evented,generic", "modes to measure, comma-separated: raw, evented, generic (empty: none)")
+	modesFlag := fs.String("modes", "raw,evented,containerd,generic", "modes to measure, comma-separated: raw, evented, containerd (containerd-events against the containerd 1.7 preset), generic (empty: none)")
 	runtimeFlag := fs.String("runtime", string(latencybench.RuntimeProcess),
 		"where the simulated runtime and its driver run: process (a child process, as containerd runs beside the bridge) or inprocess (the bridge's process)")
 	stages := fs.Bool("stages", false, "also time the stages of each bridge event (stream, merge, encode, ack) and print them")
