@@ -173,6 +173,23 @@ func (t *triggerSet) confirm(s relistScope, b *batch) {
 	if t == nil {
 		return
 	}
+	t.check(func(e *expectation) bool { return e.scope.sandboxID == s.sandboxID }, b != nil)
+}
+
+// confirmAll checks every expectation after a full relist was merged, as
+// confirm does for one sandbox: a burst coalesced into this relist left the
+// queue, so nothing else would look at what it did not show before the
+// safety-net relist.
+func (t *triggerSet) confirmAll() {
+	if t == nil {
+		return
+	}
+	t.check(func(*expectation) bool { return true }, true)
+}
+
+// check settles the expectations that match: met (if listed says the cache
+// has just been relisted), out of looks, or asked for again.
+func (t *triggerSet) check(match func(*expectation) bool, listed bool) {
 	type look struct {
 		scope relistScope
 		after time.Duration
@@ -180,10 +197,10 @@ func (t *triggerSet) confirm(s relistScope, b *batch) {
 	var again []look
 	t.mu.Lock()
 	for id, e := range t.pending {
-		if e.scope.sandboxID != s.sandboxID {
+		if !match(e) {
 			continue
 		}
-		if b != nil && t.reached(id, e) {
+		if listed && t.reached(id, e) {
 			delete(t.pending, id)
 			t.results.WithLabelValues(triggerConfirmed).Inc()
 			continue
@@ -191,7 +208,7 @@ func (t *triggerSet) confirm(s relistScope, b *batch) {
 		if e.looks >= triggerLooks {
 			delete(t.pending, id)
 			t.results.WithLabelValues(triggerUnconfirmed).Inc()
-			t.g.logger.Debug("no targeted relist showed what containerd reported; the periodic relist covers it",
+			t.g.logger.Debug("no relist showed what containerd reported; the periodic relist covers it",
 				"id", id, "want", e.want.String(), "looks", e.looks)
 			continue
 		}
@@ -202,22 +219,6 @@ func (t *triggerSet) confirm(s relistScope, b *batch) {
 	t.mu.Unlock()
 	for _, l := range again {
 		t.g.targeted.RequestAfter(l.scope, l.after)
-	}
-}
-
-// confirmAll drops the expectations that the cache shows met, after a full
-// relist was merged. The others keep waiting for their own looks.
-func (t *triggerSet) confirmAll() {
-	if t == nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for id, e := range t.pending {
-		if t.reached(id, e) {
-			delete(t.pending, id)
-			t.results.WithLabelValues(triggerConfirmed).Inc()
-		}
 	}
 }
 

@@ -407,3 +407,67 @@ func TestABurstOverManyPodsIsTakenAsOneFullRelist(t *testing.T) {
 		}
 	})
 }
+
+// TestABurstCRIDoesNotShowYetIsLookedAtAgain: a burst of exits that the
+// full relist it coalesces into does not show yet (containerd publishes
+// them before its CRI plugin updates the statuses) is looked at again,
+// not left to the safety-net relist.
+func TestABurstCRIDoesNotShowYetIsLookedAtAgain(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f, stop := startTriggered(t, generator.Options{})
+		defer stop()
+		m := f.rt.Model()
+		var ids []string
+		for range 20 {
+			sb := must(m.RunPodSandbox(crisim.PodConfig{}))
+			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+			must(0, m.StartContainer(c))
+			ids = append(ids, c)
+		}
+		f.rec.Wait(t, 40, 5*time.Second)
+		advance(time.Second)
+		for _, c := range ids {
+			exit := &eventtypes.TaskExit{ContainerID: c, ID: c, ExitStatus: 1, ExitedAt: timestamppb.Now()}
+			must(0, m.InjectTaskEvent(crisim.K8sNamespace, crisim.TopicTaskExit, exit))
+		}
+		advance(60 * time.Millisecond)
+		// The stops' own events are not delivered: only looking again
+		// finds them.
+		f.rt.Mute()
+		for _, c := range ids {
+			must(0, m.StopContainer(c, 1, "Error", ""))
+		}
+		f.rt.Unmute()
+		stopped := time.Now()
+		f.rec.Wait(t, 60, 10*time.Second)
+		t.Logf("coalesced %v", relistCount(t, f, "coalesced"))
+		if d := time.Since(stopped); d > 500*time.Millisecond {
+			t.Errorf("20 exits reported %v after CRI showed them, want within the next looks (500 ms)", d)
+		}
+	})
+}
+
+// relistCount reads pleg_bridge_relists_total{kind, result="ok"}.
+func relistCount(t *testing.T, f *fixture, kind string) float64 {
+	t.Helper()
+	families, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != "pleg_bridge_relists_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["kind"] == kind && labels["result"] == "ok" {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}

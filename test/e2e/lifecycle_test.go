@@ -23,13 +23,20 @@ const (
 	maxLatency = 15 * time.Second
 )
 
-// modes returns the bridge modes to test on the suite's containerd: both
-// sources on 2.x; on 1.7 generic and auto, which must not subscribe there.
+// modes returns the bridge modes to test on the suite's containerd: every
+// source on 2.x; on 1.7 generic and auto, which must never open the CRI
+// event stream there and follows containerd's own events instead.
 func modes() []string {
 	if strings.HasPrefix(suite.version, "1.") {
 		return []string{"generic", "auto"}
 	}
-	return []string{"generic", "evented"}
+	return []string{"generic", "evented", "containerd-events"}
+}
+
+// triggered says whether mode follows containerd's event service on the
+// suite's containerd.
+func triggered(mode string) bool {
+	return mode == "containerd-events" || (mode == "auto" && strings.HasPrefix(suite.version, "1."))
 }
 
 // expected is what the stream must say about one container or sandbox.
@@ -57,8 +64,8 @@ func check(t *testing.T, mode string, evs []event, want map[string]expected) {
 		if e.Node != "e2e-node" || e.Source != "/nodes/e2e-node" {
 			t.Errorf("event #%d: node %q source %q", e.Sequence, e.Node, e.Source)
 		}
-		if mode == "generic" && e.Data.DetectedBy != "relist" {
-			t.Errorf("event #%d in generic mode detected by %q: %s", e.Sequence, e.Data.DetectedBy, e)
+		if (mode == "generic" || triggered(mode)) && e.Data.DetectedBy != "relist" {
+			t.Errorf("event #%d in %s mode detected by %q, want relist: %s", e.Sequence, mode, e.Data.DetectedBy, e)
 		}
 	}
 	detected := map[string]int{}
@@ -149,10 +156,10 @@ func reportLatency(t *testing.T, mode, kind string, lat []time.Duration) {
 	}
 }
 
-// checkSubscription asserts from the bridge's /metrics whether it holds a
-// GetContainerEvents stream. pleg_bridge_cri_requests_total counts a stream
-// when it ends, so the gauge pleg_bridge_cri_stream_connected is what shows
-// an open one.
+// checkSubscription asserts from the bridge's /metrics which event source
+// it holds open. pleg_bridge_cri_requests_total counts a stream when it
+// ends, so the gauges pleg_bridge_cri_stream_connected and
+// pleg_bridge_containerd_events_connected are what show an open one.
 func checkSubscription(t *testing.T, b *bridge) {
 	t.Helper()
 	m := b.scrape("pleg_bridge_")
@@ -162,21 +169,30 @@ func checkSubscription(t *testing.T, b *bridge) {
 			opened = append(opened, k+" "+v)
 		}
 	}
-	connected := m["pleg_bridge_cri_stream_connected"]
-	t.Logf("%s mode: pleg_bridge_cri_stream_connected %s, mode generic=%s evented=%s, GetContainerEvents requests %v",
-		b.mode, connected, m[`pleg_bridge_mode{mode="generic"}`], m[`pleg_bridge_mode{mode="evented"}`], opened)
+	cri, ctrd := m["pleg_bridge_cri_stream_connected"], m["pleg_bridge_containerd_events_connected"]
+	t.Logf("%s mode: pleg_bridge_cri_stream_connected %s, pleg_bridge_containerd_events_connected %s, mode generic=%s evented=%s, GetContainerEvents requests %v",
+		b.mode, cri, ctrd, m[`pleg_bridge_mode{mode="generic"}`], m[`pleg_bridge_mode{mode="evented"}`], opened)
 	switch {
 	case b.mode == "evented":
-		if connected != "1" {
-			t.Errorf("evented mode: pleg_bridge_cri_stream_connected = %q, want 1", connected)
+		if cri != "1" || ctrd != "0" {
+			t.Errorf("evented mode: CRI stream connected %q, containerd events connected %q; want 1 and 0", cri, ctrd)
 		}
-	default: // generic anywhere, auto on containerd 1.7: never subscribe
-		if len(opened) != 0 || connected != "0" {
-			t.Errorf("%s mode on containerd %s subscribed to GetContainerEvents: %v, pleg_bridge_cri_stream_connected %q",
-				b.mode, suite.version, opened, connected)
+	case triggered(b.mode):
+		if len(opened) != 0 || cri != "0" {
+			t.Errorf("%s mode on containerd %s opened GetContainerEvents: %v, pleg_bridge_cri_stream_connected %q",
+				b.mode, suite.version, opened, cri)
+		}
+		if ctrd != "1" || m[`pleg_bridge_event_source{source="containerd"}`] != "1" {
+			t.Errorf("%s mode on containerd %s: pleg_bridge_containerd_events_connected %q, event source %q; want subscribed to containerd's events",
+				b.mode, suite.version, ctrd, m[`pleg_bridge_event_source{source="containerd"}`])
+		}
+	default: // generic
+		if len(opened) != 0 || cri != "0" || ctrd != "0" {
+			t.Errorf("generic mode on containerd %s subscribed: GetContainerEvents %v, CRI stream %q, containerd events %q",
+				suite.version, opened, cri, ctrd)
 		}
 		if g := m[`pleg_bridge_mode{mode="generic"}`]; g != "1" {
-			t.Errorf("%s mode on containerd %s: pleg_bridge_mode{mode=\"generic\"} = %q, want 1", b.mode, suite.version, g)
+			t.Errorf("generic mode on containerd %s: pleg_bridge_mode{mode=\"generic\"} = %q, want 1", suite.version, g)
 		}
 	}
 }
@@ -269,9 +285,6 @@ func TestTwentyPodsAtOnce(t *testing.T) {
 // complete, with that container's exit as the runtime reports it afterwards
 // (containerd gives it no event, and says exit code 255, reason Unknown).
 func TestRuntimeRestart(t *testing.T) {
-	if strings.HasPrefix(suite.version, "1.") {
-		t.Skipf("runtime restart is tested on containerd 2.x only, not %s", suite.version)
-	}
 	for _, mode := range modes() {
 		t.Run(mode, func(t *testing.T) {
 			c := newCRI(t)
