@@ -302,11 +302,5 @@ func (svc *eventsService) Subscribe(req *eventsapi.SubscribeRequest, stream even
 			return err
 		}
 	}
-	err = sub.Err()
-	switch {
-	case errors.Is(err, errStreamsDropped), errors.Is(err, errServerStopping), errors.Is(err, ErrSlowSubscriber):
-		return status.Error(codes.Unavailable, err.Error())
-	default:
-		return status.FromContextError(stream.Context().Err()).Err()
-	}
+	return streamEnd(stream.Context(), sub.Err())
 }

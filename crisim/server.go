@@ -377,11 +377,17 @@ func (svc *service) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream gr
 			return err
 		}
 	}
-	err := sub.Err()
+	return streamEnd(stream.Context(), sub.Err())
+}
+
+// streamEnd is how an event stream whose subscription ended with err ends:
+// codes.Unavailable when the server dropped it, stopped or found the
+// subscriber too slow, as a runtime does; else the client's cancellation.
+func streamEnd(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, errStreamsDropped), errors.Is(err, errServerStopping), errors.Is(err, ErrSlowSubscriber):
 		return status.Error(codes.Unavailable, err.Error())
 	default:
-		return status.FromContextError(stream.Context().Err()).Err()
+		return status.FromContextError(ctx.Err()).Err()
 	}
 }

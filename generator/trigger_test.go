@@ -44,6 +44,18 @@ func startTriggered(t *testing.T, gopts generator.Options) (*fixture, func()) {
 	}
 }
 
+// runningPod starts a pod with one container and waits for both starts to
+// be reported.
+func runningPod(t *testing.T, f *fixture) (sandbox, container string) {
+	t.Helper()
+	m := f.rt.Model()
+	sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+	c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+	must(0, m.StartContainer(c))
+	f.rec.Wait(t, 2, time.Second)
+	return sb, c
+}
+
 // fullRelists counts the ListContainers calls that listed the whole node.
 func fullRelists(f *fixture) int {
 	n := 0
@@ -135,10 +147,7 @@ func TestAnExitTheListingDoesNotShowYetIsLookedAtAgainBounded(t *testing.T) {
 		f, stop := startTriggered(t, generator.Options{})
 		defer stop()
 		m := f.rt.Model()
-		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
-		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
-		must(0, m.StartContainer(c))
-		f.rec.Wait(t, 2, time.Second)
+		sb, c := runningPod(t, f)
 
 		// containerd publishes the exit; its CRI plugin updates the status
 		// 150 ms later.
@@ -183,10 +192,7 @@ func TestContainerdEventsThatReportNothingAskForNothing(t *testing.T) {
 		f, stop := startTriggered(t, generator.Options{})
 		defer stop()
 		m := f.rt.Model()
-		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
-		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
-		must(0, m.StartContainer(c))
-		f.rec.Wait(t, 2, time.Second)
+		_, c := runningPod(t, f)
 		advance(10 * time.Second)
 		calls := len(f.rt.ListCalls("ListContainers"))
 

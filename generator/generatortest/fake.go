@@ -198,28 +198,47 @@ func (f *FakeRuntime) ContainerStatus(ctx context.Context, id string) (*runtimea
 	return f.model.ContainerStatus(id)
 }
 
+// openStream registers an open stream (a containerd event subscription if
+// task), which EndStreams can end through the returned context; done
+// unregisters it.
+func (f *FakeRuntime) openStream(ctx context.Context, task bool) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	f.mu.Lock()
+	id := f.nextID
+	f.nextID++
+	f.streams[id] = cancel
+	if task {
+		f.taskStreams++
+	}
+	f.mu.Unlock()
+	return ctx, func() {
+		cancel(nil)
+		f.mu.Lock()
+		delete(f.streams, id)
+		if task {
+			f.taskStreams--
+		}
+		f.mu.Unlock()
+	}
+}
+
+// signalOpened tells StreamOpened's reader that a stream subscribed.
+func (f *FakeRuntime) signalOpened() {
+	select {
+	case f.opened <- struct{}{}:
+	default:
+	}
+}
+
 // WatchEvents implements generator.Runtime over a model subscription.
 func (f *FakeRuntime) WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error {
 	if err := f.enter(ctx, "WatchEvents"); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	f.mu.Lock()
-	id := f.nextID
-	f.nextID++
-	f.streams[id] = cancel
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		delete(f.streams, id)
-		f.mu.Unlock()
-	}()
+	ctx, done := f.openStream(ctx, false)
+	defer done()
 	sub := f.model.Subscribe(ctx)
-	select {
-	case f.opened <- struct{}{}:
-	default:
-	}
+	f.signalOpened()
 	for ev := range sub.Events() {
 		f.mu.Lock()
 		muted := f.muted
@@ -245,25 +264,10 @@ func (f *FakeRuntime) WatchTaskEvents(ctx context.Context, fn func(generator.Tas
 	if err := f.enter(ctx, "WatchTaskEvents"); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	f.mu.Lock()
-	id := f.nextID
-	f.nextID++
-	f.streams[id] = cancel
-	f.taskStreams++
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		delete(f.streams, id)
-		f.taskStreams--
-		f.mu.Unlock()
-	}()
+	ctx, done := f.openStream(ctx, true)
+	defer done()
 	sub := f.model.SubscribeTasks(ctx)
-	select {
-	case f.opened <- struct{}{}:
-	default:
-	}
+	f.signalOpened()
 	for env := range sub.Events() {
 		switch env.GetTopic() {
 		case generator.TopicTaskStart, generator.TopicTaskExit, generator.TopicTaskDelete, generator.TopicContainerDelete:
