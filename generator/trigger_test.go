@@ -151,6 +151,7 @@ func TestAnExitTheListingDoesNotShowYetIsLookedAtAgainBounded(t *testing.T) {
 
 		// containerd publishes the exit; its CRI plugin updates the status
 		// 150 ms later.
+		advance(10 * time.Second) // past every look the starts asked for
 		before := targetedRelistsOf(f, sb)
 		exit := &eventtypes.TaskExit{ContainerID: c, ID: c, ExitStatus: 1, ExitedAt: timestamppb.Now()}
 		must(0, m.InjectTaskEvent(crisim.K8sNamespace, crisim.TopicTaskExit, exit))
@@ -173,6 +174,7 @@ func TestAnExitTheListingDoesNotShowYetIsLookedAtAgainBounded(t *testing.T) {
 		c2 := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: "other"}))
 		must(0, m.StartContainer(c2))
 		f.rec.Wait(t, 4, time.Second)
+		advance(10 * time.Second) // past every look the first exit asked for
 		before = targetedRelistsOf(f, sb)
 		exit2 := &eventtypes.TaskExit{ContainerID: c2, ID: c2, ExitStatus: 1, ExitedAt: timestamppb.Now()}
 		must(0, m.InjectTaskEvent(crisim.K8sNamespace, crisim.TopicTaskExit, exit2))

@@ -44,8 +44,9 @@ func transitionsFromEvents(evs []*runtimeapi.ContainerEventResponse) []Transitio
 func TestDriverRecordsEveryTransitionTheRuntimeMakes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := crisim.NewRuntime(crisim.Options{EventBuffer: 1 << 20})
+		subCtx, endSub := context.WithCancel(t.Context())
+		sub := rt.Subscribe(subCtx)
 		ctx, cancel := context.WithCancel(t.Context())
-		sub := rt.Subscribe(ctx)
 		d := newDriver(rt, driverOptions{Rate: 100, ContainersPerPod: 2, Lifetime: time.Second, Seed: 1})
 		done := make(chan error, 1)
 		go func() { done <- d.Run(ctx) }()
@@ -54,6 +55,9 @@ func TestDriverRecordsEveryTransitionTheRuntimeMakes(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("Run: %v", err)
 		}
+		// Only once the driver stopped: a transition it makes as it is
+		// cancelled must still reach the subscription.
+		endSub()
 		var evs []*runtimeapi.ContainerEventResponse
 		for ev := range sub.Events() {
 			evs = append(evs, ev)
