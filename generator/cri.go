@@ -34,9 +34,13 @@ const (
 	// large node takes well under a second; a runtime that does not answer
 	// within this is treated as down for that relist.
 	DefaultCRITimeout = 30 * time.Second
-	// criMaxBackoff caps the reconnect backoff after the runtime restarts, so
-	// the bridge is back within seconds of the runtime.
-	criMaxBackoff = 5 * time.Second
+	// criBaseBackoff and criMaxBackoff bound the reconnect backoff after
+	// the runtime restarts, so that the bridge is back within a second of
+	// the runtime: with containerd 1.7, which keeps no event for an absent
+	// subscriber, a container that lives and goes before the bridge is back
+	// cannot be reported. A unix socket's connect costs next to nothing.
+	criBaseBackoff = 100 * time.Millisecond
+	criMaxBackoff  = time.Second
 )
 
 // ErrNoCRIEndpoint is returned by DiscoverEndpoint when none of the default
@@ -124,7 +128,7 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 		opts.Timeout = DefaultCRITimeout
 	}
 	bo := backoff.DefaultConfig
-	bo.MaxDelay = criMaxBackoff
+	bo.BaseDelay, bo.MaxDelay = criBaseBackoff, criMaxBackoff
 	conn, err := grpc.NewClient("unix://"+path,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MaxRecvMsgSize)),

@@ -137,8 +137,10 @@ type streamSupervisor struct {
 	// events go to the trigger goroutine through triggers.
 	tasks    TaskEventSource
 	triggers chan<- TaskEvent
-	// source is where events come from, set once by Run before it connects.
-	source eventSource
+	// source is where events come from (an eventSource), set once by Run
+	// before it connects; atomic, as runtimeAnswers reads it from the
+	// relist loop.
+	source atomic.Int32
 	// coalesceToFull is set (if not nil) when containerd's events are the
 	// source: see runTargeted.
 	coalesceToFull *atomic.Bool
@@ -177,7 +179,7 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 	// while the bridge was away.
 	s.replay.open()
 	defer s.replay.close()
-	s.source = sourceCRI
+	s.source.Store(int32(sourceCRI))
 	if mode == ModeAuto || mode == ModeContainerdEvents {
 		src, why, err := s.detect(ctx, mode)
 		if err != nil {
@@ -191,14 +193,14 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 			s.setMode(ModeGeneric, why)
 			return nil
 		}
-		s.source = src
+		s.source.Store(int32(src))
 		s.logger.Info("following the runtime's events", "source", src.String(), "reason", why)
 	}
-	s.sm = s.metrics.sourceMetrics(s.source)
-	if s.source == sourceContainerd && s.coalesceToFull != nil {
+	s.sm = s.metrics.sourceMetrics(s.eventSource())
+	if s.eventSource() == sourceContainerd && s.coalesceToFull != nil {
 		s.coalesceToFull.Store(true)
 	}
-	s.metrics.eventSource.WithLabelValues(s.source.String()).Set(1)
+	s.metrics.eventSource.WithLabelValues(s.eventSource().String()).Set(1)
 	s.setMode(ModeEvented, "event stream opening")
 	failures := 0
 	delay := s.opts.StreamBackoffMin
@@ -212,7 +214,7 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 		}
 		// Whatever the runtime keeps for the next connection must be merged
 		// before any relist taken from now on.
-		s.replay.open()
+		s.openReplay()
 		if up >= s.opts.StreamHealthyAfter && events > 0 {
 			failures, delay = 0, s.opts.StreamBackoffMin
 		} else {
@@ -222,7 +224,7 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 			"events", events, "consecutive_failures", failures)
 		if status.Code(err) == codes.Unimplemented {
 			why := "runtime does not implement GetContainerEvents"
-			if s.source == sourceContainerd {
+			if s.eventSource() == sourceContainerd {
 				why = "the socket does not serve containerd's event service"
 			}
 			s.setMode(ModeGeneric, why)
@@ -255,6 +257,19 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 			delay = s.opts.StreamBackoffMin // the runtime answers again: reconnect now
 		}
 		s.backingOff.Store(false)
+		s.openReplay()
+	}
+}
+
+// eventSource is where events come from.
+func (s *streamSupervisor) eventSource() eventSource { return eventSource(s.source.Load()) }
+
+// openReplay opens the replay gate for the next connection, if its source
+// replays anything: containerd's event service keeps nothing for a new
+// subscriber, and holding relists for it would only space them out while
+// the subscription is down (the relists are all there is then).
+func (s *streamSupervisor) openReplay() {
+	if s.eventSource() == sourceCRI {
 		s.replay.open()
 	}
 }
@@ -265,7 +280,7 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 // replay even if the gate was shut for a long backoff.
 func (s *streamSupervisor) runtimeAnswers() {
 	if s.backingOff.Load() {
-		s.replay.open()
+		s.openReplay()
 	}
 }
 
@@ -309,7 +324,7 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 		s.connectedAt.Store(0)
 		s.sm.connected.Set(0)
 	}()
-	if s.source == sourceContainerd {
+	if s.eventSource() == sourceContainerd {
 		events, err := s.watchTasks(wctx, requireEvents)
 		return time.Since(start), events, err
 	}

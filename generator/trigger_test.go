@@ -2,6 +2,7 @@ package generator_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -478,4 +479,56 @@ func relistCount(t *testing.T, f *fixture, kind string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestRelistsAreNotHeldWhileContainerdsSubscriptionFails: containerd's
+// event service replays nothing, so while its subscription keeps failing the
+// relists at the normal period are all there is, and none may wait for a
+// replay. A container living 1.2 s meanwhile is reported.
+func TestRelistsAreNotHeldWhileContainerdsSubscriptionFails(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd17Options(), generator.Options{
+			Mode: generator.ModeContainerdEvents, RelistPeriod: time.Second, EventedRelistPeriod: time.Hour,
+			StreamFailureLimit: 1, StreamBackoffMin: 2 * time.Second, StreamBackoffMax: 2 * time.Second,
+		})
+		for range 1000 {
+			f.rt.FailNext("WatchTaskEvents", status.Error(codes.Unavailable, "containerd busy"))
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		advance(5 * time.Second)
+		if f.gen.Mode() != generator.ModeGeneric {
+			t.Fatalf("mode %s, want generic while the subscription fails", f.gen.Mode())
+		}
+		m := f.rt.Model()
+		var ids []string
+		for i := range 10 {
+			advance(300 * time.Millisecond)
+			sb := must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("uid-%d", i)}))
+			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+			must(0, m.StartContainer(c))
+			ids = append(ids, c)
+			go func() {
+				time.Sleep(600 * time.Millisecond)
+				must(0, m.StopContainer(c, 1, "Error", ""))
+				time.Sleep(600 * time.Millisecond)
+				must(0, m.RemoveContainer(c))
+			}()
+		}
+		advance(10 * time.Second)
+		started := map[string]bool{}
+		for _, e := range f.rec.Events() {
+			if e.Type == generator.ContainerStarted {
+				started[e.Container.ID] = true
+			}
+		}
+		for _, c := range ids {
+			if !started[c] {
+				t.Errorf("container %.12s lived 1.2 s while relisting every second and was never reported", c)
+			}
+		}
+	})
 }
