@@ -70,11 +70,15 @@ type HealthFailure struct {
 // WindowResult is the accounting of one window's transitions.
 type WindowResult struct {
 	Window
-	Expected   int // transitions the driver made
-	Found      int // of those, stored at least once
-	Missing    int // never stored
-	Duplicated int // stored more than once
-	OutOfOrder int // stored before an earlier step of the same container
+	Expected int // transitions the driver made
+	Found    int // of those, stored at least once
+	Missing  int // never stored
+	// Unobservable were never stored, and no bridge could have seen them:
+	// their container's whole life fell in a time the bridge process was
+	// dead, on a runtime that keeps no event for an absent subscriber.
+	Unobservable int
+	Duplicated   int // stored more than once
+	OutOfOrder   int // stored before an earlier step of the same container
 	// MaxDelay is the longest time from a transition to its storage in
 	// JetStream: the publication stall as a subscriber sees it.
 	MaxDelay       time.Duration
@@ -95,9 +99,10 @@ type Accounting struct {
 	Total   WindowResult // Name "total", From and To of the whole run
 	// Missing, Duplicated and OutOfOrder list the transitions at fault, in
 	// the order they were made.
-	Missing    []Finding
-	Duplicated []Finding
-	OutOfOrder []Finding
+	Missing      []Finding
+	Unobservable []Finding
+	Duplicated   []Finding
+	OutOfOrder   []Finding
 	// Unexpected are stored messages of no transition the driver made, in
 	// stream order.
 	Unexpected []Stored
@@ -115,8 +120,11 @@ type transitionKey struct {
 
 // account compares the transitions made with the messages stored. windows
 // must be in time order; a transition or health failure outside all of them
-// is counted in the nearest one (see windowOf). It does no I/O.
-func account(windows []Window, made []Transition, stored []Stored, health []HealthFailure) Accounting {
+// is counted in the nearest one (see windowOf). A transition not stored
+// whose container's every transition falls in one of blind is unobservable,
+// not missing. It does no I/O.
+func account(windows []Window, made []Transition, stored []Stored, health []HealthFailure, blind []Window) Accounting {
+	unseen := unobservable(made, blind)
 	stored = slices.SortedFunc(slices.Values(stored), func(a, b Stored) int { return cmp.Compare(a.Seq, b.Seq) })
 	seqs := make(map[transitionKey][]uint64, len(stored))
 	storedAt := make(map[transitionKey]time.Time, len(stored))
@@ -157,6 +165,10 @@ func account(windows []Window, made []Transition, stored []Stored, health []Heal
 		finding := Finding{Transition: t, Window: name, Seqs: seqs[k]}
 		got := seqs[k]
 		switch {
+		case len(got) == 0 && unseen[t.ContainerID]:
+			w.Unobservable++
+			a.Unobservable = append(a.Unobservable, finding)
+			continue
 		case len(got) == 0:
 			w.Missing++
 			a.Missing = append(a.Missing, finding)
@@ -197,12 +209,59 @@ func account(windows []Window, made []Transition, stored []Stored, health []Heal
 		a.Total.Expected += w.Expected
 		a.Total.Found += w.Found
 		a.Total.Missing += w.Missing
+		a.Total.Unobservable += w.Unobservable
 		a.Total.Duplicated += w.Duplicated
 		a.Total.OutOfOrder += w.OutOfOrder
 		a.Total.HealthFailures += w.HealthFailures
 		a.Total.MaxDelay = max(a.Total.MaxDelay, w.MaxDelay)
 	}
 	return a
+}
+
+// unobservable returns the containers whose every transition made falls
+// within one of blind, the whole life from start to removal included.
+func unobservable(made []Transition, blind []Window) map[string]bool {
+	if len(blind) == 0 {
+		return nil
+	}
+	type span struct {
+		from, to time.Time
+		removed  bool
+	}
+	spans := map[string]*span{}
+	for _, t := range made {
+		sp := spans[t.ContainerID]
+		if sp == nil {
+			sp = &span{from: t.At, to: t.At}
+			spans[t.ContainerID] = sp
+		}
+		sp.from, sp.to = minTime(sp.from, t.At), maxTime(sp.to, t.At)
+		sp.removed = sp.removed || t.Type == ContainerRemoved
+	}
+	out := map[string]bool{}
+	for id, sp := range spans {
+		for _, b := range blind {
+			if sp.removed && !sp.from.Before(b.From) && sp.to.Before(b.To) {
+				out[id] = true
+				break
+			}
+		}
+	}
+	return out
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // windowOf returns the index of the window holding at: the one whose

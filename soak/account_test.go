@@ -1,6 +1,8 @@
 package soak
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,7 +157,7 @@ func TestAccount(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := account(windows, tt.made, tt.stored, tt.health)
+			got := account(windows, tt.made, tt.stored, tt.health, nil)
 			if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("account (-want +got):\n%s", diff)
 			}
@@ -195,5 +197,49 @@ func TestWindowOf(t *testing.T) {
 	}
 	if got := windowOf(nil, t0); got != -1 {
 		t.Errorf("windowOf without windows = %d, want -1", got)
+	}
+}
+
+// TestAccountUnobservable: with the bridge dead from 10 s to 14 s on a
+// runtime that keeps no event, a container whose whole life fell in that
+// time could not be seen by any bridge and is unobservable; one that
+// started before the bridge died, or was still there when it came back,
+// is missing if not stored.
+func TestAccountUnobservable(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	windows := []Window{{Name: "bridge-kill", From: at(0), To: at(30)}}
+	blind := []Window{{Name: "bridge dead", From: at(10), To: at(14)}}
+	life := func(id string, from, to float64) []Transition {
+		return []Transition{
+			{ContainerID: id, Type: ContainerStarted, At: at(from)},
+			{ContainerID: id, Type: ContainerDied, At: at((from + to) / 2)},
+			{ContainerID: id, Type: ContainerRemoved, At: at(to)},
+		}
+	}
+	var made []Transition
+	made = append(made, life("inside", 11, 13)...)                                            // whole life while dead
+	made = append(made, life("before", 9, 12)...)                                             // started while a bridge ran
+	made = append(made, life("after", 12, 15)...)                                             // still there when it came back
+	made = append(made, Transition{ContainerID: "alive", Type: ContainerStarted, At: at(11)}) // never removed
+	a := account(windows, made, nil, nil, blind)
+	var unobservable, missing []string
+	for _, f := range a.Unobservable {
+		unobservable = append(unobservable, f.ContainerID+" "+f.Type)
+	}
+	for _, f := range a.Missing {
+		missing = append(missing, f.ContainerID)
+	}
+	if want := []string{"inside ContainerStarted", "inside ContainerDied", "inside ContainerRemoved"}; !slices.Equal(unobservable, want) {
+		t.Errorf("unobservable %v, want %v", unobservable, want)
+	}
+	if got := strings.Join(slices.Compact(missing), ","); got != "before,after,alive" {
+		t.Errorf("missing %s, want before, after and alive", got)
+	}
+	if !a.Failed() || a.Total.Unobservable != 3 || a.Total.Missing != 7 {
+		t.Errorf("failed %v, unobservable %d, missing %d", a.Failed(), a.Total.Unobservable, a.Total.Missing)
+	}
+	if b := account(windows, life("inside", 11, 13), nil, nil, blind); b.Failed() {
+		t.Errorf("only unobservable transitions fail the soak: %+v", b.Total)
 	}
 }

@@ -63,6 +63,13 @@ type Options struct {
 	// Cluster runs a three-server NATS cluster with a stream of three
 	// replicas instead of one server.
 	Cluster bool
+	// Containerd17 simulates containerd 1.7 instead of 2.4, and runs the
+	// bridge in auto mode, which follows containerd's own events there.
+	// containerd 1.7 keeps no event for a subscriber that is away, so the
+	// transitions of a container whose whole life falls in a time the
+	// bridge process was dead are unobservable: they are counted as such,
+	// not as missing.
+	Containerd17 bool
 	// Faults are injected in the order of AllFaults, each in its own window
 	// with quiet time after it. Nil means every fault the NATS setup allows.
 	Faults []string

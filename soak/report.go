@@ -65,10 +65,10 @@ func (r Report) Table(w io.Writer) error {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "window\tfrom\tto\texpected\tfound\tmissing\tduplicated\tout of order\tmax delay\t/healthz failures\t")
+	fmt.Fprintln(tw, "window\tfrom\tto\texpected\tfound\tmissing\tunobservable\tduplicated\tout of order\tmax delay\t/healthz failures\t")
 	row := func(wr WindowResult) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%v\t%d\t\n", wr.Name, r.offset(wr.From), r.offset(wr.To),
-			wr.Expected, wr.Found, wr.Missing, wr.Duplicated, wr.OutOfOrder, roundDelay(wr.MaxDelay), wr.HealthFailures)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%d\t\n", wr.Name, r.offset(wr.From), r.offset(wr.To),
+			wr.Expected, wr.Found, wr.Missing, wr.Unobservable, wr.Duplicated, wr.OutOfOrder, roundDelay(wr.MaxDelay), wr.HealthFailures)
 	}
 	for _, wr := range r.Windows {
 		row(wr)
@@ -84,6 +84,7 @@ func (r Report) Table(w io.Writer) error {
 		r.Stored, len(r.Unexpected), len(r.Undecodable), r.BridgeDropped)
 
 	r.list(&b, "missing", r.Missing)
+	r.list(&b, "unobservable (the container lived and went while no bridge ran; containerd 1.7 keeps no event)", r.Unobservable)
 	r.list(&b, "duplicated", r.Duplicated)
 	r.list(&b, "out of order", r.OutOfOrder)
 	listed(&b, "unexpected", r.Unexpected, func(s Stored) string {

@@ -20,8 +20,12 @@ type simRuntime struct {
 	served    chan error         // Serve's result
 }
 
-func newSimRuntime(socket string) *simRuntime {
-	model := crisim.NewRuntime(crisim.Containerd24Options())
+func newSimRuntime(socket string, containerd17 bool) *simRuntime {
+	opts := crisim.Containerd24Options()
+	if containerd17 {
+		opts = crisim.Containerd17Options()
+	}
+	model := crisim.NewRuntime(opts)
 	return &simRuntime{model: model, srv: crisim.NewServer(model, crisim.ServerOptions{}), socket: socket}
 }
 

@@ -72,8 +72,12 @@ type soak struct {
 	stopHealth context.CancelFunc
 	churnErr   chan error // the driver's result
 
-	start    time.Time
-	windows  []Window // To of the last one set when the churn stops
+	start   time.Time
+	windows []Window // To of the last one set when the churn stops
+	// blind are the times no bridge process could observe the runtime,
+	// from a kill until the next process is up, with a runtime that keeps
+	// no event for an absent subscriber (Options.Containerd17).
+	blind    []Window
 	faults   []FaultRecord
 	problems []string
 	dropped  float64 // the events given up by bridge processes that ended
@@ -88,7 +92,7 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	if s.nc, s.js, err = connectNATS(s.nats.urls); err != nil {
 		return Report{}, err
 	}
-	s.rt = newSimRuntime(filepath.Join(o.Dir, "cri.sock"))
+	s.rt = newSimRuntime(filepath.Join(o.Dir, "cri.sock"), o.Containerd17)
 	if err := s.rt.serve(ctx); err != nil {
 		return Report{}, err
 	}
@@ -98,7 +102,7 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
 	s.bridge = newBridgeProcess(o.BridgeBinary, s.bridgeEnv(listen), filepath.Join(o.Dir, "bridge.log"), listen)
-	s.progress("starting: %s, simulated containerd 2.4 on %s, bridge %s (log %s)", s.nats.describe(), s.rt.socket, o.BridgeBinary, s.bridge.logPath)
+	s.progress("starting: %s, simulated %s on %s, bridge %s (log %s)", s.nats.describe(), s.runtimeName(), s.rt.socket, o.BridgeBinary, s.bridge.logPath)
 	if err := s.bridge.start(ctx); err != nil {
 		return Report{}, err
 	}
@@ -152,7 +156,7 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	}
 	s.progress("the state bucket holds the runtime's %d containers with %d differences", containers, len(diffs))
 	rep := Report{
-		Accounting:    account(s.windows, made, stored, s.health.failures()),
+		Accounting:    account(s.windows, made, stored, s.health.failures(), s.blind),
 		Options:       o,
 		Setup:         s.nats.describe(),
 		Start:         s.start,
@@ -176,7 +180,7 @@ func (s *soak) bridgeEnv(listen string) []string {
 		"PLEG_CRI_ENDPOINT=" + s.rt.endpoint(),
 		"PLEG_NATS_URL=" + strings.Join(s.nats.urls, ","),
 		"PLEG_DATA_DIR=" + filepath.Join(o.Dir, "bridge"),
-		"PLEG_MODE=evented",
+		"PLEG_MODE=" + map[bool]string{false: "evented", true: "auto"}[o.Containerd17],
 		"PLEG_LISTEN_ADDRESS=" + listen,
 		"PLEG_STREAM=" + streamName,
 		"PLEG_STREAM_REPLICAS=" + strconv.Itoa(s.nats.replicas()),
@@ -297,6 +301,7 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		}
 		s.scrapeDropped(ctx)
 		s.health.setUp(false)
+		killed := time.Now()
 		s.bridge.kill()
 		if err := s.wait(ctx, o.FaultLength); err != nil {
 			return "", err
@@ -304,6 +309,7 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		if err := s.bridge.startUntil(ctx, "/healthz"); err != nil {
 			return "", err
 		}
+		s.blindSince(killed)
 		s.health.setUp(true)
 		if err := s.waitUntil(ctx, down.Add(o.outage()+o.FaultLength)); err != nil {
 			return "", err
@@ -318,6 +324,7 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 	case FaultBridgeKill:
 		s.scrapeDropped(ctx)
 		s.health.setUp(false)
+		killed := time.Now()
 		s.bridge.kill()
 		if err := s.wait(ctx, o.FaultLength); err != nil {
 			return "", err
@@ -326,6 +333,7 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		if err := s.bridge.start(ctx); err != nil {
 			return "", err
 		}
+		s.blindSince(killed)
 		s.health.setUp(true)
 		return fmt.Sprintf("bridge killed (SIGKILL), started again after %v, ready %v after its start",
 			o.FaultLength, roundDelay(time.Since(started))), nil
@@ -357,6 +365,23 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		return fmt.Sprintf("dropped the CRI event streams %d times in %v (%d streams ended)", drops, o.FaultLength, streams), nil
 	}
 	return "", fmt.Errorf("unknown fault %q", fault)
+}
+
+// blindSince records, with a runtime that keeps no event for an absent
+// subscriber, that no bridge observed it from since until now: the new
+// process has made its first relist (it is healthy or ready).
+func (s *soak) blindSince(since time.Time) {
+	if s.opts.Containerd17 {
+		s.blind = append(s.blind, Window{Name: "bridge dead", From: since, To: time.Now()})
+	}
+}
+
+// runtimeName names the simulated runtime.
+func (s *soak) runtimeName() string {
+	if s.opts.Containerd17 {
+		return "containerd 1.7"
+	}
+	return "containerd 2.4"
 }
 
 func (s *soak) serverName(i int) string {

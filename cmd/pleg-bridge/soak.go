@@ -40,6 +40,7 @@ non-zero on any loss. Faults:
 	f.DurationVar(&o.Duration, "duration", soak.DefaultDuration, "how long the churn runs, faults included")
 	f.Float64Var(&o.Rate, "rate", soak.DefaultRate, "transitions per second the churn makes")
 	f.BoolVar(&o.Cluster, "cluster", false, "run a NATS cluster of three servers (stream replicas 3) instead of one server")
+	f.BoolVar(&o.Containerd17, "containerd-1.7", false, "simulate containerd 1.7 (the bridge in auto mode follows containerd's own events) instead of 2.4")
 	f.StringVar(&faults, "faults", "all", `faults to inject, comma-separated, or "all" (the cluster-only ones only with --cluster), or "none"`)
 	f.StringVar(&o.Dir, "dir", "", "run directory: sockets, NATS store, bridge data and bridge.log (default: a new temporary directory, removed if the soak passes)")
 	f.IntVar(&o.ContainersPerPod, "containers", soak.DefaultContainersPerPod, "containers per pod")
