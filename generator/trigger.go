@@ -67,12 +67,22 @@ type triggerSet struct {
 	g       *Generator
 	results *prometheus.CounterVec
 
+	// retries carries the events whose ID CRI did not list yet back to
+	// the trigger goroutine, each after its wait.
+	retries chan unresolved
+
 	mu      sync.Mutex
 	pending map[string]*expectation // guarded by mu; by container or sandbox ID
 }
 
+// unresolved is an event to resolve again: tries attempts so far.
+type unresolved struct {
+	ev    TaskEvent
+	tries int
+}
+
 func newTriggerSet(g *Generator, results *prometheus.CounterVec) *triggerSet {
-	return &triggerSet{g: g, results: results, pending: make(map[string]*expectation)}
+	return &triggerSet{g: g, results: results, pending: make(map[string]*expectation), retries: make(chan unresolved, 1024)}
 }
 
 // wantOf is the state a topic's event means its container has reached.
@@ -98,6 +108,8 @@ func (g *Generator) runTriggers(ctx context.Context) error {
 			return nil
 		case ev := <-g.taskBuf:
 			g.triggers.handle(ctx, ev, 0)
+		case r := <-g.triggers.retries:
+			g.triggers.handle(ctx, r.ev, r.tries)
 		}
 	}
 }
@@ -138,9 +150,12 @@ func (t *triggerSet) handle(ctx context.Context, ev TaskEvent, tries int) {
 					"topic", ev.Topic, "id", ev.ID, "err", err)
 				return
 			}
+			retry := unresolved{ev: ev, tries: tries + 1}
 			time.AfterFunc(relookDelay(tries+1), func() {
-				if ctx.Err() == nil {
-					t.handle(ctx, ev, tries+1)
+				select {
+				case t.retries <- retry:
+				default: // a storm of them: the periodic relist covers it
+					t.results.WithLabelValues(triggerUnresolved).Inc()
 				}
 			})
 			return

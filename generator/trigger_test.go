@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // startTriggered runs a generator in auto mode on a containerd 1.7 model,
@@ -529,6 +530,48 @@ func TestRelistsAreNotHeldWhileContainerdsSubscriptionFails(t *testing.T) {
 			if !started[c] {
 				t.Errorf("container %.12s lived 1.2 s while relisting every second and was never reported", c)
 			}
+		}
+	})
+}
+
+// TestAContainerCRIDoesNotListYetIsResolvedAgainBounded: containerd's start
+// event can come before CRI lists the container. Its ID is resolved again
+// after 25 ms, doubling, 8 times at most: one that appears meanwhile is
+// reported; one that never does is left to the periodic relist.
+func TestAContainerCRIDoesNotListYetIsResolvedAgainBounded(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f, stop := startTriggered(t, generator.Options{})
+		defer stop()
+		m := f.rt.Model()
+		sb, _ := runningPod(t, f)
+		advance(10 * time.Second)
+
+		must(0, m.InjectTaskEvent(crisim.K8sNamespace, crisim.TopicTaskStart, &eventtypes.TaskStart{ContainerID: "late"}))
+		advance(100 * time.Millisecond)
+		now := time.Now().UnixNano()
+		must(0, m.InjectContainer(&runtimeapi.Container{
+			Id: "late", PodSandboxId: sb, State: runtimeapi.ContainerState_CONTAINER_RUNNING, CreatedAt: now,
+			Metadata: &runtimeapi.ContainerMetadata{Name: "late"},
+		}, &runtimeapi.ContainerStatus{
+			Id: "late", State: runtimeapi.ContainerState_CONTAINER_RUNNING, CreatedAt: now, StartedAt: now,
+			Metadata: &runtimeapi.ContainerMetadata{Name: "late"},
+		}))
+		evs := f.rec.Wait(t, 3, 500*time.Millisecond)
+		if last := evs[len(evs)-1]; last.Type != generator.ContainerStarted || last.Container.ID != "late" {
+			t.Errorf("last event %s, want the late container's start", generatortest.Line(last))
+		}
+
+		must(0, m.InjectTaskEvent(crisim.K8sNamespace, crisim.TopicTaskStart, &eventtypes.TaskStart{ContainerID: "ghost"}))
+		advance(time.Minute)
+		tries := 0
+		for _, c := range f.rt.ListCalls("ListContainers") {
+			if c == "id=ghost" {
+				tries++
+			}
+		}
+		if tries != 8 || triggerCount(t, f, "unresolved") != 1 {
+			t.Errorf("an ID CRI never lists was looked up %d times, %v unresolved; want 8 and 1", tries, triggerCount(t, f, "unresolved"))
 		}
 	})
 }
