@@ -64,6 +64,9 @@ type podPlan struct {
 	containers []ContainerConfig
 	runFor     time.Duration
 	exits      []Exit
+	// removeAfter is how long the exited containers stay before they and
+	// the sandbox are removed.
+	removeAfter time.Duration
 }
 
 func runPod(ctx context.Context, rt *Runtime, plan podPlan) (Pod, error) {
@@ -98,6 +101,15 @@ func runPod(ctx context.Context, rt *Runtime, plan podPlan) (Pod, error) {
 			return pod, err
 		}
 	}
+	if plan.removeAfter > 0 {
+		t := time.NewTimer(plan.removeAfter)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return pod, ctx.Err()
+		}
+	}
 	for _, id := range pod.ContainerIDs {
 		if err := rt.RemoveContainer(id); err != nil {
 			return pod, err
@@ -126,6 +138,11 @@ type ChurnOptions struct {
 	// "Completed" (6), some exit 1 "Error" (3) and a few exit 137
 	// "OOMKilled" (1).
 	Exits []Exit
+	// RemoveAfter is how long a pod's exited containers stay before they
+	// and the sandbox are removed, as a kubelet keeps them until its next
+	// cleanup; 0 removes them at once, before any relist could see them
+	// exited.
+	RemoveAfter time.Duration
 }
 
 // Churn starts pods at opts.PodsPerSecond, the first at once, and runs each
@@ -147,6 +164,9 @@ func Churn(ctx context.Context, rt *Runtime, opts ChurnOptions) error {
 	}
 	if opts.Lifetime < 0 {
 		return fmt.Errorf("churn: lifetime must not be negative, got %v", opts.Lifetime)
+	}
+	if opts.RemoveAfter < 0 {
+		return fmt.Errorf("churn: remove-after must not be negative, got %v", opts.RemoveAfter)
 	}
 	if opts.ContainersPerPod == 0 {
 		opts.ContainersPerPod = 1
@@ -205,7 +225,8 @@ func (opts ChurnOptions) plan(n int, rng *rand.Rand) podPlan {
 		pod: PodConfig{Name: fmt.Sprintf("churn-%d", n), Namespace: opts.Namespace, UID: formatUUID(uid),
 			Labels: map[string]string{"app": "churn", "pod-template-hash": fmt.Sprintf("%x", uid[:4])}},
 		// 0.75 to 1.25 times the lifetime, so pods do not end in lockstep.
-		runFor: time.Duration(float64(opts.Lifetime) * (0.75 + 0.5*rng.Float64())),
+		runFor:      time.Duration(float64(opts.Lifetime) * (0.75 + 0.5*rng.Float64())),
+		removeAfter: opts.RemoveAfter,
 	}
 	for i := range opts.ContainersPerPod {
 		plan.containers = append(plan.containers, ContainerConfig{Name: containerName(i), Image: "registry.example/churn:1.0"})

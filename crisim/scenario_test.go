@@ -167,6 +167,7 @@ func TestChurnRejectsBadOptions(t *testing.T) {
 		{PodsPerSecond: -1},
 		{PodsPerSecond: 1, ContainersPerPod: -1},
 		{PodsPerSecond: 1, Lifetime: -time.Second},
+		{PodsPerSecond: 1, RemoveAfter: -time.Second},
 	} {
 		if err := Churn(t.Context(), rt, opts); err == nil {
 			t.Errorf("Churn(%+v) succeeded, want an error", opts)
@@ -175,4 +176,41 @@ func TestChurnRejectsBadOptions(t *testing.T) {
 	if n := rt.Stats().SandboxesCreated; n != 0 {
 		t.Errorf("rejected churns created %d pods", n)
 	}
+}
+
+func TestChurnKeepsExitedContainersForRemoveAfter(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		rt := NewRuntime(Options{})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		// One pod whose containers run 1 s (give or take 25%) and stay
+		// exited 2 s more.
+		go func() {
+			done <- Churn(ctx, rt, ChurnOptions{PodsPerSecond: 0.001, ContainersPerPod: 2, Lifetime: time.Second, RemoveAfter: 2 * time.Second})
+		}()
+		exited := func() (n, all int) {
+			for _, c := range rt.ListContainers(nil) {
+				all++
+				if c.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+					n++
+				}
+			}
+			return n, all
+		}
+		time.Sleep(1300 * time.Millisecond) // past the longest run
+		synctest.Wait()
+		if n, all := exited(); n != 2 || all != 2 {
+			t.Errorf("after the containers ran: %d of %d exited, want both there and exited", n, all)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if _, all := exited(); all != 0 || rt.Stats().Sandboxes != 0 {
+			t.Errorf("after remove-after: %d containers and %d sandboxes left, want none", all, rt.Stats().Sandboxes)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -45,6 +45,7 @@ type demoOptions struct {
 	duration   time.Duration
 	rate       float64
 	lifetime   time.Duration
+	removeAt   time.Duration
 	containers int
 	natsListen string
 	listen     string
@@ -77,6 +78,7 @@ NATS, the runtime and the data are is the demo's own.`,
 	f.Float64Var(&o.rate, "rate", 1, "pods the simulated runtime starts per second")
 	f.DurationVar(&o.lifetime, "lifetime", 4*time.Second, "how long each simulated pod's containers run")
 	f.IntVar(&o.containers, "containers", 2, "containers per simulated pod")
+	f.DurationVar(&o.removeAt, "remove-after", time.Second, "how long exited containers stay before their pod is removed, as a kubelet keeps them (0: at once)")
 	f.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "listen address of the embedded NATS server (a random port if it is taken)")
 	f.StringVar(&o.listen, "listen", "", "serve /metrics, /healthz and /readyz on this address (empty: off)")
 	o.logLevel = slog.LevelWarn
@@ -172,7 +174,8 @@ func runDemo(ctx context.Context, o demoOptions, lookup lookupFunc, stdout, stde
 	})
 	eg.Go(func() error {
 		return crisim.Churn(gctx, model, crisim.ChurnOptions{
-			PodsPerSecond: o.rate, ContainersPerPod: o.containers, Lifetime: o.lifetime, Namespace: "demo", Seed: time.Now().UnixNano(),
+			PodsPerSecond: o.rate, ContainersPerPod: o.containers, Lifetime: o.lifetime, RemoveAfter: o.removeAt,
+			Namespace: "demo", Seed: time.Now().UnixNano(),
 		})
 	})
 	eg.Go(func() error {

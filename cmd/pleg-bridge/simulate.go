@@ -33,17 +33,19 @@ func newSimulateCommand(env commandEnv) *cobra.Command {
 	f.Float64Var(&o.rate, "rate", 1, "pods started per second (0: no churn)")
 	f.DurationVar(&o.lifetime, "lifetime", 10*time.Second, "how long each pod's containers run")
 	f.IntVar(&o.containers, "containers", 2, "containers per pod")
+	f.DurationVar(&o.removeAfter, "remove-after", 2*time.Second, "how long exited containers stay before their pod is removed, as a kubelet keeps them (0: at once)")
 	f.StringVar(&o.behave, "behave-like", "containerd-2.4", "runtime behaviour to imitate: containerd-2.4 or containerd-1.7")
 	return c
 }
 
 // simulateOptions are the flags of simulate.
 type simulateOptions struct {
-	socket     string
-	rate       float64
-	lifetime   time.Duration
-	containers int
-	behave     string
+	socket      string
+	rate        float64
+	lifetime    time.Duration
+	removeAfter time.Duration
+	containers  int
+	behave      string
 }
 
 // runSimulate serves the simulated CRI runtime on a unix socket, with
@@ -76,7 +78,8 @@ func runSimulate(ctx context.Context, cmd string, o simulateOptions, stdout io.W
 	eg.Go(func() error { return crisim.NewServer(model, crisim.ServerOptions{}).Serve(gctx, lis) })
 	if o.rate > 0 {
 		eg.Go(func() error {
-			return crisim.Churn(gctx, model, crisim.ChurnOptions{PodsPerSecond: o.rate, ContainersPerPod: o.containers, Lifetime: o.lifetime, Namespace: "sim"})
+			return crisim.Churn(gctx, model, crisim.ChurnOptions{PodsPerSecond: o.rate, ContainersPerPod: o.containers, Lifetime: o.lifetime,
+				RemoveAfter: o.removeAfter, Namespace: "sim"})
 		})
 	}
 	return eg.Wait()
