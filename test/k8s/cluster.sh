@@ -507,7 +507,7 @@ cmd_stop() {
 	local left=()
 	for p in /proc/[0-9]*; do
 		[ "${p#/proc/}" = $$ ] && continue
-		case "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)" in
+		case "$(tr '\0' ' ' 2>/dev/null <"$p/cmdline")" in
 		*"$w/"*) left+=("${p#/proc/}") ;;
 		esac
 	done
