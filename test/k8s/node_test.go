@@ -10,7 +10,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -186,6 +185,7 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 	// sandboxes not yet removed, the rest removed.
 	var problems []string
 	var events []consumer.Event
+	var exitCodes int
 	eventually(t, 90*time.Second, "the stream to hold every transition", func() (bool, error) {
 		before := containerdIDs(t)
 		events = streamEvents(t, nats)
@@ -193,7 +193,10 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 		if !maps.Equal(before, after) {
 			return false, errors.New("containerd changed while the stream was read")
 		}
-		problems = check(truth, events, after, ns, outage)
+		problems, exitCodes = check(truth, events, after, ns, suite.node, outage)
+		if len(problems) == 0 && exitCodes < 4 {
+			problems = append(problems, fmt.Sprintf("only %d exit codes compared with the API's", exitCodes))
+		}
 		if len(problems) == 0 {
 			return true, nil
 		}
@@ -205,18 +208,8 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 			n++
 		}
 	}
-	t.Logf("%d transitions of %d pods, all once and in order (%d events in the stream)", n, len(truth), len(events))
-}
-
-// podTruth is what the API showed of a pod, over its life.
-type podTruth struct {
-	uid, name string
-	labels    map[string]string
-	restarts  int32            // the main container's highest restartCount
-	exitCodes map[string]int32 // exit code by container ID, from every terminated state shown
-	running   bool             // the main container was last shown running
-	finished  bool             // the main container was last shown terminated, not to restart
-	deleted   bool
+	t.Logf("%d transitions of %d pods, all once and in order, %d exit codes as the API showed (%d events in the stream)",
+		n, len(truth), exitCodes, len(events))
 }
 
 // podWatch follows the pods of a namespace with kubectl get --watch.
@@ -391,126 +384,4 @@ func streamEvents(t *testing.T, nats *hostNATS) []consumer.Event {
 			return events
 		}
 	}
-}
-
-// check compares the events of namespace ns with what the API showed
-// (truth) and what containerd still holds (present), and returns every
-// problem. Each sandbox and container gets Started, Died and, once gone
-// from containerd, Removed: each once, in that order. Each pod has one
-// sandbox and containers of attempts 0 to its restart count, each started
-// after the previous one died. The Died of a container whose exit the API
-// showed has its exit code; for the pods deleted while the bridge was away
-// (outage) a code is not required, as the container was gone before the
-// bridge could read it.
-func check(truth map[string]podTruth, events []consumer.Event, present map[string]bool, ns string, outage map[string]bool) []string {
-	var problems []string
-	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	type seen struct {
-		types   []string
-		seqs    []uint64
-		sandbox bool
-		name    string
-		attempt uint32
-		exit    *int32
-	}
-	byPod := map[string]map[string]*seen{}
-	for _, e := range events {
-		if e.Data.Pod.Namespace != ns {
-			continue
-		}
-		uid := e.Data.Pod.UID
-		p, ok := truth[uid]
-		if !ok {
-			fail("event %s %s of pod %s/%s (UID %s), which the API never showed", e.LifecycleType(), e.ContainerID, ns, e.Data.Pod.Name, uid)
-			continue
-		}
-		if e.Node != suite.node || e.Data.Node != suite.node {
-			fail("%s: node %q/%q, want %q", e.ID, e.Node, e.Data.Node, suite.node)
-		}
-		if e.PodUID != uid || e.Data.Pod.Name != p.name {
-			fail("%s: pod %s (UID %s / %s), the API says %s", e.ID, e.Data.Pod.Name, e.PodUID, uid, p.name)
-		}
-		if !maps.Equal(e.Data.Pod.Labels, p.labels) {
-			fail("%s of %s: labels %v, the API shows %v", e.LifecycleType(), p.name, e.Data.Pod.Labels, p.labels)
-		}
-		if byPod[uid] == nil {
-			byPod[uid] = map[string]*seen{}
-		}
-		s := byPod[uid][e.ContainerID]
-		if s == nil {
-			s = &seen{sandbox: e.Data.Container.Sandbox, name: e.Data.Container.Name, attempt: e.Data.Container.Attempt}
-			byPod[uid][e.ContainerID] = s
-		}
-		s.types = append(s.types, e.LifecycleType())
-		s.seqs = append(s.seqs, e.Sequence)
-		if e.LifecycleType() == "ContainerDied" {
-			s.exit = e.Data.ExitCode
-		}
-	}
-	checked := 0
-	for uid, p := range truth {
-		cs := byPod[uid]
-		if len(cs) == 0 {
-			fail("no event of pod %s", p.name)
-			continue
-		}
-		var sandboxes []string
-		attempts := map[uint32]string{}
-		for id, s := range cs {
-			want := []string{"ContainerStarted", "ContainerDied", "ContainerRemoved"}
-			if present[id] {
-				want = want[:2]
-			}
-			if !slices.Equal(s.types, want) {
-				fail("%s %s (sandbox %v, attempt %d): events %q, want %q once each in this order (still in containerd: %v)",
-					p.name, id, s.sandbox, s.attempt, s.types, want, present[id])
-			}
-			if s.sandbox {
-				sandboxes = append(sandboxes, id)
-				continue
-			}
-			if s.name != "main" {
-				fail("%s %s: container name %q", p.name, id, s.name)
-			}
-			if other, dup := attempts[s.attempt]; dup {
-				fail("%s: two containers of attempt %d: %s and %s", p.name, s.attempt, other, id)
-			}
-			attempts[s.attempt] = id
-			code, shown := p.exitCodes[id]
-			switch {
-			case shown && s.exit != nil && *s.exit != code:
-				fail("%s %s: exit code %d, the API showed %d", p.name, id, *s.exit, code)
-			case shown && s.exit == nil && !outage[p.name]:
-				fail("%s %s: no exit code, the API showed %d", p.name, id, code)
-			case shown && s.exit != nil:
-				checked++
-			}
-		}
-		if len(sandboxes) != 1 {
-			fail("%s: %d sandboxes %q, want 1", p.name, len(sandboxes), sandboxes)
-			continue
-		}
-		sb := cs[sandboxes[0]]
-		for n := uint32(0); n <= uint32(p.restarts); n++ {
-			id, ok := attempts[n]
-			if !ok {
-				fail("%s: no container of attempt %d (the API showed %d restarts): lost", p.name, n, p.restarts)
-				continue
-			}
-			c := cs[id]
-			if len(c.seqs) > 0 && len(sb.seqs) > 0 && c.seqs[0] < sb.seqs[0] {
-				fail("%s: attempt %d started before its sandbox", p.name, n)
-			}
-			if prev, ok := attempts[n-1]; n > 0 && ok && len(cs[prev].seqs) > 1 && len(c.seqs) > 0 && c.seqs[0] < cs[prev].seqs[1] {
-				fail("%s: attempt %d started before attempt %d died", p.name, n, n-1)
-			}
-		}
-		if len(attempts) != int(p.restarts)+1 {
-			fail("%s: %d containers, the API showed %d restarts", p.name, len(attempts), p.restarts)
-		}
-	}
-	if checked < 4 {
-		fail("only %d exit codes compared with the API's", checked)
-	}
-	return problems
 }
