@@ -20,8 +20,6 @@ type podTruth struct {
 	labels    map[string]string
 	restarts  int32            // the main container's highest restartCount
 	exitCodes map[string]int32 // exit code by container ID, from every terminated state shown
-	running   bool             // the main container was last shown running
-	finished  bool             // the main container was last shown terminated, not to restart
 	deleted   bool
 }
 

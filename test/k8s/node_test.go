@@ -121,7 +121,7 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 
 	// With the bridge up: exits, a crash loop and restarts.
 	createPods(t, ns, exitZero, exitCode, crashLoop, restarts, long)
-	w.wait(t, 2*time.Minute, "exits, restarts and a crash loop", func(pods map[string]*podTruth) error {
+	w.wait(t, 2*time.Minute, "exits, restarts and a crash loop", func(pods map[string]*podState) error {
 		for _, want := range []struct {
 			name     string
 			restarts int32
@@ -147,7 +147,7 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 	// deleted: the new pod finds the checkpoint its predecessor left on the
 	// node's hostPath.
 	createPods(t, ns, during)
-	w.wait(t, time.Minute, "the during pod running", func(pods map[string]*podTruth) error {
+	w.wait(t, time.Minute, "the during pod running", func(pods map[string]*podState) error {
 		if p := byName(pods, during.name); p == nil || !p.running {
 			return errors.New("not running yet")
 		}
@@ -158,7 +158,7 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 	outage := map[string]bool{long.name: true, exitZero.name: true}
 	second := waitBridgeReady(t, bridgeUID)
 	checkRunsAsWritten(t, second)
-	w.wait(t, time.Minute, "the during pod's exit", func(pods map[string]*podTruth) error {
+	w.wait(t, time.Minute, "the during pod's exit", func(pods map[string]*podState) error {
 		if p := byName(pods, during.name); p == nil || !p.finished {
 			return errors.New("not finished yet")
 		}
@@ -168,7 +168,7 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 	// Everything deleted; the kubelet removes the containers, and its
 	// garbage collection the sandboxes (within a minute).
 	kubectl(t, nil, "-n", ns, "delete", "pods", "--all", "--wait", "--timeout=90s")
-	w.wait(t, time.Minute, "every pod gone from the API", func(pods map[string]*podTruth) error {
+	w.wait(t, time.Minute, "every pod gone from the API", func(pods map[string]*podState) error {
 		for _, p := range pods {
 			if !p.deleted {
 				return fmt.Errorf("%s not deleted yet", p.name)
@@ -212,10 +212,17 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 		n, len(truth), exitCodes, len(events))
 }
 
+// podState is a pod's truth and what the watch last showed of it.
+type podState struct {
+	podTruth
+	running  bool // the main container was last shown running
+	finished bool // the main container was last shown terminated, not to restart
+}
+
 // podWatch follows the pods of a namespace with kubectl get --watch.
 type podWatch struct {
 	mu      sync.Mutex
-	pods    map[string]*podTruth // by UID; guarded by mu
+	pods    map[string]*podState // by UID; guarded by mu
 	changed chan struct{}        // closed at each change; guarded by mu
 	err     error                // why the watch ended; guarded by mu
 }
@@ -233,7 +240,7 @@ func watchPods(t *testing.T, ns string) *podWatch {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	w := &podWatch{pods: map[string]*podTruth{}, changed: make(chan struct{})}
+	w := &podWatch{pods: map[string]*podState{}, changed: make(chan struct{})}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -271,7 +278,7 @@ func (w *podWatch) update(typ string, pod corev1.Pod) {
 	uid := string(pod.UID)
 	p := w.pods[uid]
 	if p == nil {
-		p = &podTruth{uid: uid, name: pod.Name, exitCodes: map[string]int32{}}
+		p = &podState{podTruth: podTruth{uid: uid, name: pod.Name, exitCodes: map[string]int32{}}}
 		w.pods[uid] = p
 	}
 	p.labels = pod.Labels
@@ -292,7 +299,7 @@ func (w *podWatch) update(typ string, pod corev1.Pod) {
 
 // wait returns when cond holds for the pods seen, and fails the test at
 // the timeout or if the watch ends, with cond's last error.
-func (w *podWatch) wait(t *testing.T, timeout time.Duration, what string, cond func(map[string]*podTruth) error) {
+func (w *podWatch) wait(t *testing.T, timeout time.Duration, what string, cond func(map[string]*podState) error) {
 	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -319,12 +326,12 @@ func (w *podWatch) snapshot() map[string]podTruth {
 	defer w.mu.Unlock()
 	out := map[string]podTruth{}
 	for uid, p := range w.pods {
-		out[uid] = *p
+		out[uid] = p.podTruth
 	}
 	return out
 }
 
-func byName(pods map[string]*podTruth, name string) *podTruth {
+func byName(pods map[string]*podState, name string) *podState {
 	for _, p := range pods {
 		if p.name == name && !p.deleted {
 			return p
