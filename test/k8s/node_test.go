@@ -165,8 +165,9 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 		return nil
 	})
 
-	// Everything deleted; the kubelet removes the containers, and its
-	// garbage collection the sandboxes (within a minute).
+	// Everything deleted. The kubelet removes the containers of a deleted
+	// pod at once, its sandbox at its next garbage collection (within a
+	// minute): the check takes containerd's word for what is gone.
 	kubectl(t, nil, "-n", ns, "delete", "pods", "--all", "--wait", "--timeout=90s")
 	w.wait(t, time.Minute, "every pod gone from the API", func(pods map[string]*podState) error {
 		for _, p := range pods {
@@ -200,7 +201,7 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 		if len(problems) == 0 {
 			return true, nil
 		}
-		return false, fmt.Errorf("%d problems, first: %s", len(problems), problems[0])
+		return false, fmt.Errorf("%d problems:\n%s", len(problems), strings.Join(problems, "\n"))
 	})
 	n := 0
 	for _, e := range events {
