@@ -466,23 +466,30 @@ EOF
 	log "node $node_name Ready; KUBECONFIG=$w/pki/admin.kubeconfig (source $w/env)"
 }
 
-stop_pid() {
-	local w=$1 n=$2 pid i
-	[ -f "$w/pids/$n" ] || return 0
-	pid=$(cat "$w/pids/$n")
-	if kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		for i in $(seq 1 100); do
+# stop_pids <workdir> <seconds> <name>...: SIGTERM to the daemons, all at
+# once, then SIGKILL to those still running after <seconds>; returns once
+# all have exited.
+stop_pids() {
+	local w=$1 grace=$2 n pid i pids=()
+	shift 2
+	for n in "$@"; do
+		[ -f "$w/pids/$n" ] || continue
+		pid=$(cat "$w/pids/$n")
+		kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+		rm -f "$w/pids/$n"
+	done
+	for pid in "${pids[@]}"; do
+		for i in $(seq 1 $((grace * 10))); do
 			kill -0 "$pid" 2>/dev/null || break
 			sleep 0.1
 		done
-		kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+		kill -KILL "$pid" 2>/dev/null || true
 		for i in $(seq 1 50); do
 			kill -0 "$pid" 2>/dev/null || break
 			sleep 0.1
 		done
-	fi
-	rm -f "$w/pids/$n"
+	done
+	return 0
 }
 
 cmd_stop() {
@@ -495,12 +502,13 @@ cmd_stop() {
 	# with containerd (test/e2e/containerd.sh stop kills the tasks, the
 	# shims and unmounts everything under the workdir); then the control
 	# plane.
-	stop_pid "$w" kubelet
+	stop_pids "$w" 10 kubelet
 	bash "$repo/test/e2e/containerd.sh" stop "$w" || bad=1
 	rm -f "$w/pids/containerd"
-	for p in kube-scheduler kube-controller-manager kube-apiserver etcd; do
-		stop_pid "$w" "$p"
-	done
+	# The control plane keeps nothing worth a graceful stop (the
+	# controller-manager takes 7 s to stop on SIGTERM): 2 s each at most.
+	stop_pids "$w" 2 kube-scheduler kube-controller-manager kube-apiserver
+	stop_pids "$w" 10 etcd
 	umount_under "$w"
 	restore_state "$w" || bad=1
 	# Anything still running from the workdir is a leak.
