@@ -224,13 +224,12 @@ func kustomizeBuild(t *testing.T) map[string]map[string]any {
 			if l.IncludeTemplates {
 				t.Fatal("kustomization.yaml labels use includeTemplates, which kustomizeBuild does not apply")
 			}
-			maps := labelMaps(obj)
-			if !l.IncludeSelectors {
-				maps = maps[:1]
-			}
 			if md["labels"] == nil {
 				md["labels"] = map[string]any{}
-				maps = append([]map[string]any{md["labels"].(map[string]any)}, maps...)
+			}
+			maps := labelMaps(obj) // the object's labels first
+			if !l.IncludeSelectors {
+				maps = maps[:1]
 			}
 			for _, m := range maps {
 				for key, v := range l.Pairs {
