@@ -464,11 +464,15 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 	t.Parallel()
 	for values, want := range map[string]string{
 		"criSocket: run/containerd/containerd.sock": "criSocket must be an absolute path",
-		"mode: fast":                     `mode must be auto, evented or generic, got "fast"`,
-		"env: {HTTP_PROXY: x}":           "env.HTTP_PROXY: only PLEG_* variables",
-		"env: {PLEG_NATS_URL: nats://x}": "env.PLEG_NATS_URL is set by the chart",
-		"nats: {existingSecret: ''}":     "nats.existingSecret is required",
-		"dataDir: data":                  "dataDir must be an absolute path",
+		"mode: fast":                      `mode must be auto, evented or generic, got "fast"`,
+		"env: {HTTP_PROXY: x}":            "env.HTTP_PROXY: only PLEG_* variables",
+		"env: {PLEG_NATS_URL: nats://x}":  "env.PLEG_NATS_URL is set by the chart",
+		"nats: {existingSecret: ''}":      "nats.existingSecret is required",
+		"dataDir: data":                   "dataDir must be an absolute path",
+		"criSockett: /run/crio/crio.sock": "criSockett",
+		"image: {tags: v1}":               "tags",
+		"streamReplicas: three":           "streamReplicas",
+		"image: {pullPolicy: Sometimes}":  "pullPolicy",
 	} {
 		_, err := runHelm(t, "template", "pleg-bridge", chartDir(t), "--values", writeValues(t, values))
 		if err == nil || !strings.Contains(err.Error(), want) {
