@@ -141,8 +141,8 @@ restore_state() {
 		comm -13 "$w/host/$c.chains" <(chains "$c") >"$w/host/$c.new"
 		while read -r t chain; do
 			"$c-save" -t "$t" | grep -E "^-A .* -j $chain( |\$)" | while read -r _ rest; do
-				# shellcheck disable=SC2086
-				"$c" -t "$t" -D $rest 2>/dev/null || true
+				# eval: iptables-save quotes comments ("kubernetes ...").
+				eval "\"\$c\" -t \"\$t\" -D $rest" 2>/dev/null || true
 			done
 		done <"$w/host/$c.new"
 		while read -r t chain; do
