@@ -18,6 +18,7 @@ import (
 type podTruth struct {
 	uid, name string
 	labels    map[string]string
+	image     string           // the main container's image, as the pod spec names it
 	restarts  int32            // the main container's highest restartCount
 	exitCodes map[string]int32 // exit code by container ID, from every terminated state shown
 	deleted   bool
@@ -39,6 +40,7 @@ func check(truth map[string]podTruth, events []consumer.Event, present map[strin
 		seqs    []uint64
 		sandbox bool
 		name    string
+		image   string
 		attempt uint32
 		exit    *int32
 	}
@@ -67,7 +69,7 @@ func check(truth map[string]podTruth, events []consumer.Event, present map[strin
 		}
 		s := byPod[uid][e.ContainerID]
 		if s == nil {
-			s = &seen{sandbox: e.Data.Container.Sandbox, name: e.Data.Container.Name, attempt: e.Data.Container.Attempt}
+			s = &seen{sandbox: e.Data.Container.Sandbox, name: e.Data.Container.Name, image: e.Data.Container.Image, attempt: e.Data.Container.Attempt}
 			byPod[uid][e.ContainerID] = s
 		}
 		s.types = append(s.types, e.LifecycleType())
@@ -98,8 +100,8 @@ func check(truth map[string]podTruth, events []consumer.Event, present map[strin
 				sandboxes = append(sandboxes, id)
 				continue
 			}
-			if s.name != "main" {
-				fail("%s %s: container name %q", p.name, id, s.name)
+			if s.name != "main" || s.image != p.image {
+				fail("%s %s: container %q of image %q, the spec says main of %q", p.name, id, s.name, s.image, p.image)
 			}
 			if other, dup := attempts[s.attempt]; dup {
 				fail("%s: two containers of attempt %d: %s and %s", p.name, s.attempt, other, id)
@@ -151,7 +153,7 @@ func history(uid string) []consumer.Event {
 		e.Data.Pod.Labels = map[string]string{"app": "churn"}
 		e.Data.Container.Sandbox, e.Data.Container.Attempt, e.Data.ExitCode = sandbox, attempt, exit
 		if !sandbox {
-			e.Data.Container.Name = "main"
+			e.Data.Container.Name, e.Data.Container.Image = "main", "work:1"
 		}
 		return e
 	}
@@ -172,7 +174,7 @@ func history(uid string) []consumer.Event {
 func truthOf(uids ...string) map[string]podTruth {
 	out := map[string]podTruth{}
 	for _, uid := range uids {
-		out[uid] = podTruth{uid: uid, name: "pod-" + uid, labels: map[string]string{"app": "churn"}, restarts: 1,
+		out[uid] = podTruth{uid: uid, name: "pod-" + uid, labels: map[string]string{"app": "churn"}, image: "work:1", restarts: 1,
 			exitCodes: map[string]int32{uid + "c0": 3, uid + "c1": 3}, deleted: true}
 	}
 	return out
@@ -245,6 +247,10 @@ func TestCheckAcceptsCompleteHistoriesAndFindsEachKindOfProblem(t *testing.T) {
 			e[1].Node = "node-2"
 			return e
 		}, want: `node "node-2"`},
+		{name: "another image is found", change: func(e []consumer.Event) []consumer.Event {
+			e[1].Data.Container.Image = "work:2"
+			return e
+		}, want: `of image "work:2", the spec says main of "work:1"`},
 		{name: "a second sandbox is found", change: func(e []consumer.Event) []consumer.Event {
 			x := e[0]
 			x.ContainerID = "as2"

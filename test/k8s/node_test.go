@@ -283,6 +283,9 @@ func (w *podWatch) update(typ string, pod corev1.Pod) {
 		w.pods[uid] = p
 	}
 	p.labels = pod.Labels
+	if len(pod.Spec.Containers) > 0 {
+		p.image = pod.Spec.Containers[0].Image
+	}
 	if typ == "DELETED" {
 		p.deleted = true
 	}
