@@ -417,6 +417,31 @@ type kustomization struct {
 	} `json:"images"`
 }
 
+// manifestKind returns the apiVersion of a kind the deployment files use,
+// and a new object of its type; obj is nil for any other kind.
+func manifestKind(kind string) (want struct {
+	apiVersion string
+	obj        any
+}) {
+	switch kind {
+	case "Namespace":
+		want.apiVersion, want.obj = "v1", &corev1.Namespace{}
+	case "ServiceAccount":
+		want.apiVersion, want.obj = "v1", &corev1.ServiceAccount{}
+	case "Secret":
+		want.apiVersion, want.obj = "v1", &corev1.Secret{}
+	case "DaemonSet":
+		want.apiVersion, want.obj = "apps/v1", &appsv1.DaemonSet{}
+	case "PodMonitor":
+		want.apiVersion, want.obj = "monitoring.coreos.com/v1", &podMonitor{}
+	case "PrometheusRule":
+		want.apiVersion, want.obj = "monitoring.coreos.com/v1", &prometheusRule{}
+	case "Kustomization":
+		want.apiVersion, want.obj = "kustomize.config.k8s.io/v1beta1", &kustomization{}
+	}
+	return want
+}
+
 // k8sManifests decodes every YAML file of deploy/kubernetes strictly into
 // the type of its kind, keyed by file name.
 func k8sManifests(t *testing.T) map[string]any {
@@ -439,18 +464,7 @@ func k8sManifests(t *testing.T) map[string]any {
 		if err := yaml.Unmarshal(b, &tm); err != nil {
 			t.Fatalf("%s: %v", filepath.Base(f), err)
 		}
-		want := map[string]struct {
-			apiVersion string
-			obj        any
-		}{
-			"Namespace":      {"v1", &corev1.Namespace{}},
-			"ServiceAccount": {"v1", &corev1.ServiceAccount{}},
-			"Secret":         {"v1", &corev1.Secret{}},
-			"DaemonSet":      {"apps/v1", &appsv1.DaemonSet{}},
-			"PodMonitor":     {"monitoring.coreos.com/v1", &podMonitor{}},
-			"PrometheusRule": {"monitoring.coreos.com/v1", &prometheusRule{}},
-			"Kustomization":  {"kustomize.config.k8s.io/v1beta1", &kustomization{}},
-		}[tm.Kind]
+		want := manifestKind(tm.Kind)
 		if want.obj == nil {
 			t.Errorf("%s: unexpected kind %q", filepath.Base(f), tm.Kind)
 			continue

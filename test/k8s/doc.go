@@ -1,0 +1,12 @@
+// Package k8s holds pleg-bridge's tests on a real Kubernetes node: the image
+// built offline (mkimage/), installed with `kubectl apply -k` and with Helm
+// into a single-node cluster whose kubelet runs on the end-to-end tests'
+// containerd, and checked against what the kubelet did. They are behind the
+// k8s build tag, so `go test ./...` ignores them; test/k8s/run.sh builds
+// and starts what they need and runs them, as root on Linux:
+//
+//	bash test/k8s/run.sh
+//
+// build.sh builds etcd and Kubernetes from the Go module proxy, cluster.sh
+// starts and stops the cluster and puts the machine back as it was.
+package k8s

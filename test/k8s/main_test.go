@@ -1,0 +1,136 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The environment cluster.sh writes (<workdir>/env) and run.sh adds to.
+const (
+	envKubectl = "PLEG_K8S_KUBECTL"           // kubectl built with the cluster
+	envCtr     = "PLEG_K8S_CTR"               // ctr of the node's containerd
+	envNode    = "PLEG_K8S_NODE"              // the node's name
+	envNodeIP  = "PLEG_K8S_NODE_IP"           // its InternalIP, where the host's NATS listens
+	envSocket  = "PLEG_K8S_CONTAINERD_SOCKET" // the node's CRI socket
+	envImage   = "PLEG_K8S_IMAGE"             // the pleg-bridge image, imported into containerd
+	envHelm    = "PLEG_K8S_HELM"              // helm
+)
+
+// suite is what every test shares: set once by TestMain, read-only after.
+var suite struct {
+	repo       string
+	kubeconfig string
+	kubectl    string
+	ctr        string
+	helm       string
+	node       string
+	nodeIP     string
+	socket     string
+	image      string // repository:tag
+}
+
+func TestMain(m *testing.M) {
+	if err := setup(); err != nil {
+		// Never a skip: run.sh started a cluster for these tests.
+		fmt.Fprintln(os.Stderr, "k8s tests:", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+func setup() error {
+	var missing []string
+	get := func(name string) string {
+		v := os.Getenv(name)
+		if v == "" {
+			missing = append(missing, name)
+		}
+		return v
+	}
+	suite.kubeconfig = get("KUBECONFIG")
+	suite.kubectl = get(envKubectl)
+	suite.ctr = get(envCtr)
+	suite.helm = get(envHelm)
+	suite.node = get(envNode)
+	suite.nodeIP = get(envNodeIP)
+	suite.socket = get(envSocket)
+	suite.image = get(envImage)
+	if len(missing) > 0 {
+		return fmt.Errorf("%s not set: run the tests with bash test/k8s/run.sh, which starts the cluster", strings.Join(missing, ", "))
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return err
+	}
+	suite.repo = root
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		return fmt.Errorf("repository root not found at %s: %w", root, err)
+	}
+	return nil
+}
+
+// commandTimeout bounds every command the tests run.
+const commandTimeout = 3 * time.Minute
+
+// run runs a command with stdin and returns its standard output, or an
+// error with its standard error. It does not use the test's context, so
+// that cleanups can run it too.
+func run(stdin []byte, name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+suite.kubeconfig)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.Bytes(), nil
+}
+
+// kubectl runs kubectl and fails the test if it fails.
+func kubectl(t *testing.T, stdin []byte, args ...string) []byte {
+	t.Helper()
+	out, err := run(stdin, suite.kubectl, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// eventually calls check every interval until it returns true or fails,
+// and fails the test when timeout passes first, with check's last error.
+func eventually(t *testing.T, timeout time.Duration, what string, check func() (bool, error)) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		ok, err := check()
+		if ok {
+			return
+		}
+		last = err
+		select {
+		case <-deadline.C:
+			t.Fatalf("%s: not within %s (last: %v)", what, timeout, last)
+		case <-t.Context().Done():
+			t.Fatalf("%s: %v", what, t.Context().Err())
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,129 @@
+//go:build k8s
+
+package k8s
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
+)
+
+// hostNATS is a NATS server on the node, outside the cluster, as a user's
+// NATS would be: operator (JWT) mode, JetStream on, listening on the node's
+// address, which the pod network reaches through the CNI bridge's gateway.
+type hostNATS struct {
+	URL   string // nats://<node IP>:<port>
+	Creds []byte // a credentials file of a user of the account, for the Secret
+	js    jetstream.JetStream
+}
+
+// startHostNATS runs the server until the test ends and creates the stream
+// of deploy/nats/stream.json with one replica, as an operator would before
+// installing the bridge (the bridge's default PLEG_STREAM_REPLICAS is 3, for
+// a cluster; it accepts an existing stream as it is).
+func startHostNATS(t *testing.T) *hostNATS {
+	t.Helper()
+	key := func(create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, string) {
+		kp, err := create()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, err := kp.PublicKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp, pub
+	}
+	sign := func(c jwt.Claims, kp nkeys.KeyPair) string {
+		s, err := c.Encode(kp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	operator, operatorPub := key(nkeys.CreateOperator)
+	opClaims := jwt.NewOperatorClaims(operatorPub)
+	opClaims.Name = "pleg-k8s-e2e"
+	op, err := jwt.DecodeOperatorClaims(sign(opClaims, operator))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolver := &server.MemAccResolver{}
+	_, sysPub := key(nkeys.CreateAccount)
+	sysClaims := jwt.NewAccountClaims(sysPub)
+	sysClaims.Name = "SYS"
+	if err := resolver.Store(sysPub, sign(sysClaims, operator)); err != nil {
+		t.Fatal(err)
+	}
+	account, accountPub := key(nkeys.CreateAccount)
+	accClaims := jwt.NewAccountClaims(accountPub)
+	accClaims.Name = "PLEG"
+	accClaims.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	if err := resolver.Store(accountPub, sign(accClaims, operator)); err != nil {
+		t.Fatal(err)
+	}
+	user, userPub := key(nkeys.CreateUser)
+	userClaims := jwt.NewUserClaims(userPub)
+	userClaims.Name = "pleg-bridge"
+	seed, err := user.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := jwt.FormatUserConfig(sign(userClaims, account), seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s := publishtest.RunServer(t, &server.Options{
+		Host: suite.nodeIP, Port: -1,
+		JetStream: true, StoreDir: filepath.Join(t.TempDir(), "js"),
+		TrustedOperators: []*jwt.OperatorClaims{op},
+		AccountResolver:  resolver,
+		SystemAccount:    sysPub,
+	})
+	addr, ok := s.Addr().(*net.TCPAddr)
+	if !ok {
+		t.Fatalf("nats server address %v", s.Addr())
+	}
+	h := &hostNATS{URL: "nats://" + net.JoinHostPort(suite.nodeIP, strconv.Itoa(addr.Port)), Creds: creds}
+
+	credsFile := filepath.Join(t.TempDir(), "test.creds")
+	if err := os.WriteFile(credsFile, creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(h.URL, nats.UserCredentials(credsFile))
+	if err != nil {
+		t.Fatalf("connect to the host's NATS at %s: %v", h.URL, err)
+	}
+	t.Cleanup(nc.Close)
+	if h.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(suite.repo, "deploy", "nats", "stream.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var cfg jetstream.StreamConfig
+	if err := dec.Decode(&cfg); err != nil {
+		t.Fatalf("deploy/nats/stream.json: %v", err)
+	}
+	cfg.Replicas = 1
+	if _, err := h.js.CreateStream(t.Context(), cfg); err != nil {
+		t.Fatalf("create the stream of deploy/nats/stream.json: %v", err)
+	}
+	return h
+}
