@@ -464,7 +464,7 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 	t.Parallel()
 	for values, want := range map[string]string{
 		"criSocket: run/containerd/containerd.sock": "criSocket must be an absolute path",
-		"mode: fast":                      `mode must be auto, evented or generic, got "fast"`,
+		"mode: fast":                      `mode must be auto, evented, containerd-events or generic, got "fast"`,
 		"env: {HTTP_PROXY: x}":            "env.HTTP_PROXY: only PLEG_* variables",
 		"env: {PLEG_NATS_URL: nats://x}":  "env.PLEG_NATS_URL is set by the chart",
 		"nats: {existingSecret: ''}":      "nats.existingSecret is required",
