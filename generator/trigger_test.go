@@ -58,6 +58,23 @@ func runningPod(t *testing.T, f *fixture) (sandbox, container string) {
 	return sb, c
 }
 
+// runningPods starts n pods of one container each, waits for their starts
+// to be reported and a second more, and returns the containers' IDs.
+func runningPods(t *testing.T, f *fixture, n int) []string {
+	t.Helper()
+	m := f.rt.Model()
+	var ids []string
+	for range n {
+		sb := must(m.RunPodSandbox(crisim.PodConfig{}))
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+		must(0, m.StartContainer(c))
+		ids = append(ids, c)
+	}
+	f.rec.Wait(t, 2*n, 5*time.Second)
+	advance(time.Second)
+	return ids
+}
+
 // fullRelists counts the ListContainers calls that listed the whole node.
 func fullRelists(f *fixture) int {
 	n := 0
@@ -385,15 +402,7 @@ func TestABurstOverManyPodsIsTakenAsOneFullRelist(t *testing.T) {
 		f, stop := startTriggered(t, generator.Options{})
 		defer stop()
 		m := f.rt.Model()
-		var ids []string
-		for range 40 {
-			sb := must(m.RunPodSandbox(crisim.PodConfig{}))
-			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
-			must(0, m.StartContainer(c))
-			ids = append(ids, c)
-		}
-		f.rec.Wait(t, 80, 5*time.Second)
-		advance(time.Second)
+		ids := runningPods(t, f, 40)
 		full, targeted := fullRelists(f), len(f.rt.ListCalls("ListContainers"))-fullRelists(f)
 
 		// A node draining: every container exits at once.
@@ -428,15 +437,7 @@ func TestABurstCRIDoesNotShowYetIsLookedAtAgain(t *testing.T) {
 		f, stop := startTriggered(t, generator.Options{})
 		defer stop()
 		m := f.rt.Model()
-		var ids []string
-		for range 20 {
-			sb := must(m.RunPodSandbox(crisim.PodConfig{}))
-			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
-			must(0, m.StartContainer(c))
-			ids = append(ids, c)
-		}
-		f.rec.Wait(t, 40, 5*time.Second)
-		advance(time.Second)
+		ids := runningPods(t, f, 20)
 		for _, c := range ids {
 			exit := &eventtypes.TaskExit{ContainerID: c, ID: c, ExitStatus: 1, ExitedAt: timestamppb.Now()}
 			must(0, m.InjectTaskEvent(crisim.K8sNamespace, crisim.TopicTaskExit, exit))
