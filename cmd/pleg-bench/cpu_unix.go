@@ -16,3 +16,13 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// selfStats returns this process's CPU time and peak resident set size as
+// the kernel counts them.
+func selfStats() childStats {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return childStats{}
+	}
+	return childStats{CPU: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), MaxRSS: maxRSSBytes(ru.Maxrss)}
+}

@@ -29,6 +29,7 @@ func main() {
 	// The detection latency harness re-executes this executable as the
 	// simulated runtime's process; that process must not get further.
 	latencybench.MaybeRunRuntimeProcess()
+	maybeRunChild()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -56,6 +57,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"where the simulated runtime and its driver run: process (a child process, as containerd runs beside the bridge) or inprocess (the bridge's process)")
 	stages := fs.Bool("stages", false, "also time the stages of each bridge event (stream, merge, encode, ack) and print them")
 	relist := fs.Bool("relist", false, "also measure the cost of a full relist at 100, 1,000 and 30,000 containers")
+	idle := fs.Bool("idle", true, "measure idle CPU and peak RSS of the bridge in its own process, generic and evented, beside a bare relist loop")
+	sizesFlag := fs.String("sizes", "110/330,1000/5000", "node sizes (pods/containers) for idle CPU and peak RSS")
+	rssSizesFlag := fs.String("rss-sizes", "5000/20000,7500/30000", "node sizes measured for peak RSS only (first relist included)")
+	window := fs.Duration("window", 30*time.Second, "idle CPU window; at least the evented safety-net relist period, so that each window holds one")
+	settle := fs.Duration("settle", idleSettle, "how long the processes run once ready before the first idle window")
+	reps := fs.Int("reps", 2, "repetitions of each idle window and of each latency mode")
 	logLevel := fs.String("log-level", "warn", "log level of the bridge under test: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: pleg-bench [flags]\n\n"+
@@ -94,23 +101,60 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		*warmup = -1 // Config's zero means the default
 	}
 
-	var lost bool
-	if len(modes) > 0 {
-		results, err := measureLatency(ctx, latencybench.Config{
-			Rate: *rate, Duration: *duration, Warmup: *warmup, Runtime: runtimeTopology, Stages: *stages, Logger: logger,
-		}, modes, stdout, stderr)
+	sizes, err := parseSizes(*sizesFlag)
+	if err != nil {
+		return fmt.Errorf("--sizes=%q: %w", *sizesFlag, err)
+	}
+	rssSizes, err := parseSizes(*rssSizesFlag)
+	if err != nil {
+		return fmt.Errorf("--rss-sizes=%q: %w", *rssSizesFlag, err)
+	}
+	if *reps < 1 {
+		return fmt.Errorf("--reps=%d: must be at least 1", *reps)
+	}
+	if *window <= 0 {
+		return fmt.Errorf("--window=%v: must be positive", *window)
+	}
+
+	var rows []measurement
+	if *idle {
+		r, err := measureIdle(ctx, idleConfig{
+			sizes: sizes, window: *window, reps: *reps, settle: *settle, rssSizes: rssSizes, rssWindow: 10 * time.Second,
+		}, stderr)
 		if err != nil {
 			return err
 		}
-		for _, r := range results {
-			lost = lost || r.Lost() > 0
+		rows = append(rows, r...)
+	}
+	var lost bool
+	if len(modes) > 0 {
+		var all []latencybench.Result
+		for range *reps {
+			results, err := measureLatency(ctx, latencybench.Config{
+				Rate: *rate, Duration: *duration, Warmup: *warmup, Runtime: runtimeTopology, Stages: *stages, Logger: logger,
+			}, modes, stdout, stderr)
+			if err != nil {
+				return err
+			}
+			for _, r := range results {
+				lost = lost || r.Lost() > 0
+			}
+			all = append(all, results...)
+			fmt.Fprintln(stdout)
 		}
+		rows = append(rows, latencyRows(all)...)
 	}
 	if *relist {
 		if len(modes) > 0 {
 			fmt.Fprintln(stdout)
 		}
 		if err := measureRelist(ctx, stdout); err != nil {
+			return err
+		}
+	}
+	if len(rows) > 0 {
+		fmt.Fprintf(stdout, "summary: %d repetitions; idle windows of %v; ratios are per repetition, against the baseline measured beside it\n\n", *reps, *window)
+		if err := writeMeasurements(stdout, rows); err != nil {
 			return err
 		}
 	}
