@@ -73,6 +73,9 @@ type Spool struct {
 	taken    map[uint64]int64 // guarded by mu; the encoded size of each entry taken and not Done
 	bytes    int64            // guarded by mu; encoded size of the entries not Done
 	done     []uint64         // guarded by mu; Done since the last write
+	// wake is the Store's: it is given a value, without waiting, when
+	// something is appended or Done. Nil outside a Store.
+	wake chan<- struct{}
 }
 
 // queuedEntry is an appended entry waiting to be written.
@@ -125,6 +128,7 @@ func (s *Spool) Append(events []generator.Event) int {
 	room := s.max - s.bytes
 	s.mu.Unlock()
 	data := s.encode(events, room)
+	defer s.wakeStore()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Another Append may have taken some of the room since.
@@ -160,6 +164,7 @@ func (s *Spool) AppendTaken(events []generator.Event) (first uint64, n int) {
 		return 0, 0
 	}
 	data := s.encode(events, room)
+	defer s.wakeStore()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.untaken > 0 {
@@ -337,6 +342,22 @@ func (s *Spool) Done(seq uint64) {
 	delete(s.taken, seq)
 	s.bytes -= size
 	s.done = append(s.done, seq)
+	s.wakeStore()
+}
+
+// wakeStore tells the Store's Run that there is something to write.
+func (s *Spool) wakeStore() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waiting reports whether appends or Dones wait to be written.
+func (s *Spool) waiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queued) > 0 || len(s.done) > 0
 }
 
 // Untaken returns the number of entries waiting to be taken.

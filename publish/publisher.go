@@ -612,7 +612,7 @@ func (d *delivery) run(ctx context.Context) error {
 		case now := <-d.retryC():
 			d.armedAt = time.Time{}
 			d.retryDue(now)
-		case now := <-stallCheck.C:
+		case now := <-d.stallC(stallCheck):
 			d.abandonStragglers(now)
 			d.checkStall(now)
 			d.checkHold(now)
@@ -1023,6 +1023,17 @@ func retryDelay(minDelay, maxDelay time.Duration, failures int) time.Duration {
 	}
 	d = min(d, maxDelay)
 	return d/2 + rand.N(d/2+1)
+}
+
+// stallC returns the stall check's channel while there is something to
+// check (messages in flight or being checked, the watermark on hold), else
+// nil: an idle publisher is not woken four times a second for nothing (a
+// ticker whose channel nobody waits on does not fire, Go 1.23 and later).
+func (d *delivery) stallC(t *time.Ticker) <-chan time.Time {
+	if d.inFlight+len(d.checking) == 0 && !d.wm.holding {
+		return nil
+	}
+	return t.C
 }
 
 // retryC arms the retry timer for the earliest retry and returns its
