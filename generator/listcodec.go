@@ -1,7 +1,9 @@
 package generator
 
 import (
+	"encoding/binary"
 	"fmt"
+	"io"
 	"slices"
 
 	"google.golang.org/grpc/encoding"
@@ -40,15 +42,82 @@ func (c listCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Mars
 func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *runtimeapi.ListContainersResponse:
-		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-		defer buf.Free()
-		return decodeContainers(buf.ReadOnlyData(), m)
+		return eachItem(data, func(b []byte) error {
+			ctr, err := decodeContainer(b)
+			if err != nil {
+				return fmt.Errorf("decode container %d: %w", len(m.Containers), err)
+			}
+			m.Containers = append(m.Containers, ctr)
+			return nil
+		})
 	case *runtimeapi.ListPodSandboxResponse:
-		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-		defer buf.Free()
-		return c.decodeSandboxes(buf.ReadOnlyData(), m)
+		return eachItem(data, func(b []byte) error {
+			sb, err := c.decodeSandbox(b)
+			if err != nil {
+				return fmt.Errorf("decode pod sandbox %d: %w", len(m.Items), err)
+			}
+			m.Items = append(m.Items, sb)
+			return nil
+		})
 	}
 	return c.proto.Unmarshal(data, v)
+}
+
+// eachItem calls fn with each item of a listing (a response whose field 1
+// is a repeated message) as it reads data, one item at a time in a buffer
+// it reuses: fn must copy what it keeps. A listing arrives in as many
+// buffers as the transport's frames; reading it in place rather than
+// copying it whole first spares a second copy of it (about 30 MB for
+// 30,000 containers) at the relist's peak.
+func eachItem(data mem.BufferSlice, fn func(b []byte) error) error {
+	r := data.Reader()
+	defer r.Close()
+	var item []byte
+	for r.Remaining() > 0 {
+		tag, err := binary.ReadUvarint(r)
+		if err != nil {
+			return fmt.Errorf("read field tag: %w", err)
+		}
+		num, typ := protowire.DecodeTag(tag)
+		var skip uint64
+		switch typ {
+		case protowire.BytesType:
+			n, err := binary.ReadUvarint(r)
+			if err != nil {
+				return fmt.Errorf("read field %d length: %w", num, err)
+			}
+			if n > uint64(r.Remaining()) {
+				return fmt.Errorf("field %d of %d bytes: %w", num, n, io.ErrUnexpectedEOF)
+			}
+			if num != 1 {
+				skip = n
+				break
+			}
+			item = slices.Grow(item[:0], int(n))[:n]
+			if _, err := io.ReadFull(r, item); err != nil {
+				return err
+			}
+			if err := fn(item); err != nil {
+				return err
+			}
+		case protowire.VarintType:
+			if _, err := binary.ReadUvarint(r); err != nil {
+				return fmt.Errorf("read field %d: %w", num, err)
+			}
+		case protowire.Fixed32Type:
+			skip = 4
+		case protowire.Fixed64Type:
+			skip = 8
+		default:
+			return fmt.Errorf("field %d has unsupported wire type %d", num, typ)
+		}
+		if skip > 0 {
+			if _, err := io.CopyN(io.Discard, r, int64(skip)); err != nil {
+				return fmt.Errorf("skip field %d: %w", num, err)
+			}
+		}
+	}
+	return nil
 }
 
 // eachField calls fn for each field of the message in b, in wire order,
@@ -118,20 +187,6 @@ func identityLabel(k []byte) string {
 	return ""
 }
 
-func decodeContainers(b []byte, out *runtimeapi.ListContainersResponse) error {
-	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if num != 1 || typ != protowire.BytesType {
-			return nil
-		}
-		c, err := decodeContainer(v)
-		if err != nil {
-			return fmt.Errorf("decode container %d: %w", len(out.Containers), err)
-		}
-		out.Containers = append(out.Containers, c)
-		return nil
-	})
-}
-
 func decodeContainer(b []byte) (*runtimeapi.Container, error) {
 	c := &runtimeapi.Container{}
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
@@ -191,20 +246,6 @@ func decodeContainer(b []byte) (*runtimeapi.Container, error) {
 		return nil
 	})
 	return c, err
-}
-
-func (c listCodec) decodeSandboxes(b []byte, out *runtimeapi.ListPodSandboxResponse) error {
-	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if num != 1 || typ != protowire.BytesType {
-			return nil
-		}
-		sb, err := c.decodeSandbox(v)
-		if err != nil {
-			return fmt.Errorf("decode pod sandbox %d: %w", len(out.Items), err)
-		}
-		out.Items = append(out.Items, sb)
-		return nil
-	})
 }
 
 func (c listCodec) decodeSandbox(b []byte) (*runtimeapi.PodSandbox, error) {
