@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"google.golang.org/grpc"
@@ -77,6 +79,13 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if dir := os.Getenv(profileEnv); dir != "" && spec.Role != roleRuntime {
+		stop, err := startProfiles(filepath.Join(dir, fmt.Sprintf("%s-%s-%d", spec.Role, spec.Mode, os.Getpid())))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	var events func() int
 	done := make(chan error, 1)
 	ready := make(chan struct{})
@@ -234,9 +243,36 @@ func (l *bareLoop) run(ctx context.Context, period time.Duration, n *int, stats 
 		case <-t.C:
 			d, err := l.relist(ctx)
 			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err() // stopped during a relist
+				}
 				return err
 			}
 			*n += d
 		}
 	}
+}
+
+// profileEnv names a directory where each child but the runtime writes a
+// CPU profile of its whole life and a heap profile at its end, as
+// <role>-<mode>-<pid>.{cpu,heap}.pprof.
+const profileEnv = "PLEG_BENCH_PROFILE"
+
+func startProfiles(prefix string) (stop func(), err error) {
+	f, err := os.Create(prefix + ".cpu.pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		if h, err := os.Create(prefix + ".heap.pprof"); err == nil {
+			pprof.Lookup("allocs").WriteTo(h, 0)
+			h.Close()
+		}
+	}, nil
 }

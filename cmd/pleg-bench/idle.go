@@ -29,6 +29,10 @@ type idleConfig struct {
 	// rssSizes are measured for peak RSS only, over one window of rssWindow.
 	rssSizes  []nodeSize
 	rssWindow time.Duration
+	// memoryOnly runs the bridges without a data directory (see nodeRun).
+	memoryOnly bool
+	// bridgeEnv is added to the bridges' environment (GOGC=50, ...).
+	bridgeEnv []string
 }
 
 // measureIdle runs measureNodes against a NATS server of its own, in this
@@ -59,14 +63,14 @@ func measureIdle(ctx context.Context, cfg idleConfig, progress io.Writer) ([]mea
 func measureNodes(ctx context.Context, cfg idleConfig, natsURL string, progress io.Writer) ([]measurement, error) {
 	var rows []measurement
 	for _, size := range cfg.sizes {
-		r, err := measureNode(ctx, size, natsURL, cfg.settle, cfg.window, cfg.reps, true, progress)
+		r, err := measureNode(ctx, size, natsURL, cfg, cfg.settle, cfg.window, cfg.reps, true, progress)
 		if err != nil {
 			return nil, err
 		}
 		rows = append(rows, r...)
 	}
 	for _, size := range cfg.rssSizes {
-		r, err := measureNode(ctx, size, natsURL, cfg.settle, cfg.rssWindow, 1, false, progress)
+		r, err := measureNode(ctx, size, natsURL, cfg, cfg.settle, cfg.rssWindow, 1, false, progress)
 		if err != nil {
 			return nil, err
 		}
@@ -75,14 +79,17 @@ func measureNodes(ctx context.Context, cfg idleConfig, natsURL string, progress 
 	return rows, nil
 }
 
-func measureNode(ctx context.Context, size nodeSize, natsURL string, settle, window time.Duration, reps int, cpu bool, progress io.Writer) (_ []measurement, err error) {
+func measureNode(ctx context.Context, size nodeSize, natsURL string, cfg idleConfig, settle, window time.Duration, reps int, cpu bool, progress io.Writer) (_ []measurement, err error) {
 	dir, err := os.MkdirTemp("", "pleg-bench-node-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	start := time.Now()
-	node, err := startNode(ctx, dir, natsURL, size)
+	node, err := startNode(ctx, dir, natsURL, size, cfg.memoryOnly)
+	if err == nil {
+		node.bridgeEnv = cfg.bridgeEnv
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rssSizesFlag := fs.String("rss-sizes", "5000/20000,7500/30000", "node sizes measured for peak RSS only (first relist included)")
 	window := fs.Duration("window", 30*time.Second, "idle CPU window; at least the evented safety-net relist period, so that each window holds one")
 	settle := fs.Duration("settle", idleSettle, "how long the processes run once ready before the first idle window")
+	memoryOnly := fs.Bool("memory-only", false, "run the measured bridges without a data directory (no checkpoint, no spool written through), to see what the durable state costs")
+	bridgeEnv := fs.String("bridge-env", "", "environment variables added to the measured bridges' (after the DaemonSet's GOMEMLIMIT), space-separated, e.g. GOGC=50")
 	reps := fs.Int("reps", 2, "repetitions of each idle window and of each latency mode")
 	logLevel := fs.String("log-level", "warn", "log level of the bridge under test: debug, info, warn or error")
 	fs.Usage = func() {
@@ -119,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var rows []measurement
 	if *idle {
 		r, err := measureIdle(ctx, idleConfig{
-			sizes: sizes, window: *window, reps: *reps, settle: *settle, rssSizes: rssSizes, rssWindow: 10 * time.Second,
+			sizes: sizes, window: *window, reps: *reps, settle: *settle, rssSizes: rssSizes, rssWindow: 10 * time.Second, memoryOnly: *memoryOnly, bridgeEnv: strings.Fields(*bridgeEnv),
 		}, stderr)
 		if err != nil {
 			return err

@@ -148,15 +148,20 @@ type nodeRun struct {
 	socket  string
 	natsURL string
 	nodes   int // bridges started, for their node names
+	// memoryOnly runs the bridges without a data directory: no checkpoint,
+	// no spool, nothing written through.
+	memoryOnly bool
+	// bridgeEnv is added to the bridges' environment.
+	bridgeEnv []string
 }
 
-func startNode(ctx context.Context, dir, natsURL string, size nodeSize) (*nodeRun, error) {
+func startNode(ctx context.Context, dir, natsURL string, size nodeSize, memoryOnly bool) (*nodeRun, error) {
 	sock := filepath.Join(dir, "cri.sock")
 	rt, err := startChild(ctx, "runtime "+size.String(), childSpec{Role: roleRuntime, Socket: sock, Pods: size.pods, Containers: size.containers})
 	if err != nil {
 		return nil, err
 	}
-	return &nodeRun{dir: dir, runtime: rt, socket: sock, natsURL: natsURL}, nil
+	return &nodeRun{dir: dir, runtime: rt, socket: sock, natsURL: natsURL, memoryOnly: memoryOnly}, nil
 }
 
 // bridge starts a bridge in mode on the node, with a data directory of its
@@ -165,9 +170,12 @@ func (n *nodeRun) bridge(ctx context.Context, mode generator.Mode, extraEnv ...s
 	n.nodes++
 	node := fmt.Sprintf("bench-%s-%d-%d", mode, os.Getpid(), n.nodes)
 	data := filepath.Join(n.dir, node)
+	if n.memoryOnly {
+		data = ""
+	}
 	return startChild(ctx, string(mode)+" bridge", childSpec{
 		Role: roleBridge, Socket: n.socket, Mode: mode, NATSURL: n.natsURL, DataDir: data, Node: node,
-	}, extraEnv...)
+	}, append(extraEnv, n.bridgeEnv...)...)
 }
 
 func (n *nodeRun) bare(ctx context.Context) (*child, error) {
