@@ -1,13 +1,21 @@
-// Command pleg-bench measures pleg-bridge on embedded parts, on loopback:
-// the detection latency (a container transition in the runtime to the
-// JetStream ack of its event) in evented and generic mode next to raw
-// JetStream publish→ack, and with --relist the cost of a full relist by node
-// size.
+// Command pleg-bench measures pleg-bridge as the DaemonSet runs it (package
+// bridge, a data directory, GOMEMLIMIT) against the simulated runtime
+// serving CRI over a unix socket from a process of its own, on nodes whose
+// pods and containers carry the kubelet's labels and annotations, and
+// prints one table: each figure as the median and range over repetitions,
+// beside its baseline measured in the same run, and their ratio. Rows: idle
+// CPU of the bridge in generic and evented mode, each in a process of its
+// own, beside a bare ListPodSandbox + ListContainers + diff loop and a Go
+// process that does nothing, all running at the same time; peak RSS of
+// those bridges by node size, first relist included; the cost of one full
+// relist beside the bare List round trip; detection latency (a transition
+// in the runtime to the JetStream ack of its event) in evented and generic
+// mode beside raw JetStream publish→ack, at 1,000 transitions/s.
 //
-//	go run ./cmd/pleg-bench                       # raw, evented, generic; 10 s each at 1,000 events/s
-//	go run ./cmd/pleg-bench --relist              # and the relist cost table
-//	go run ./cmd/pleg-bench --modes= --relist     # the relist cost table only
-//	go run ./cmd/pleg-bench --runtime inprocess   # the simulated runtime in the bridge's process
+//	go run ./cmd/pleg-bench                              # everything, about 5 minutes
+//	go run ./cmd/pleg-bench --modes= --relist=false      # idle CPU and peak RSS only
+//	go run ./cmd/pleg-bench --idle=false --modes=        # the relist rows only
+//	go run ./cmd/pleg-bench --sizes=110/330 --reps=3     # other sizes, more repetitions
 package main
 
 import (
@@ -57,7 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	runtimeFlag := fs.String("runtime", string(latencybench.RuntimeProcess),
 		"where the simulated runtime and its driver run: process (a child process, as containerd runs beside the bridge) or inprocess (the bridge's process)")
 	stages := fs.Bool("stages", false, "also time the stages of each bridge event (stream, merge, encode, ack) and print them")
-	relist := fs.Bool("relist", false, "also measure the cost of a full relist at 100, 1,000 and 30,000 containers")
+	relist := fs.Bool("relist", true, "measure the cost of one full relist (steady and first) beside the bare List round trip")
+	relistSizesFlag := fs.String("relist-sizes", "110/330,1000/5000,5000/20000", "node sizes (pods/containers) of the relist rows")
 	idle := fs.Bool("idle", true, "measure idle CPU and peak RSS of the bridge in its own process, generic and evented, beside a bare relist loop")
 	sizesFlag := fs.String("sizes", "110/330,1000/5000", "node sizes (pods/containers) for idle CPU and peak RSS")
 	rssSizesFlag := fs.String("rss-sizes", "5000/20000,7500/30000", "node sizes measured for peak RSS only (first relist included)")
@@ -112,6 +121,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--rss-sizes=%q: %w", *rssSizesFlag, err)
 	}
+	relistSizes, err := parseSizes(*relistSizesFlag)
+	if err != nil {
+		return fmt.Errorf("--relist-sizes=%q: %w", *relistSizesFlag, err)
+	}
 	if *reps < 1 {
 		return fmt.Errorf("--reps=%d: must be at least 1", *reps)
 	}
@@ -124,6 +137,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		r, err := measureIdle(ctx, idleConfig{
 			sizes: sizes, window: *window, reps: *reps, settle: *settle, rssSizes: rssSizes, rssWindow: 10 * time.Second, memoryOnly: *memoryOnly, bridgeEnv: strings.Fields(*bridgeEnv),
 		}, stderr)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, r...)
+	}
+	if *relist {
+		r, err := measureRelist(ctx, relistSizes, *reps, stderr)
 		if err != nil {
 			return err
 		}
@@ -146,14 +166,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stdout)
 		}
 		rows = append(rows, latencyRows(all)...)
-	}
-	if *relist {
-		if len(modes) > 0 {
-			fmt.Fprintln(stdout)
-		}
-		if err := measureRelist(ctx, stdout); err != nil {
-			return err
-		}
 	}
 	if len(rows) > 0 {
 		fmt.Fprintf(stdout, "summary: %d repetitions; idle windows of %v; ratios are per repetition, against the baseline measured beside it\n\n", *reps, *window)

@@ -32,11 +32,13 @@ type unit struct {
 }
 
 var (
-	cpuPerMinute = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " cpu-s/min"}
-	coreShare    = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, "% of a core"}
-	mebibytes    = unit{func(v float64) string { return fmt.Sprintf("%.0f", v) }, " MiB"}
-	milliseconds = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " ms"}
-	times        = unit{func(v float64) string { return fmt.Sprintf("%.2f", v) }, "×"}
+	cpuPerMinute  = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " cpu-s/min"}
+	coreShare     = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, "% of a core"}
+	mebibytes     = unit{func(v float64) string { return fmt.Sprintf("%.0f", v) }, " MiB"}
+	milliseconds  = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " ms"}
+	count         = unit{func(v float64) string { return fmt.Sprintf("%.0f", v) }, ""}
+	mebibytesFine = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " MiB"}
+	times         = unit{func(v float64) string { return fmt.Sprintf("%.2f", v) }, "×"}
 )
 
 // ratios returns value/base for each repetition.
