@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -33,6 +34,7 @@ const (
 	roleBridge  = "bridge"  // pleg-bridge as package bridge runs it in production
 	roleBare    = "bare"    // the bare loop: ListPodSandbox + ListContainers + a diff every second
 	roleEmpty   = "empty"   // a Go process that does nothing: the floor of the others
+	roleRaw     = "raw"     // the throughput baseline: decode the runtime's stream, publish a message per transition
 )
 
 // childSpec says what a child process is.
@@ -46,13 +48,27 @@ type childSpec struct {
 	DataDir    string         // roleBridge; empty: no durable state
 	Node       string         // roleBridge
 	Period     time.Duration  // roleBare: the loop's period
+	// roleRuntime: once asked for its stats the first time, churn pods at
+	// ChurnPodsPerSecond (0: none), ChurnContainers each, each living
+	// ChurnLifetime, for ChurnFor.
+	ChurnPodsPerSecond float64
+	ChurnContainers    int
+	ChurnLifetime      time.Duration
+	ChurnFor           time.Duration
 }
 
 // childStats is what a child reports of itself, as the kernel counts it.
 type childStats struct {
 	CPU    time.Duration // user + system, all threads, since the start
 	MaxRSS int64         // peak resident set size, bytes
-	Events int           // roleBare: changes its diffs found
+	// Events is, for roleBare, the changes its diffs found; for
+	// roleRuntime, the Lifecycle transitions it made (CRI events other
+	// than CREATED); for roleRaw, the messages JetStream acked.
+	Events int
+	// Pending is, for roleBridge, the events not acked yet.
+	Pending int
+	// Churning is, for roleRuntime, true until its churn is over.
+	Churning bool
 }
 
 // maybeRunChild runs this process as the child its environment names, and
@@ -87,6 +103,7 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 		defer stop()
 	}
 	var events func() int
+	var extra func(*childStats) // adds what the role reports
 	done := make(chan error, 1)
 	ready := make(chan struct{})
 	switch spec.Role {
@@ -101,6 +118,33 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 		}
 		go func() { done <- crisim.NewServer(model, crisim.ServerOptions{}).Serve(ctx, lis) }()
 		close(ready)
+		if spec.ChurnPodsPerSecond > 0 {
+			var churned sync.WaitGroup
+			defer churned.Wait()
+			churnDone := make(chan struct{})
+			start := sync.OnceFunc(func() {
+				churned.Go(func() {
+					defer close(churnDone)
+					cctx, cancel := context.WithTimeout(ctx, spec.ChurnFor)
+					defer cancel()
+					if err := crisim.Churn(cctx, model, crisim.ChurnOptions{
+						PodsPerSecond: spec.ChurnPodsPerSecond, ContainersPerPod: spec.ChurnContainers, Lifetime: spec.ChurnLifetime,
+					}); err != nil {
+						fmt.Fprintln(os.Stderr, "pleg-bench runtime: churn:", err)
+					}
+				})
+			})
+			extra = func(st *childStats) {
+				start()
+				s := model.Stats()
+				st.Events = s.Events - s.SandboxesCreated - s.ContainersCreated
+				select {
+				case <-churnDone:
+				default:
+					st.Churning = true
+				}
+			}
+		}
 	case roleBridge:
 		b, err := bridge.New(bridge.Options{
 			Node:          spec.Node,
@@ -117,6 +161,7 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 			return err
 		}
 		go func() { done <- b.Run(ctx) }()
+		extra = func(st *childStats) { st.Pending = b.Status().Pending }
 		go func() {
 			// The bridge offers no signal to wait on; this is outside the
 			// measurement.
@@ -144,6 +189,15 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 		stats := make(chan chan int)
 		events = func() int { c := make(chan int); stats <- c; return <-c }
 		go func() { done <- loop.run(ctx, spec.Period, &n, stats) }()
+	case roleRaw:
+		raw, err := newRawPublisher(ctx, spec)
+		if err != nil {
+			return err
+		}
+		defer raw.close()
+		go func() { done <- raw.run(ctx) }()
+		close(ready)
+		extra = func(st *childStats) { st.Events = raw.acked() }
 	case roleEmpty:
 		close(ready)
 	default:
@@ -162,12 +216,19 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 		if events != nil {
 			st.Events = events()
 		}
+		if extra != nil {
+			extra(&st)
+		}
 		if err := enc.Encode(st); err != nil {
 			return err
 		}
 	}
 	cancel()
 	if spec.Role == roleEmpty {
+		return nil
+	}
+	if spec.Role == roleRaw {
+		// Its stream ends with the runtime, which may stop later.
 		return nil
 	}
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {

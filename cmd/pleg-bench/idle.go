@@ -35,23 +35,23 @@ type idleConfig struct {
 	bridgeEnv []string
 }
 
-// measureIdle runs measureNodes against a NATS server of its own, in this
-// process.
-func measureIdle(ctx context.Context, cfg idleConfig, progress io.Writer) ([]measurement, error) {
+// withNATS runs f with the client URL of a JetStream server of its own, in
+// this process.
+func withNATS(f func(url string) error) error {
 	dir, err := os.MkdirTemp("", "pleg-bench-nats-")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer os.RemoveAll(dir)
 	ns, err := natsembed.Start(natsembed.Options{DataDir: dir, Port: -1})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() {
 		ns.Shutdown()
 		ns.WaitForShutdown()
 	}()
-	return measureNodes(ctx, cfg, ns.ClientURL(), progress)
+	return f(ns.ClientURL())
 }
 
 // measureNodes measures, for each node size, the bridge in generic and in

@@ -65,6 +65,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	runtimeFlag := fs.String("runtime", string(latencybench.RuntimeProcess),
 		"where the simulated runtime and its driver run: process (a child process, as containerd runs beside the bridge) or inprocess (the bridge's process)")
 	stages := fs.Bool("stages", false, "also time the stages of each bridge event (stream, merge, encode, ack) and print them")
+	throughput := fs.Bool("throughput", true, "measure the evented bridge's throughput and CPU per transition beside the raw stream decode + async publish")
+	throughputRate := fs.Float64("throughput-rate", 10_000, "transitions per second of the throughput rows")
+	throughputFor := fs.Duration("throughput-duration", 10*time.Second, "how long the runtime churns for the throughput rows")
 	relist := fs.Bool("relist", true, "measure the cost of one full relist (steady and first) beside the bare List round trip")
 	relistSizesFlag := fs.String("relist-sizes", "110/330,1000/5000,5000/20000", "node sizes (pods/containers) of the relist rows")
 	idle := fs.Bool("idle", true, "measure idle CPU and peak RSS of the bridge in its own process, generic and evented, beside a bare relist loop")
@@ -133,14 +136,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	var rows []measurement
-	if *idle {
-		r, err := measureIdle(ctx, idleConfig{
-			sizes: sizes, window: *window, reps: *reps, settle: *settle, rssSizes: rssSizes, rssWindow: 10 * time.Second, memoryOnly: *memoryOnly, bridgeEnv: strings.Fields(*bridgeEnv),
-		}, stderr)
+	if *idle || *throughput {
+		err := withNATS(func(url string) error {
+			if *idle {
+				r, err := measureNodes(ctx, idleConfig{
+					sizes: sizes, window: *window, reps: *reps, settle: *settle, rssSizes: rssSizes, rssWindow: 10 * time.Second, memoryOnly: *memoryOnly, bridgeEnv: strings.Fields(*bridgeEnv),
+				}, url, stderr)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, r...)
+			}
+			if *throughput {
+				r, err := measureThroughput(ctx, throughputConfig{
+					rate: *throughputRate, duration: *throughputFor, reps: *reps, memoryOnly: *memoryOnly,
+				}, url, stderr)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, r...)
+			}
+			return nil
+		})
 		if err != nil {
 			return err
 		}
-		rows = append(rows, r...)
 	}
 	if *relist {
 		r, err := measureRelist(ctx, relistSizes, *reps, stderr)

@@ -60,7 +60,7 @@ func TestRunPrintsTheLatencyTable(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr strings.Builder
-			args := append([]string{"--idle=false", "--relist=false", "--modes=raw,evented", "--rate=100", "--duration=300ms", "--warmup=100ms", "--stages"}, tt.args...)
+			args := append([]string{"--idle=false", "--relist=false", "--throughput=false", "--modes=raw,evented", "--rate=100", "--duration=300ms", "--warmup=100ms", "--stages"}, tt.args...)
 			if err := run(t.Context(), args, &stdout, &stderr); err != nil {
 				t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
 			}
@@ -80,7 +80,7 @@ func TestRunPrintsTheLatencyTable(t *testing.T) {
 func TestRunPrintsIdleCPUAndPeakRSSBesideTheirBaselines(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr strings.Builder
-	args := []string{"--modes=", "--relist=false", "--sizes=10/20", "--rss-sizes=", "--window=1s", "--reps=2", "--settle=0s"}
+	args := []string{"--modes=", "--relist=false", "--throughput=false", "--sizes=10/20", "--rss-sizes=", "--window=1s", "--reps=2", "--settle=0s"}
 	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
 	}
@@ -98,13 +98,31 @@ func TestRunPrintsIdleCPUAndPeakRSSBesideTheirBaselines(t *testing.T) {
 func TestRunPrintsTheRelistCostBesideTheBareListRoundTrip(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr strings.Builder
-	args := []string{"--modes=", "--idle=false", "--relist-sizes=4/8", "--reps=1"}
+	args := []string{"--modes=", "--idle=false", "--throughput=false", "--relist-sizes=4/8", "--reps=1"}
 	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
 		t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
 	}
 	out := stdout.String()
 	for _, want := range []string{
 		"relist time, steady, 4/8", "relist allocs, steady, 4/8", "relist bytes, first, 4/8", "bare List",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestRunPrintsThroughputBesideTheRawDecodeAndPublish(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr strings.Builder
+	args := []string{"--modes=", "--idle=false", "--relist=false", "--throughput-rate=200", "--throughput-duration=1s", "--reps=1"}
+	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		"throughput: transitions made, evented, asked 200/s for 1s", "transitions missing from the stream", "0 met",
+		"bridge cpu per transition", "stream decode + async publish",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

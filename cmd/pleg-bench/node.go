@@ -48,6 +48,7 @@ func parseSizes(s string) ([]nodeSize, error) {
 // child is a running child process (see maybeRunChild).
 type child struct {
 	name  string
+	node  string // a bridge's node name
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *bufio.Scanner
@@ -173,9 +174,14 @@ func (n *nodeRun) bridge(ctx context.Context, mode generator.Mode, extraEnv ...s
 	if n.memoryOnly {
 		data = ""
 	}
-	return startChild(ctx, string(mode)+" bridge", childSpec{
+	c, err := startChild(ctx, string(mode)+" bridge", childSpec{
 		Role: roleBridge, Socket: n.socket, Mode: mode, NATSURL: n.natsURL, DataDir: data, Node: node,
 	}, append(extraEnv, n.bridgeEnv...)...)
+	if err != nil {
+		return nil, err
+	}
+	c.node = node
+	return c, nil
 }
 
 func (n *nodeRun) bare(ctx context.Context) (*child, error) {

@@ -36,6 +36,8 @@ var (
 	coreShare     = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, "% of a core"}
 	mebibytes     = unit{func(v float64) string { return fmt.Sprintf("%.0f", v) }, " MiB"}
 	milliseconds  = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " ms"}
+	perSecond     = unit{func(v float64) string { return fmt.Sprintf("%.0f", v) }, "/s"}
+	microseconds  = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " µs"}
 	count         = unit{func(v float64) string { return fmt.Sprintf("%.0f", v) }, ""}
 	mebibytesFine = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " MiB"}
 	times         = unit{func(v float64) string { return fmt.Sprintf("%.2f", v) }, "×"}
