@@ -15,11 +15,6 @@ import (
 // (deploy/kubernetes/daemonset.yaml): 90% of its 192 MiB memory limit.
 const daemonSetMemLimit = "GOMEMLIMIT=172MiB"
 
-// idleSettle is how long the processes run after they are ready and before
-// the first window: the bridge's first relist is published and its garbage
-// collected.
-const idleSettle = 5 * time.Second
-
 // idleConfig is what measureNodes measures.
 type idleConfig struct {
 	sizes  []nodeSize    // idle CPU and peak RSS

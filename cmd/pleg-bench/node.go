@@ -52,9 +52,6 @@ type child struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *bufio.Scanner
-	// exited is closed once the process is reaped; err is set before.
-	exited chan struct{}
-	err    error
 }
 
 // startChild starts this executable as the child spec describes, with extra
@@ -82,7 +79,7 @@ func startChild(ctx context.Context, name string, spec childSpec, extraEnv ...st
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout), exited: make(chan struct{})}
+	c := &child{name: name, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
 	ready := make(chan error, 1)
 	go func() {
 		if !c.out.Scan() {
