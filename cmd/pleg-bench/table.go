@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -35,12 +36,12 @@ var (
 	cpuPerMinute  = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " cpu-s/min"}
 	coreShare     = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, "% of a core"}
 	mebibytes     = unit{func(v float64) string { return fmt.Sprintf("%.0f", v) }, " MiB"}
-	milliseconds  = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " ms"}
+	milliseconds  = unit{sig3, " ms"}
 	perSecond     = unit{func(v float64) string { return fmt.Sprintf("%.0f", v) }, "/s"}
 	microseconds  = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " µs"}
 	count         = unit{func(v float64) string { return fmt.Sprintf("%.0f", v) }, ""}
 	mebibytesFine = unit{func(v float64) string { return fmt.Sprintf("%.3g", v) }, " MiB"}
-	times         = unit{func(v float64) string { return fmt.Sprintf("%.2f", v) }, "×"}
+	times         = unit{sig3, "×"}
 )
 
 // ratios returns value/base for each repetition.
@@ -116,4 +117,17 @@ func median(vs []float64) float64 {
 		return (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	return s[len(s)/2]
+}
+
+// sig3 formats v with three significant digits, without an exponent: all
+// the digits of an integer part of more than three.
+func sig3(v float64) string {
+	if math.Abs(v) < 1 {
+		return fmt.Sprintf("%.3g", v)
+	}
+	digits := 1
+	for a := math.Abs(v); a >= 10; a /= 10 {
+		digits++
+	}
+	return fmt.Sprintf("%.*f", max(0, 3-digits), v)
 }
