@@ -95,13 +95,6 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if dir := os.Getenv(profileEnv); dir != "" && spec.Role != roleRuntime {
-		stop, err := startProfiles(filepath.Join(dir, fmt.Sprintf("%s-%s-%d", spec.Role, spec.Mode, os.Getpid())))
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
 	var events func() int
 	var extra func(*childStats) // adds what the role reports
 	done := make(chan error, 1)
@@ -207,6 +200,13 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 	case <-ready:
 	case err := <-done:
 		return fmt.Errorf("%s ended before it was ready: %w", spec.Role, err)
+	}
+	if dir := os.Getenv(profileEnv); dir != "" && spec.Role != roleRuntime {
+		stop, err := startProfiles(filepath.Join(dir, fmt.Sprintf("%s-%s-%d", spec.Role, spec.Mode, os.Getpid())))
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	fmt.Fprintln(stdout, "ready")
 	in := bufio.NewScanner(stdin)
@@ -315,7 +315,8 @@ func (l *bareLoop) run(ctx context.Context, period time.Duration, n *int, stats 
 }
 
 // profileEnv names a directory where each child but the runtime writes a
-// CPU profile of its whole life and a heap profile at its end, as
+// CPU profile from the moment it is ready (its steady state) and an
+// allocation profile of its whole life at its end, as
 // <role>-<mode>-<pid>.{cpu,heap}.pprof.
 const profileEnv = "PLEG_BENCH_PROFILE"
 
