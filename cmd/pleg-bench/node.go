@@ -166,7 +166,9 @@ func startNode(ctx context.Context, dir, natsURL string, size nodeSize, memoryOn
 // own, as the DaemonSet runs it.
 func (n *nodeRun) bridge(ctx context.Context, mode generator.Mode, extraEnv ...string) (*child, error) {
 	n.nodes++
-	node := fmt.Sprintf("bench-%s-%d-%d", mode, os.Getpid(), n.nodes)
+	// The directory is unique: a node name is never used twice in a run,
+	// so the stream holds each bridge's messages apart.
+	node := fmt.Sprintf("bench-%s-%s-%d", mode, strings.TrimPrefix(filepath.Base(n.dir), "pleg-bench-"), n.nodes)
 	data := filepath.Join(n.dir, node)
 	if n.memoryOnly {
 		data = ""
