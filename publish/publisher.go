@@ -344,8 +344,8 @@ func applyDefaults(o *Options) error {
 // first it refused; the caller keeps that one and the rest. Run encodes an
 // event when its turn to be published comes; one that cannot be encoded
 // is then dropped, counted in pleg_bridge_events_dropped_total and logged
-// at Warn, and its pod's next event goes. Once Run's ctx is done, Send returns an error wrapping ErrClosed. ctx
-// is not used: nothing waits.
+// at Warn, and its pod's next event goes. Once Run's ctx is done, Send
+// returns an error wrapping ErrClosed. ctx is not used: nothing waits.
 //
 // The events of one Send call are recorded contiguously, also when other
 // goroutines call Send at the same time.
