@@ -58,7 +58,7 @@ var errLost = errors.New("events were lost")
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("pleg-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	rate := fs.Float64("rate", latencybench.DefaultRate, "container transitions (Lifecycle events) per second")
+	rate := fs.Float64("rate", latencybench.DefaultRate, "container transitions (Lifecycle events) per second of the latency rows")
 	duration := fs.Duration("duration", 5*time.Second, "how long each latency mode is measured, after the warmup")
 	warmup := fs.Duration("warmup", latencybench.DefaultWarmup, "transitions made at the same rate before measuring (0: none)")
 	modesFlag := fs.String("modes", "raw,evented,generic", "modes to measure, comma-separated: raw, evented, generic (empty: none)")
@@ -77,14 +77,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	settle := fs.Duration("settle", 3*time.Second, "how long the processes run once ready before the first idle window")
 	memoryOnly := fs.Bool("memory-only", false, "run the measured bridges without a data directory (no checkpoint, no spool written through), to see what the durable state costs")
 	bridgeEnv := fs.String("bridge-env", "", "environment variables added to the measured bridges' (after the DaemonSet's GOMEMLIMIT), space-separated, e.g. GOGC=50")
-	reps := fs.Int("reps", 2, "repetitions of each idle window and of each latency mode")
+	reps := fs.Int("reps", 2, "repetitions of each idle window, relist benchmark, throughput run and latency mode")
 	logLevel := fs.String("log-level", "warn", "log level of the bridge under test: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: pleg-bench [flags]\n\n"+
-			"Measures detection latency (runtime transition to JetStream ack) per mode, next to raw\n"+
-			"JetStream publish→ack, on an embedded NATS server and the simulated runtime over a unix\n"+
-			"socket (in a child process unless --runtime inprocess); with --relist, also the cost of\n"+
-			"one full relist by node size.\n\nFlags:\n")
+			"Measures pleg-bridge as the DaemonSet runs it, each bridge in a process of its own, against the\n"+
+			"simulated runtime (kubelet-like labels and annotations) serving CRI from a process of its own,\n"+
+			"and prints one table, each figure beside a baseline measured in the same run: idle CPU and peak\n"+
+			"RSS (beside a bare relist loop and an idle Go process), the cost of a relist (beside the bare\n"+
+			"List round trip), throughput and CPU per transition (beside a raw stream decode + async\n"+
+			"publish), and detection latency per mode (beside raw JetStream publish→ack). See BENCHMARKS.md.\n\n"+
+			"Flags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
