@@ -81,8 +81,8 @@ type Spool struct {
 // queuedEntry is an appended entry waiting to be written.
 type queuedEntry struct {
 	seq  uint64
-	ev   generator.Event
-	data []byte // the encoded record
+	ev   generator.Event // for Take; zero for an entry appended taken
+	data []byte          // the encoded record
 }
 
 // spoolExtent is what Open finds in the file.
@@ -176,7 +176,8 @@ func (s *Spool) AppendTaken(events []generator.Event) (first uint64, n int) {
 		if s.bytes+size > s.max {
 			return first, i
 		}
-		s.queued = append(s.queued, queuedEntry{seq: s.next, ev: events[i], data: d})
+		// Without the event: only Take reads it, and these are taken.
+		s.queued = append(s.queued, queuedEntry{seq: s.next, data: d})
 		s.taken[s.next] = size
 		s.next++
 		s.takeNext = s.next
