@@ -186,7 +186,9 @@ func build(opts Options) (_ *pipeline, err error) {
 		}
 	}
 
-	if p.cri, err = generator.NewCRIClient(opts.CRIEndpoint, opts.CRI); err != nil {
+	criOpts := opts.CRI
+	criOpts.PodAnnotations = opts.PodAnnotations // the listings keep no others
+	if p.cri, err = generator.NewCRIClient(opts.CRIEndpoint, criOpts); err != nil {
 		return nil, err
 	}
 	warnMissingSocket(opts.CRIEndpoint, log)

@@ -40,6 +40,9 @@ type Checkpoint struct {
 	// removed holds when each removed container's removal was observed,
 	// for the collection that drops it keepRemoved later. Guarded by mu.
 	removed map[string]time.Time
+	// wake is the Store's: it is given a value, without waiting, when an
+	// ack is recorded. Nil outside a Store.
+	wake chan<- struct{}
 }
 
 func newCheckpoint(restored []generator.Event, seq uint64, removed map[string]time.Time) *Checkpoint {
@@ -78,6 +81,17 @@ func (c *Checkpoint) RecordAck(ev generator.Event, seq uint64) {
 	if r.Type == generator.ContainerRemoved {
 		c.removed[r.ID] = at
 	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waiting reports whether acks wait to be written.
+func (c *Checkpoint) waiting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending) > 0
 }
 
 // take returns, for a flush, the acks not yet written (if acks) with the

@@ -53,7 +53,9 @@ func BenchmarkRelist(b *testing.B) {
 
 func benchmarkRelist(b *testing.B, containers int, overGRPC, first bool) {
 	fake := generatortest.NewFakeRuntime(crisim.Options{})
-	if err := fake.Model().Populate(containers/benchContainersPerPod, benchContainersPerPod); err != nil {
+	// The kubelet's labels and annotations, so that a listing is as large
+	// as on a real node.
+	if err := fake.Model().PopulateKubelet(containers/benchContainersPerPod, containers); err != nil {
 		b.Fatal(err)
 	}
 	var rt generator.Runtime = fake

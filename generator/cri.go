@@ -97,6 +97,9 @@ type CRIOptions struct {
 	MaxRecvMsgSize int
 	// Timeout bounds each unary call; zero means DefaultCRITimeout.
 	Timeout time.Duration
+	// PodAnnotations are the only sandbox annotations ListPodSandbox
+	// returns: set it to the generator's Options.PodAnnotations.
+	PodAnnotations []string
 }
 
 // CRIClient is the Runtime backed by a CRI runtime.v1 RuntimeService over a
@@ -106,10 +109,16 @@ type CRIOptions struct {
 // is established lazily and re-established with capped backoff after the
 // runtime restarts; calls made while the runtime is down fail with
 // codes.Unavailable. Safe for concurrent use.
+//
+// ListPodSandbox and ListContainers return only what the generator reads
+// (see listCodec): containers without annotations and with only the
+// kubelet's identity labels, sandboxes with their labels and the
+// annotations in CRIOptions.PodAnnotations.
 type CRIClient struct {
 	conn    *grpc.ClientConn
 	client  runtimeapi.RuntimeServiceClient
 	timeout time.Duration
+	lists   grpc.CallOption // decodes a listing with listCodec
 }
 
 var _ Runtime = (*CRIClient)(nil)
@@ -139,7 +148,8 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create CRI client for %q: %w", endpoint, err)
 	}
-	return &CRIClient{conn: conn, client: runtimeapi.NewRuntimeServiceClient(conn), timeout: opts.Timeout}, nil
+	return &CRIClient{conn: conn, client: runtimeapi.NewRuntimeServiceClient(conn), timeout: opts.Timeout,
+		lists: grpc.ForceCodecV2(newListCodec(opts.PodAnnotations))}, nil
 }
 
 // Close closes the connection.
@@ -160,7 +170,7 @@ func (c *CRIClient) Version(ctx context.Context) (*runtimeapi.VersionResponse, e
 func (c *CRIClient) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	resp, err := c.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter})
+	resp, err := c.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter}, c.lists)
 	if err != nil {
 		return nil, fmt.Errorf("list pod sandboxes: %w", err)
 	}
@@ -171,7 +181,7 @@ func (c *CRIClient) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSa
 func (c *CRIClient) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	resp, err := c.client.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: filter})
+	resp, err := c.client.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: filter}, c.lists)
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}

@@ -108,10 +108,18 @@ func (r *relister) group(sandboxes []*runtimeapi.PodSandbox, containers []*runti
 	pods := make(map[string]*podObservation, len(sandboxes))
 	bySandbox := make(map[string]Pod, len(sandboxes))
 	seenBad := make(map[string]bool)
+	// Room for a pod's sandbox and its share of the containers, so that a
+	// pod's sightings are not copied as they grow: growing them was a
+	// third of what a steady relist of 1,000/5,000 allocated besides the
+	// listings (BenchmarkRelist).
+	perPod := 2
+	if len(sandboxes) > 0 {
+		perPod += len(containers) / len(sandboxes)
+	}
 	obsFor := func(p Pod) *podObservation {
 		o := pods[p.UID]
 		if o == nil {
-			o = &podObservation{pod: p, complete: true}
+			o = &podObservation{pod: p, complete: true, containers: make([]sighting, 0, perPod)}
 			if scope != nil {
 				o.scope = map[string]bool{scope.sandboxID: true}
 				o.containersOnly = scope.containersOnly

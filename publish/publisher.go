@@ -201,7 +201,8 @@ var _ generator.Sink = (*Publisher)(nil)
 
 // outboxEvent is an accepted event and its encoded message.
 type outboxEvent struct {
-	ev  generator.Event
+	ev generator.Event
+	// msg is ev encoded, from its first publication on (nil before).
 	msg *nats.Msg
 	// spooled is set for an event taken from the spool, as entry seq: it
 	// is marked Done there once delivered or given up, and left there
@@ -339,12 +340,12 @@ func applyDefaults(o *Options) error {
 // memory outbox, or in the spool when the outbox is full (or the spool
 // still holds events, which go first). It never blocks for room. When
 // neither has room (or there is no spool), it returns a
-// *generator.SinkFullError with the number of events recorded (or
-// dropped, below) before the first it refused; the caller keeps that one
-// and the rest. An event that cannot be encoded is dropped, counted in
-// pleg_bridge_events_dropped_total and logged at Warn; Send goes on with the
-// next. Once Run's ctx is done, Send returns an error wrapping ErrClosed. ctx
-// is not used: nothing waits.
+// *generator.SinkFullError with the number of events recorded before the
+// first it refused; the caller keeps that one and the rest. Run encodes an
+// event when its turn to be published comes; one that cannot be encoded
+// is then dropped, counted in pleg_bridge_events_dropped_total and logged
+// at Warn, and its pod's next event goes. Once Run's ctx is done, Send
+// returns an error wrapping ErrClosed. ctx is not used: nothing waits.
 //
 // The events of one Send call are recorded contiguously, also when other
 // goroutines call Send at the same time.
@@ -361,18 +362,10 @@ func (p *Publisher) Send(_ context.Context, events []generator.Event) error {
 		return fmt.Errorf("send events: %w", ErrClosed)
 	}
 	for i := range events {
-		ev := &events[i]
-		msg, err := p.enc.Encode(*ev)
-		if err != nil {
-			p.metrics.dropped.Inc()
-			p.log.Warn("drop event: cannot encode it",
-				"pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", string(ev.Type), "err", err)
-			continue
-		}
 		if !p.spilling {
 			select {
 			case p.slots <- struct{}{}:
-				e := &outboxEvent{ev: *ev, msg: msg}
+				e := &outboxEvent{ev: events[i]}
 				if p.opts.WriteThrough {
 					// A full spool leaves the event in memory only.
 					if seq, n := p.opts.Spool.AppendTaken(events[i : i+1]); n == 1 {
@@ -612,7 +605,7 @@ func (d *delivery) run(ctx context.Context) error {
 		case now := <-d.retryC():
 			d.armedAt = time.Time{}
 			d.retryDue(now)
-		case now := <-stallCheck.C:
+		case now := <-d.stallC(stallCheck):
 			d.abandonStragglers(now)
 			d.checkStall(now)
 			d.checkHold(now)
@@ -715,15 +708,7 @@ func (d *delivery) refill() {
 // pod's queue. An entry that no longer encodes is given up.
 func (d *delivery) addSpooled(en durable.SpoolEntry) {
 	d.spoolInUse = true
-	msg, err := d.p.enc.Encode(en.Event)
-	if err != nil {
-		e := &outboxEvent{ev: en.Event, spooled: true, seq: en.Seq}
-		d.drop(e, "cannot encode it", err)
-		<-d.p.slots
-		d.p.opts.Spool.Done(en.Seq)
-		return
-	}
-	d.add(&outboxEvent{ev: en.Event, msg: msg, spooled: true, seq: en.Seq, earlier: en.Earlier})
+	d.add(&outboxEvent{ev: en.Event, spooled: true, seq: en.Seq, earlier: en.Earlier})
 }
 
 // dispatch publishes (or checks) the head event of ready pods while there
@@ -763,6 +748,19 @@ func (d *delivery) needsCheck(e *outboxEvent, now time.Time) bool {
 
 func (d *delivery) publish(pq *podQueue) error {
 	e := pq.events[0]
+	if e.msg == nil {
+		// Encoded when its turn comes, not when recorded: what waits
+		// holds its event only, and the encoded messages alive at a time
+		// are those in flight. The first relist of 30,000 containers
+		// held 30-40 MB of messages at its peak when Send encoded them
+		// (pleg-bench, heap profile).
+		msg, err := d.p.enc.Encode(e.ev)
+		if err != nil {
+			d.giveUpHead(pq, "cannot encode it", err)
+			return nil
+		}
+		e.msg = msg
+	}
 	sent := time.Now()
 	if d.inFlight+len(d.checking) == 0 {
 		d.progressAt = sent
@@ -1023,6 +1021,17 @@ func retryDelay(minDelay, maxDelay time.Duration, failures int) time.Duration {
 	}
 	d = min(d, maxDelay)
 	return d/2 + rand.N(d/2+1)
+}
+
+// stallC returns the stall check's channel while there is something to
+// check (messages in flight or being checked, the watermark on hold), else
+// nil: an idle publisher is not woken four times a second for nothing (a
+// ticker whose channel nobody waits on does not fire, Go 1.23 and later).
+func (d *delivery) stallC(t *time.Ticker) <-chan time.Time {
+	if d.inFlight+len(d.checking) == 0 && !d.wm.holding {
+		return nil
+	}
+	return t.C
 }
 
 // retryC arms the retry timer for the earliest retry and returns its

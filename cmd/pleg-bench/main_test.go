@@ -12,6 +12,7 @@ import (
 // simulated runtime's process, as main does.
 func TestMain(m *testing.M) {
 	latencybench.MaybeRunRuntimeProcess()
+	maybeRunChild()
 	os.Exit(m.Run())
 }
 
@@ -28,6 +29,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{name: "a rate must be positive", args: []string{"--rate=0"}, want: "--rate=0: must be positive"},
 		{name: "a duration must be positive", args: []string{"--duration=0s"}, want: "--duration=0s: must be positive"},
 		{name: "arguments are refused", args: []string{"evented"}, want: `unexpected arguments ["evented"]`},
+		{name: "a node size needs pods and containers", args: []string{"--sizes=110"}, want: `--sizes="110": node size "110": want pods/containers`},
+		{name: "repetitions must be at least one", args: []string{"--reps=0"}, want: "--reps=0: must be at least 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,7 +60,7 @@ func TestRunPrintsTheLatencyTable(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr strings.Builder
-			args := append([]string{"--modes=raw,evented", "--rate=100", "--duration=300ms", "--warmup=100ms", "--stages"}, tt.args...)
+			args := append([]string{"--idle=false", "--relist=false", "--throughput=false", "--modes=raw,evented", "--rate=100", "--duration=300ms", "--warmup=100ms", "--stages"}, tt.args...)
 			if err := run(t.Context(), args, &stdout, &stderr); err != nil {
 				t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
 			}
@@ -71,5 +74,58 @@ func TestRunPrintsTheLatencyTable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestRunPrintsIdleCPUAndPeakRSSBesideTheirBaselines(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr strings.Builder
+	args := []string{"--modes=", "--relist=false", "--throughput=false", "--sizes=10/20", "--rss-sizes=", "--window=1s", "--reps=2", "--settle=0s"}
+	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		"idle cpu, generic, 10/20", "bare loop", "idle cpu, evented, 10/20", "bare Go process",
+		"peak RSS, generic, 10/20", "peak RSS, evented, 10/20", " MiB",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestRunPrintsTheRelistCostBesideTheBareListRoundTrip(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr strings.Builder
+	args := []string{"--modes=", "--idle=false", "--throughput=false", "--relist-sizes=4/8", "--reps=1"}
+	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		"relist time, steady, 4/8", "relist allocs, steady, 4/8", "relist bytes, first, 4/8", "bare List",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestRunPrintsThroughputBesideTheRawDecodeAndPublish(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr strings.Builder
+	args := []string{"--modes=", "--idle=false", "--relist=false", "--throughput-rate=200", "--throughput-duration=1s", "--reps=1"}
+	if err := run(t.Context(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("run(%q) = %v; stderr:\n%s", args, err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		"throughput: transitions made, evented, asked 200/s for 1s", "transitions missing from the stream", "0 met",
+		"bridge cpu per transition", "stream decode + async publish",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
+)
+
+// Throughput's churn: pods of churnContainers containers, each living
+// churnLifetime. A pod makes 3 transitions per container and 3 for its
+// sandbox (Started, Died, Removed); those started in the churn's last
+// churnLifetime make only their starts, so it is short.
+const (
+	churnContainers = 3
+	churnLifetime   = 200 * time.Millisecond
+	// maxLag is how long after the runtime's last transition the bridge
+	// may take to have all of them acked for its throughput to count as
+	// sustained.
+	maxLag = time.Second
+	// drainTimeout bounds the wait, after the churn, for every transition
+	// to be acked.
+	drainTimeout = 60 * time.Second
+)
+
+// throughputConfig is what measureThroughput measures.
+type throughputConfig struct {
+	rate     float64       // transitions per second
+	duration time.Duration // of the churn
+	reps     int
+	// memoryOnly runs the bridge without a data directory (see nodeRun).
+	memoryOnly bool
+}
+
+// measureThroughput measures, reps times, the bridge in evented mode as the
+// DaemonSet runs it, in a process of its own, while the simulated runtime,
+// in a process of its own, makes cfg.rate transitions a second for
+// cfg.duration: the rate the runtime made them at, how long after the last
+// the bridge had all of them acked (it kept up if that is short), what
+// JetStream holds of them (nothing may be lost), and its
+// CPU per transition beside the raw publisher's (see rawPublisher), which
+// reads the same event stream at the same time.
+func measureThroughput(ctx context.Context, cfg throughputConfig, natsURL string, progress io.Writer) ([]measurement, error) {
+	nc, err := nats.Connect(natsURL, nats.Name("pleg-bench"))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	var rates, lags, missing, bridgeCPU, rawCPU []float64
+	for range cfg.reps {
+		r, err := measureThroughputOnce(ctx, cfg, natsURL, js)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(progress, "throughput: %d transitions in %v, %d missing; bridge %v, raw %v cpu per transition (raw acked %d)\n",
+			r.transitions, r.elapsed.Round(time.Millisecond), r.missing, r.bridgeCPU, r.rawCPU, r.rawAcked)
+		rates = append(rates, float64(r.transitions)/cfg.duration.Seconds())
+		lags = append(lags, float64(r.elapsed-cfg.duration)/float64(time.Millisecond))
+		missing = append(missing, float64(r.missing))
+		bridgeCPU = append(bridgeCPU, float64(r.bridgeCPU)/1e3)
+		rawCPU = append(rawCPU, float64(r.rawCPU)/1e3)
+	}
+	name := fmt.Sprintf("evented, asked %.0f/s for %v", cfg.rate, cfg.duration)
+	// The pods started in the churn's last churnLifetime make only their
+	// starts: some 3% fewer transitions than asked at 5 s.
+	minRate := 0.95 * cfg.rate
+	return []measurement{
+		{name: "throughput: transitions made, " + name, unit: perSecond, values: rates,
+			target: fmt.Sprintf("≥%.0f/s", minRate), met: func(m measurement) bool { return slices.Min(m.values) >= minRate }},
+		{name: "throughput: last transition to all acked", unit: milliseconds, values: lags,
+			target: fmt.Sprintf("≤%v", maxLag), met: maxAtMost(float64(maxLag / time.Millisecond))},
+		{name: "transitions missing from the stream", unit: count, values: missing, target: "0", met: maxAtMost(0)},
+		{name: "bridge cpu per transition", unit: microseconds, values: bridgeCPU,
+			baseName: "stream decode + async publish", base: rawCPU, target: "≤1.5×", met: medianRatioAtMost(1.5)},
+	}, nil
+}
+
+type throughputResult struct {
+	transitions       int
+	elapsed           time.Duration // the start of the churn to the ack of the last transition
+	missing           int
+	bridgeCPU, rawCPU time.Duration // per transition; the raw publisher's per message it had acked
+	rawAcked          int
+}
+
+func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL string, js jetstream.JetStream) (_ throughputResult, err error) {
+	dir, err := os.MkdirTemp("", "pleg-bench-churn-")
+	if err != nil {
+		return throughputResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	perPod := 3 * (churnContainers + 1)
+	rt, err := startChild(ctx, "churning runtime", childSpec{
+		Role: roleRuntime, Socket: dir + "/cri.sock", Pods: 1, Containers: 1,
+		ChurnPodsPerSecond: cfg.rate / float64(perPod), ChurnContainers: churnContainers,
+		ChurnLifetime: churnLifetime, ChurnFor: cfg.duration,
+	})
+	if err != nil {
+		return throughputResult{}, err
+	}
+	node := &nodeRun{dir: dir, runtime: rt, socket: dir + "/cri.sock", natsURL: natsURL, memoryOnly: cfg.memoryOnly}
+	var bridge, raw *child
+	defer func() {
+		if serr := stopAll(bridge, raw, rt); err == nil {
+			err = serr
+		}
+	}()
+	if bridge, err = node.bridge(ctx, generator.ModeEvented, daemonSetMemLimit); err != nil {
+		return throughputResult{}, err
+	}
+	if raw, err = startChild(ctx, "raw publisher", childSpec{Role: roleRaw, Socket: node.socket, NATSURL: natsURL}); err != nil {
+		return throughputResult{}, err
+	}
+	b0, err := bridge.stats()
+	if err != nil {
+		return throughputResult{}, err
+	}
+	r0, err := raw.stats()
+	if err != nil {
+		return throughputResult{}, err
+	}
+	before, err := rt.stats() // starts the churn
+	if err != nil {
+		return throughputResult{}, err
+	}
+	start := time.Now()
+	// Outside the measurement's CPU: the children's figures are their own.
+	var made childStats
+	deadline := start.Add(cfg.duration + drainTimeout)
+	for {
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return throughputResult{}, err
+		}
+		if made, err = rt.stats(); err != nil {
+			return throughputResult{}, err
+		}
+		b, err := bridge.stats()
+		if err != nil {
+			return throughputResult{}, err
+		}
+		if !made.Churning && b.Pending == 0 {
+			// Every transition made and everything received acked, or
+			// the last ones still on their way: the stream says.
+			stored, err := storedFor(ctx, js, bridge.node)
+			if err != nil {
+				return throughputResult{}, err
+			}
+			if stored >= made.Events-before.Events+2 { // and the populated pod's sandbox and container
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	b1, err := bridge.stats()
+	if err != nil {
+		return throughputResult{}, err
+	}
+	// The raw publisher may still wait for acks: give it a moment, so
+	// that its CPU holds all of its work. Its CPU per transition is per
+	// message it had acked: should its stream have ended early (a
+	// subscriber that falls behind is dropped by the runtime), it is not
+	// flattered by transitions it never saw.
+	var r1 childStats
+	rawDeadline := time.Now().Add(5 * time.Second)
+	for {
+		if r1, err = raw.stats(); err != nil {
+			return throughputResult{}, err
+		}
+		if r1.Events >= made.Events-before.Events || time.Now().After(rawDeadline) {
+			break
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return throughputResult{}, err
+		}
+	}
+	stored, err := storedFor(ctx, js, bridge.node)
+	if err != nil {
+		return throughputResult{}, err
+	}
+	n := made.Events - before.Events
+	if n <= 0 {
+		return throughputResult{}, errors.New("the runtime made no transition")
+	}
+	return throughputResult{
+		transitions: n,
+		elapsed:     elapsed,
+		missing:     max(0, n+2-stored),
+		bridgeCPU:   (b1.CPU - b0.CPU) / time.Duration(n),
+		rawCPU:      (r1.CPU - r0.CPU) / time.Duration(max(1, r1.Events-r0.Events)),
+		rawAcked:    r1.Events - r0.Events,
+	}, nil
+}
+
+// storedFor counts the messages the stream holds for node.
+func storedFor(ctx context.Context, js jetstream.JetStream, node string) (int, error) {
+	s, err := js.Stream(ctx, "PLEG")
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter("pleg."+node+".>"))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n, nil
+}

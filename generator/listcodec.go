@@ -1,0 +1,311 @@
+package generator
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"slices"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// listCodec is the gRPC codec of the CRI client's two listings,
+// ListPodSandbox and ListContainers. It decodes only what the generator
+// reads and skips the rest on the wire: no container annotations, of a
+// container's labels only the kubelet's pod and container identity, of a
+// sandbox's annotations only those in annotations (Options.PodAnnotations).
+// Every other field is decoded as protobuf does.
+//
+// Why: a kubelet's objects carry about 1 KB of labels and annotations each
+// (container hash, restart count, termination message path and policy,
+// ports; kubectl's last-applied-configuration of a few KB on a pod), which
+// the generator never reads. Decoding them into maps was half the CPU of a
+// steady relist and three quarters of the bytes it allocated
+// (BenchmarkListDecode, and pleg-bench's idle rows: see BENCHMARKS.md).
+type listCodec struct {
+	annotations []string // sandbox annotations kept; a handful at most
+	proto       encoding.CodecV2
+}
+
+func newListCodec(annotations []string) listCodec {
+	return listCodec{annotations: slices.Clone(annotations), proto: encoding.GetCodecV2("proto")}
+}
+
+// Name is the content-subtype of the calls: the runtime sees protobuf.
+func (listCodec) Name() string { return "proto" }
+
+func (c listCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	switch m := v.(type) {
+	case *runtimeapi.ListContainersResponse:
+		return eachItem(data, func(b []byte) error {
+			ctr, err := decodeContainer(b)
+			if err != nil {
+				return fmt.Errorf("decode container %d: %w", len(m.Containers), err)
+			}
+			m.Containers = append(m.Containers, ctr)
+			return nil
+		})
+	case *runtimeapi.ListPodSandboxResponse:
+		return eachItem(data, func(b []byte) error {
+			sb, err := c.decodeSandbox(b)
+			if err != nil {
+				return fmt.Errorf("decode pod sandbox %d: %w", len(m.Items), err)
+			}
+			m.Items = append(m.Items, sb)
+			return nil
+		})
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+// eachItem calls fn with each item of a listing (a response whose field 1
+// is a repeated message) as it reads data, one item at a time in a buffer
+// it reuses: fn must copy what it keeps. A listing arrives in as many
+// buffers as the transport's frames; reading it in place rather than
+// copying it whole first spares a second copy of it (about 30 MB for
+// 30,000 containers) at the relist's peak.
+func eachItem(data mem.BufferSlice, fn func(b []byte) error) error {
+	r := data.Reader()
+	defer r.Close()
+	var item []byte
+	for r.Remaining() > 0 {
+		tag, err := binary.ReadUvarint(r)
+		if err != nil {
+			return fmt.Errorf("read field tag: %w", err)
+		}
+		num, typ := protowire.DecodeTag(tag)
+		var skip uint64
+		switch typ {
+		case protowire.BytesType:
+			n, err := binary.ReadUvarint(r)
+			if err != nil {
+				return fmt.Errorf("read field %d length: %w", num, err)
+			}
+			if n > uint64(r.Remaining()) {
+				return fmt.Errorf("field %d of %d bytes: %w", num, n, io.ErrUnexpectedEOF)
+			}
+			if num != 1 {
+				skip = n
+				break
+			}
+			item = slices.Grow(item[:0], int(n))[:n]
+			if _, err := io.ReadFull(r, item); err != nil {
+				return err
+			}
+			if err := fn(item); err != nil {
+				return err
+			}
+		case protowire.VarintType:
+			if _, err := binary.ReadUvarint(r); err != nil {
+				return fmt.Errorf("read field %d: %w", num, err)
+			}
+		case protowire.Fixed32Type:
+			skip = 4
+		case protowire.Fixed64Type:
+			skip = 8
+		default:
+			return fmt.Errorf("field %d has unsupported wire type %d", num, typ)
+		}
+		if skip > 0 {
+			if _, err := io.CopyN(io.Discard, r, int64(skip)); err != nil {
+				return fmt.Errorf("skip field %d: %w", num, err)
+			}
+		}
+	}
+	return nil
+}
+
+// eachField calls fn for each field of the message in b, in wire order,
+// with a length-delimited field's payload in v or a varint field's value in
+// x; fields of other wire types are skipped. It stops at fn's first error.
+func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			v, n = protowire.ConsumeBytes(b)
+		case protowire.VarintType:
+			x, n = protowire.ConsumeVarint(b)
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if typ == protowire.BytesType || typ == protowire.VarintType {
+			if err := fn(num, typ, v, x); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// mapEntry reads a map<string, string> entry.
+func mapEntry(b []byte) (key, value []byte, err error) {
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if typ == protowire.BytesType {
+			switch num {
+			case 1:
+				key = v
+			case 2:
+				value = v
+			}
+		}
+		return nil
+	})
+	return key, value, err
+}
+
+// identityLabel returns the container label k if it is one the generator
+// reads (the pod's identity, for a container whose sandbox is not listed,
+// and the container's name), as a constant, which spares every container
+// an allocation per key; else "".
+func identityLabel(k []byte) string {
+	switch string(k) {
+	case labelPodUID:
+		return labelPodUID
+	case labelPodNamespace:
+		return labelPodNamespace
+	case labelPodName:
+		return labelPodName
+	case labelContainerName:
+		return labelContainerName
+	}
+	return ""
+}
+
+func decodeContainer(b []byte) (*runtimeapi.Container, error) {
+	c := &runtimeapi.Container{}
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		if typ == protowire.VarintType {
+			switch num {
+			case 6:
+				c.State = runtimeapi.ContainerState(int32(x))
+			case 7:
+				c.CreatedAt = int64(x)
+			}
+			return nil
+		}
+		switch num {
+		case 1:
+			c.Id = string(v)
+		case 2:
+			c.PodSandboxId = string(v)
+		case 3:
+			md := &runtimeapi.ContainerMetadata{}
+			c.Metadata = md
+			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+				switch {
+				case num == 1 && typ == protowire.BytesType:
+					md.Name = string(v)
+				case num == 2 && typ == protowire.VarintType:
+					md.Attempt = uint32(x)
+				}
+				return nil
+			})
+		case 4:
+			img := &runtimeapi.ImageSpec{}
+			c.Image = img
+			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+				if typ == protowire.BytesType {
+					switch num {
+					case 1:
+						img.Image = string(v)
+					case 18:
+						img.UserSpecifiedImage = string(v)
+					}
+				}
+				return nil
+			})
+		case 5:
+			c.ImageRef = string(v)
+		case 8:
+			k, val, err := mapEntry(v)
+			key := identityLabel(k)
+			if err != nil || key == "" {
+				return err
+			}
+			if c.Labels == nil {
+				c.Labels = make(map[string]string, 4)
+			}
+			c.Labels[key] = string(val)
+		}
+		return nil
+	})
+	return c, err
+}
+
+func (c listCodec) decodeSandbox(b []byte) (*runtimeapi.PodSandbox, error) {
+	sb := &runtimeapi.PodSandbox{}
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		if typ == protowire.VarintType {
+			switch num {
+			case 3:
+				sb.State = runtimeapi.PodSandboxState(int32(x))
+			case 4:
+				sb.CreatedAt = int64(x)
+			}
+			return nil
+		}
+		switch num {
+		case 1:
+			sb.Id = string(v)
+		case 2:
+			md := &runtimeapi.PodSandboxMetadata{}
+			sb.Metadata = md
+			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+				if typ == protowire.VarintType {
+					if num == 4 {
+						md.Attempt = uint32(x)
+					}
+					return nil
+				}
+				switch num {
+				case 1:
+					md.Name = string(v)
+				case 2:
+					md.Uid = string(v)
+				case 3:
+					md.Namespace = string(v)
+				}
+				return nil
+			})
+		case 5:
+			k, val, err := mapEntry(v)
+			if err != nil {
+				return err
+			}
+			if sb.Labels == nil {
+				sb.Labels = make(map[string]string)
+			}
+			sb.Labels[string(k)] = string(val)
+		case 6:
+			if len(c.annotations) == 0 {
+				return nil
+			}
+			k, val, err := mapEntry(v)
+			if err != nil || !slices.Contains(c.annotations, string(k)) {
+				return err
+			}
+			if sb.Annotations == nil {
+				sb.Annotations = make(map[string]string, len(c.annotations))
+			}
+			sb.Annotations[string(k)] = string(val)
+		}
+		return nil
+	})
+	return sb, err
+}
