@@ -55,8 +55,7 @@ const (
 type expectation struct {
 	want  cstate
 	scope relistScope
-	looks int       // targeted relists asked for so far
-	at    time.Time // when containerd published the first event
+	looks int // targeted relists asked for so far
 }
 
 // triggerSet holds the expectations and turns containerd's events into
@@ -124,7 +123,7 @@ func (t *triggerSet) handle(ctx context.Context, ev TaskEvent, tries int) {
 	}
 	want, ok := wantOf(ev.Topic)
 	if !ok {
-		return // decodeEnvelope lets no other topic through
+		return // DecodeEnvelope lets no other topic through
 	}
 	scope, state, found := g.locate(ev.ID)
 	switch {
@@ -164,7 +163,7 @@ func (t *triggerSet) handle(ctx context.Context, ev TaskEvent, tries int) {
 	t.mu.Lock()
 	e, ok := t.pending[ev.ID]
 	if !ok {
-		e = &expectation{want: want, scope: scope, at: ev.At}
+		e = &expectation{want: want, scope: scope}
 		t.pending[ev.ID] = e
 	} else {
 		e.want = max(e.want, want)
@@ -185,9 +184,6 @@ func (t *triggerSet) handle(ctx context.Context, ev TaskEvent, tries int) {
 // shows are done, the others are looked at again a little later, up to
 // triggerLooks times.
 func (t *triggerSet) confirm(s relistScope, b *batch) {
-	if t == nil {
-		return
-	}
 	t.check(func(e *expectation) bool { return e.scope.sandboxID == s.sandboxID }, b != nil)
 }
 
@@ -196,9 +192,6 @@ func (t *triggerSet) confirm(s relistScope, b *batch) {
 // queue, so nothing else would look at what it did not show before the
 // safety-net relist.
 func (t *triggerSet) confirmAll() {
-	if t == nil {
-		return
-	}
 	t.check(func(*expectation) bool { return true }, true)
 }
 
