@@ -368,13 +368,22 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 }
 
 // blindSince records, with a runtime that keeps no event for an absent
-// subscriber, that no bridge observed it from since until now: the new
-// process has made its first relist (it is healthy or ready).
-func (s *soak) blindSince(since time.Time) {
+// subscriber, that no bridge observed it from just before killed until
+// now: the new process has made its first relist (it is healthy or ready).
+// What happened in the last unseenBeforeKill before a SIGKILL may not have
+// been made durable yet, and nothing replays it.
+func (s *soak) blindSince(killed time.Time) {
 	if s.opts.Containerd17 {
-		s.blind = append(s.blind, Window{Name: "bridge dead", From: since, To: time.Now()})
+		s.blind = append(s.blind, Window{Name: "bridge dead", From: killed.Add(-unseenBeforeKill), To: time.Now()})
 	}
 }
+
+// unseenBeforeKill is how long before a SIGKILL a transition may not be on
+// disk yet: the durable store writes the spool every 100 ms, and a
+// containerd event takes a few milliseconds to become a listed, merged
+// event. On containerd 2.x the CRI stream's replay brings such transitions
+// back; on 1.7 nothing does.
+const unseenBeforeKill = 150 * time.Millisecond
 
 // runtimeName names the simulated runtime.
 func (s *soak) runtimeName() string {
