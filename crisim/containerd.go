@@ -2,11 +2,9 @@ package crisim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	eventtypes "github.com/containerd/containerd/api/events"
@@ -47,12 +45,7 @@ const (
 
 // TaskSubscription is one listener on the Runtime's containerd events.
 type TaskSubscription struct {
-	events chan *containerdtypes.Envelope
-	stop   func() bool
-
-	mu     sync.Mutex
-	err    error // guarded by mu
-	closed bool  // guarded by mu
+	stream[*containerdtypes.Envelope]
 }
 
 // SubscribeTasks starts a subscription to the containerd envelopes published
@@ -62,7 +55,7 @@ type TaskSubscription struct {
 func (r *Runtime) SubscribeTasks(ctx context.Context) *TaskSubscription {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := &TaskSubscription{events: make(chan *containerdtypes.Envelope, r.opts.EventBuffer)}
+	s := &TaskSubscription{stream[*containerdtypes.Envelope]{events: make(chan *containerdtypes.Envelope, r.opts.EventBuffer)}}
 	r.taskSubs = append(r.taskSubs, s)
 	s.stop = context.AfterFunc(ctx, func() {
 		r.mu.Lock()
@@ -72,36 +65,8 @@ func (r *Runtime) SubscribeTasks(ctx context.Context) *TaskSubscription {
 	return s
 }
 
-// Events returns the channel the subscription's envelopes arrive on; it is
-// closed when the subscription ends.
-func (s *TaskSubscription) Events() <-chan *containerdtypes.Envelope { return s.events }
-
-// Err returns why the subscription ended, or nil while it is active.
-func (s *TaskSubscription) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
-
 func (r *Runtime) endTaskSubscriptionLocked(s *TaskSubscription, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	s.closed = true
-	s.err = err
-	close(s.events)
-	s.stop()
-	for i, x := range r.taskSubs {
-		if x == s {
-			r.taskSubs = append(r.taskSubs[:i], r.taskSubs[i+1:]...)
-			break
-		}
-	}
-	if errors.Is(err, ErrSlowSubscriber) {
-		r.stats.SlowSubscribers++
-	}
+	r.taskSubs = endLocked(r, r.taskSubs, s, err)
 }
 
 // InjectTaskEvent publishes one containerd event as given, without changing
@@ -128,21 +93,18 @@ func (r *Runtime) publishTasksLocked(ev *runtimeapi.ContainerEventResponse) {
 	}
 	id := ev.GetContainerId()
 	at := time.Unix(0, ev.GetCreatedAt())
-	var msgs []struct {
-		topic string
-		msg   proto.Message
-	}
-	add := func(topic string, msg proto.Message) {
-		msgs = append(msgs, struct {
-			topic string
-			msg   proto.Message
-		}{topic, msg})
+	publish := func(topic string, msg proto.Message) {
+		env, err := envelope(at, K8sNamespace, topic, msg)
+		if err != nil {
+			panic(err) // the model's own messages always marshal
+		}
+		r.publishTaskLocked(env)
 	}
 	switch ev.GetContainerEventType() {
 	case runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT:
-		add(TopicContainerCreate, &eventtypes.ContainerCreate{ID: id, Image: "sandbox-or-image"})
+		publish(TopicContainerCreate, &eventtypes.ContainerCreate{ID: id})
 	case runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT:
-		add(TopicTaskStart, &eventtypes.TaskStart{ContainerID: id, Pid: pidOf(id)})
+		publish(TopicTaskStart, &eventtypes.TaskStart{ContainerID: id, Pid: pidOf(id)})
 	case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
 		var code int32
 		for _, st := range ev.GetContainersStatuses() {
@@ -151,17 +113,10 @@ func (r *Runtime) publishTasksLocked(ev *runtimeapi.ContainerEventResponse) {
 			}
 		}
 		exited := timestamppb.New(at)
-		add(TopicTaskExit, &eventtypes.TaskExit{ContainerID: id, ID: id, Pid: pidOf(id), ExitStatus: uint32(code), ExitedAt: exited})
-		add(TopicTaskDelete, &eventtypes.TaskDelete{ContainerID: id, Pid: pidOf(id), ExitStatus: uint32(code), ExitedAt: exited})
+		publish(TopicTaskExit, &eventtypes.TaskExit{ContainerID: id, ID: id, Pid: pidOf(id), ExitStatus: uint32(code), ExitedAt: exited})
+		publish(TopicTaskDelete, &eventtypes.TaskDelete{ContainerID: id, Pid: pidOf(id), ExitStatus: uint32(code), ExitedAt: exited})
 	case runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT:
-		add(TopicContainerDelete, &eventtypes.ContainerDelete{ID: id})
-	}
-	for _, m := range msgs {
-		env, err := envelope(at, K8sNamespace, m.topic, m.msg)
-		if err != nil {
-			panic(err) // the model's own messages always marshal
-		}
-		r.publishTaskLocked(env)
+		publish(TopicContainerDelete, &eventtypes.ContainerDelete{ID: id})
 	}
 }
 

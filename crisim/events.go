@@ -27,14 +27,58 @@ const maxReplayEvents = 100_000
 // relist).
 var ErrSlowSubscriber = errors.New("crisim: subscriber too slow, event buffer full")
 
-// Subscription is one listener on a Runtime's event stream.
-type Subscription struct {
-	events chan *runtimeapi.ContainerEventResponse
+// stream is what a listener on either of a Runtime's event streams holds:
+// the channel its events arrive on, and why it ended.
+type stream[T any] struct {
+	events chan T
 	stop   func() bool // stops the context.AfterFunc that ends the subscription
 
 	mu     sync.Mutex
 	err    error // guarded by mu
 	closed bool  // guarded by mu
+}
+
+// Events returns the channel the subscription's events arrive on. The
+// Runtime closes it when the subscription ends.
+func (s *stream[T]) Events() <-chan T { return s.events }
+
+// Err returns why the subscription ended, or nil while it is active.
+func (s *stream[T]) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// end closes the subscription with err, once: it reports whether it was
+// still open.
+func (s *stream[T]) end(err error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.closed = true
+	s.err = err
+	close(s.events)
+	s.stop()
+	return true
+}
+
+// endLocked ends s (one of subs) with err and returns subs without it.
+// r.mu must be held.
+func endLocked[S interface{ end(error) bool }](r *Runtime, subs []S, s S, err error) []S {
+	if !s.end(err) {
+		return subs
+	}
+	if errors.Is(err, ErrSlowSubscriber) {
+		r.stats.SlowSubscribers++
+	}
+	return slices.DeleteFunc(subs, func(x S) bool { return any(x) == any(s) })
+}
+
+// Subscription is one listener on a Runtime's CRI event stream.
+type Subscription struct {
+	stream[*runtimeapi.ContainerEventResponse]
 }
 
 type replayEvent struct {
@@ -59,7 +103,7 @@ func (r *Runtime) Subscribe(ctx context.Context) *Subscription {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	backlog := r.takeBacklogLocked(time.Now())
-	s := &Subscription{events: make(chan *runtimeapi.ContainerEventResponse, r.opts.EventBuffer+len(backlog))}
+	s := &Subscription{stream[*runtimeapi.ContainerEventResponse]{events: make(chan *runtimeapi.ContainerEventResponse, r.opts.EventBuffer+len(backlog))}}
 	for _, e := range backlog {
 		s.events <- e.ev
 	}
@@ -74,35 +118,8 @@ func (r *Runtime) Subscribe(ctx context.Context) *Subscription {
 	return s
 }
 
-// Events returns the channel the subscription's events arrive on. The
-// Runtime closes it when the subscription ends.
-func (s *Subscription) Events() <-chan *runtimeapi.ContainerEventResponse {
-	return s.events
-}
-
-// Err returns why the subscription ended, or nil while it is active.
-func (s *Subscription) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
-
 func (r *Runtime) endSubscriptionLocked(s *Subscription, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	s.closed = true
-	s.err = err
-	close(s.events)
-	s.stop()
-	if i := indexOf(r.subs, s); i >= 0 {
-		r.subs = append(r.subs[:i], r.subs[i+1:]...)
-	}
-	if errors.Is(err, ErrSlowSubscriber) {
-		r.stats.SlowSubscribers++
-	}
+	r.subs = endLocked(r, r.subs, s, err)
 }
 
 // emitLocked hands ev to the subscribers: a copy to each of them, or with
@@ -168,13 +185,4 @@ func (r *Runtime) takeBacklogLocked(now time.Time) []replayEvent {
 		r.stats.Undelivered++
 	}
 	return backlog
-}
-
-func indexOf(subs []*Subscription, s *Subscription) int {
-	for i, x := range subs {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }

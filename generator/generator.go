@@ -567,22 +567,14 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 }
 
 // podOf finds the cached pod that holds the first of the sightings'
-// containers. It scans the cache: it serves only stream events that name no
-// pod, which containerd 1.7 sends once per sandbox removal.
+// containers (locate scans the cache): it serves only stream events that
+// name no pod, which containerd 1.7 sends once per sandbox removal.
 func (g *Generator) podOf(seen []sighting) string {
 	if len(seen) == 0 {
 		return ""
 	}
-	id := seen[0].info.ID
-	var uid string
-	g.cache.Range(func(podUID string, e statecache.Entry[*podRecord]) bool {
-		if _, ok := e.Status.containers[id]; ok {
-			uid = podUID
-			return false
-		}
-		return true
-	})
-	return uid
+	scope, _, _ := g.locate(seen[0].info.ID)
+	return scope.podUID
 }
 
 func (g *Generator) mergeOne(uid string, obs podObservation, b *batch, events []Event) []Event {
