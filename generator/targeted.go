@@ -1,6 +1,7 @@
 package generator
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"sync"
@@ -36,7 +37,8 @@ type targetedQueue struct {
 
 	mu       sync.Mutex
 	requests map[string]*targetedRequest // guarded by mu; by sandbox ID
-	order    []string                    // guarded by mu; the keys of requests, oldest first
+	byDue    requestHeap                 // guarded by mu; the values of requests, due first on top
+	asked    uint64                      // guarded by mu; requests ever queued, for their order
 }
 
 // targetedRequest is a waiting targeted relist of one sandbox: what to list,
@@ -44,6 +46,39 @@ type targetedQueue struct {
 type targetedRequest struct {
 	scope relistScope
 	due   time.Time
+	seq   uint64 // when it was queued, among all requests: the older goes first at the same due time
+	index int    // its place in byDue
+}
+
+// requestHeap orders the waiting requests by due time, then age. A heap
+// rather than a scan: under a storm of terminations thousands of sandboxes
+// wait at the rate limit, and a scan for the first due on every take cost a
+// tenth of the bridge's CPU at 10,000 transitions a second (pleg-bench's
+// throughput rows, CPU profile).
+type requestHeap []*targetedRequest
+
+func (h requestHeap) Len() int { return len(h) }
+func (h requestHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h requestHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *requestHeap) Push(x any) {
+	r := x.(*targetedRequest)
+	r.index = len(*h)
+	*h = append(*h, r)
+}
+func (h *requestHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return r
 }
 
 // newTargetedQueue returns an empty queue whose requests wait delay (none if
@@ -82,10 +117,13 @@ func (q *targetedQueue) RequestAfter(s relistScope, delay time.Duration) {
 		sooner = due.Before(r.due)
 		if sooner {
 			r.due = due
+			heap.Fix(&q.byDue, r.index)
 		}
 	} else {
-		q.requests[s.sandboxID] = &targetedRequest{scope: s, due: due}
-		q.order = append(q.order, s.sandboxID)
+		r := &targetedRequest{scope: s, due: due, seq: q.asked}
+		q.asked++
+		q.requests[s.sandboxID] = r
+		heap.Push(&q.byDue, r)
 	}
 	q.pending.Set(float64(len(q.requests)))
 	q.mu.Unlock()
@@ -132,73 +170,59 @@ func (q *targetedQueue) Next(ctx context.Context) (relistScope, error) {
 	}
 }
 
-// firstLocked returns the index in order of the request due first (the oldest of
-// those due at the same time), or -1. q.mu must be held.
-func (q *targetedQueue) firstLocked() int {
-	first := -1
-	for i, id := range q.order {
-		if first < 0 || q.requests[id].due.Before(q.requests[q.order[first]].due) {
-			first = i
-		}
-	}
-	return first
-}
-
 // firstDue returns when the request due first is due.
 func (q *targetedQueue) firstDue() (time.Time, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i := q.firstLocked()
-	if i < 0 {
+	if len(q.byDue) == 0 {
 		return time.Time{}, false
 	}
-	return q.requests[q.order[i]].due, true
+	return q.byDue[0].due, true
 }
 
 // take removes the request due first.
 func (q *targetedQueue) take() (relistScope, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	i := q.firstLocked()
-	if i < 0 {
+	if len(q.byDue) == 0 {
 		return relistScope{}, false
 	}
-	id := q.order[i]
-	q.order = append(q.order[:i], q.order[i+1:]...)
-	r := q.requests[id]
-	delete(q.requests, id)
+	return q.popLocked().scope, true
+}
+
+// popLocked removes the request due first; there is one. q.mu must be held.
+func (q *targetedQueue) popLocked() *targetedRequest {
+	r := heap.Pop(&q.byDue).(*targetedRequest)
+	delete(q.requests, r.scope.sandboxID)
 	q.pending.Set(float64(len(q.requests)))
-	return r.scope, true
+	return r
 }
 
 // takeDueIfAtLeast removes and returns every request that is due at now,
-// if there are at least n of them; otherwise it takes nothing.
+// oldest due first, if there are at least n of them; otherwise it takes
+// nothing.
 func (q *targetedQueue) takeDueIfAtLeast(now time.Time, n int) []relistScope {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	due := 0
-	for _, id := range q.order {
-		if !q.requests[id].due.After(now) {
-			due++
-		}
-	}
+	due := q.byDue.countDue(0, now)
 	if due < n || due == 0 {
 		return nil
 	}
 	taken := make([]relistScope, 0, due)
-	kept := q.order[:0]
-	for _, id := range q.order {
-		r := q.requests[id]
-		if r.due.After(now) {
-			kept = append(kept, id)
-			continue
-		}
-		taken = append(taken, r.scope)
-		delete(q.requests, id)
+	for range due {
+		taken = append(taken, q.popLocked().scope)
 	}
-	q.order = kept
-	q.pending.Set(float64(len(q.requests)))
 	return taken
+}
+
+// countDue counts the requests due at now in the subtree of the heap rooted
+// at i: it visits only those and their children, as a request's children are
+// due no sooner than it.
+func (h requestHeap) countDue(i int, now time.Time) int {
+	if i >= len(h) || h[i].due.After(now) {
+		return 0
+	}
+	return 1 + h.countDue(2*i+1, now) + h.countDue(2*i+2, now)
 }
 
 // sleep waits d (nothing if d is not positive) or until ctx is done, and then

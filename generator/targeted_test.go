@@ -186,3 +186,66 @@ func TestTargetedQueue(t *testing.T) {
 		})
 	})
 }
+
+func TestTargetedQueueTakeDueIfAtLeast(t *testing.T) {
+	t.Parallel()
+	const delay = 100 * time.Millisecond
+	queueTest(t, delay, 100, func(t *testing.T, q *targetedQueue, pending prometheus.Gauge, next func() served) {
+		// d and e are due later; c was asked for before a and b came due
+		// sooner than it; b was asked for again and keeps its age.
+		q.Request(scopeOf("c", true))
+		q.RequestAfter(scopeOf("d", true), time.Hour)
+		time.Sleep(10 * time.Millisecond)
+		q.RequestAfter(scopeOf("a", true), 0)
+		q.RequestAfter(scopeOf("b", true), 0)
+		q.RequestAfter(scopeOf("e", true), time.Hour)
+		q.Request(scopeOf("b", false))
+		time.Sleep(delay)
+		now := time.Now()
+		if got := q.takeDueIfAtLeast(now, 4); got != nil {
+			t.Errorf("takeDueIfAtLeast(4) with 3 due = %v; want nothing taken", got)
+		}
+		got := q.takeDueIfAtLeast(now, 3)
+		want := []relistScope{scopeOf("a", true), scopeOf("b", false), scopeOf("c", true)}
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(relistScope{})); diff != "" {
+			t.Errorf("takeDueIfAtLeast(3) (-want +got):\n%s", diff)
+		}
+		if got := testutil.ToFloat64(pending); got != 2 {
+			t.Errorf("pending gauge = %v with d and e left", got)
+		}
+		if got := q.takeDueIfAtLeast(now, 1); got != nil {
+			t.Errorf("takeDueIfAtLeast(1) with none due = %v", got)
+		}
+		checkServed(t, []served{{scopeOf("d", true), time.Hour}, {scopeOf("e", true), 10*time.Millisecond + time.Hour}}, next(), next())
+	})
+}
+
+// BenchmarkTargetedQueueStorm queues a storm's requests, one per sandbox,
+// and takes them all: what the targeted relist goroutine does when a node's
+// pods terminate faster than the rate limit lets it list them.
+func BenchmarkTargetedQueueStorm(b *testing.B) {
+	for _, n := range []int{100, 5000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			pending := prometheus.NewGauge(prometheus.GaugeOpts{Name: "pending"})
+			q := newTargetedQueue(-1, 1e9, pending)
+			ids := make([]relistScope, n)
+			for i := range ids {
+				ids[i] = scopeOf(fmt.Sprint("sb-", i), true)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, s := range ids {
+					q.Request(s)
+				}
+				for range n {
+					if _, ok := q.firstDue(); !ok {
+						b.Fatal("queue empty early")
+					}
+					if _, ok := q.take(); !ok {
+						b.Fatal("queue empty early")
+					}
+				}
+			}
+		})
+	}
+}
