@@ -12,8 +12,9 @@ import (
 // nor forgets what changed while it was down.
 //
 // With the acks it keeps a stream sequence: the highest the publisher
-// reported with them (publish.Options.OnAck), written in the same
-// transaction as the acks it came with. The publisher's promise is that
+// reported with them (publish.Options.OnAck), written in the transaction
+// of the last acks it came with (a flush writes its acks in key order, a
+// transaction per 1,024). The publisher's promise is that
 // every message this node stored up to that sequence was acked and
 // reported before it, so the messages a checkpoint may not know of are
 // those stored after it: a restarted publisher reads them back from the

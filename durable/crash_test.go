@@ -99,10 +99,12 @@ func TestStoreSurvivesSIGKILL(t *testing.T) {
 			t.Fatalf("ack %d lost while %d later ones survived", i, len(acked)-i)
 		}
 	}
-	// Ack i came with sequence i+1: the sequence written is that of the
-	// last ack written, never one past it.
-	if got := s.Checkpoint().Sequence(); got != uint64(len(acked)) {
-		t.Errorf("Sequence() = %d with %d acks restored, want %d", got, len(acked), len(acked))
+	// Ack i came with sequence i+1: the sequence written is never past
+	// the last ack written. It may lag behind it, by the acks a flush
+	// killed in its last transaction wrote in its earlier ones, but not
+	// behind the acks recorded long enough before the kill.
+	if got := s.Checkpoint().Sequence(); got > uint64(len(acked)) || got < uint64(durableN) {
+		t.Errorf("Sequence() = %d with %d acks restored, %d of them due; want between", got, len(acked), durableN)
 	}
 	entries := s.Spool().Take(len(acked) + 1000)
 	if len(entries) < durableN {

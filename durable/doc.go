@@ -13,12 +13,17 @@
 //
 // The users never wait on the disk: Checkpoint.RecordAck and Spool.Append
 // only note in memory, and Store.Run writes what was noted in one bbolt
-// transaction per flush (the spool within 100 ms, the checkpoint within
-// 500 ms). The crash windows follow from that:
+// transaction per flush (the spool's appends within 100 ms, the checkpoint
+// and the spool's removals, which go with their acks, within 500 ms), or a
+// few when the appends exceed a megabyte. The crash windows follow from
+// that:
 //
 //   - Acks not yet written are lost by a crash, and the sequence with
 //     them. Their messages were stored after the sequence last written
-//     (acks and sequence share a transaction), so the restarted publisher
+//     (which goes with the last of the acks it vouches for, never before
+//     them; a crash between the transactions of one flush leaves acks
+//     newer than the sequence, which only makes the publisher read a
+//     little more of the stream), so the restarted publisher
 //     reads them back from the stream and recognises those events when the
 //     generator reports them again: not stored twice, even after the
 //     stream's duplicate window.

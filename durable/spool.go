@@ -26,8 +26,10 @@ type SpoolEntry struct {
 //
 // Append only encodes the events and queues them in memory: it never waits
 // for the disk, because the generator's goroutine calls it. The Store's
-// Run writes the queued appends and the entries marked Done within 100 ms,
-// in one transaction: fsynced in batches, as Vector's disk buffer is. Take
+// Run writes the queued appends within 100 ms, and removes the entries
+// marked Done with the checkpoint's acks, within 500 ms: fsynced in
+// batches, as Vector's disk buffer is. An entry Done before it was written
+// is never written (nor, for AppendTaken's copies, encoded). Take
 // reads entries back in order, from the file or from the queue of
 // unwritten appends. Only that queue is held in memory, with the size of
 // each entry taken and not yet Done (Fluent Bit likewise keeps most of its
@@ -72,7 +74,14 @@ type Spool struct {
 	untaken  int              // guarded by mu
 	taken    map[uint64]int64 // guarded by mu; the encoded size of each entry taken and not Done
 	bytes    int64            // guarded by mu; encoded size of the entries not Done
-	done     []uint64         // guarded by mu; Done since the last write
+	// done holds the entries Done since the last write that are in the
+	// file, or may be by then: those below writing. An entry Done while
+	// it waits in queued at or above writing is marked there instead.
+	// Guarded by mu.
+	done []uint64
+	// writing is the Seq after the last entry of the write in progress
+	// (inFile when there is none). Guarded by mu.
+	writing uint64
 	// wake is the Store's: it is given a value, without waiting, when
 	// something is appended or Done. Nil outside a Store.
 	wake chan<- struct{}
@@ -81,12 +90,20 @@ type Spool struct {
 // queuedEntry is an appended entry waiting to be written.
 type queuedEntry struct {
 	seq uint64
-	// ev is for Take; nil for an entry appended taken, which Take never
-	// returns: a pointer, so that such an entry does not hold room for
-	// one (312 bytes, 1.9 MB at the 6,000 events of a 1,000/5,000 first
-	// relist, all written through at once).
-	ev   *generator.Event
-	data []byte // the encoded record
+	// ev is the event, for Take and, for an entry appended taken (the
+	// caller's own, not a copy), for its encoding when it is written: a
+	// pointer, so that the queue does not hold room for one (312 bytes) in
+	// each entry.
+	ev *generator.Event
+	// data is the encoded record: from Append, or for an entry appended
+	// taken, from the write that finds it not Done. Encoding a copy only
+	// when it is written takes the encoding off the path of the events
+	// JetStream acks within 100 ms (nearly all of them while NATS is up),
+	// and the encoded copies of a first relist's events out of memory.
+	data []byte
+	// done is set for an entry Done before a write took it: it is never
+	// written.
+	done bool
 }
 
 // spoolExtent is what Open finds in the file.
@@ -119,7 +136,7 @@ func readSpoolExtent(tx *bolt.Tx, path string) (spoolExtent, error) {
 func newSpool(db *bolt.DB, maxBytes int64, e spoolExtent, logger *slog.Logger) *Spool {
 	return &Spool{
 		db: db, max: maxBytes, logger: logger, earlier: e.next,
-		next: e.next, takeNext: e.first, inFile: e.next,
+		next: e.next, takeNext: e.first, inFile: e.next, writing: e.next,
 		untaken: e.count, bytes: e.bytes, taken: map[uint64]int64{},
 	}
 }
@@ -150,44 +167,56 @@ func (s *Spool) Append(events []generator.Event) int {
 	return len(data)
 }
 
-// AppendTaken appends events as entries already taken, as a write-ahead
-// copy of events the caller delivers from memory: Take never returns
-// them, and the caller marks each Done once delivered. Written by the
-// Store's next write, they survive a crash of the process, and the next
-// process finds those not Done and delivers them (as Earlier entries),
-// rather than losing what waited in memory. It appends only while every
-// entry is taken (else the copies would overtake what waits to be taken):
-// it returns the first entry's Seq and how many of the events it appended
-// (a prefix, as Append), 0 when the spool holds untaken entries or is
-// full. It does no I/O. It is safe for concurrent use.
-func (s *Spool) AppendTaken(events []generator.Event) (first uint64, n int) {
-	s.mu.Lock()
-	room := s.max - s.bytes
-	busy := s.untaken > 0
-	s.mu.Unlock()
-	if busy {
-		return 0, 0
-	}
-	data := s.encode(events, room)
-	defer s.wakeStore()
+// AppendTaken appends ev as an entry already taken, as a write-ahead copy
+// of an event the caller delivers from memory: Take never returns it, and
+// the caller marks it Done once delivered. Written by the Store's next
+// write, it survives a crash of the process, and the next process finds it
+// (if not Done) and delivers it as an Earlier entry, rather than losing what
+// waited in memory. It appends only while every entry is taken (else the
+// copy would overtake what waits to be taken) and the spool has room: it
+// returns the entry's Seq, and false when it appended nothing.
+//
+// The spool keeps ev itself, not a copy, until the entry is written or
+// Done: the caller must not modify *ev before then. It does no I/O, and
+// does not encode: the write that finds the entry not Done does, and the
+// entry counts against the bound with an estimate of its size until then
+// (recordSizeEstimate). It is safe for concurrent use.
+func (s *Spool) AppendTaken(ev *generator.Event) (seq uint64, ok bool) {
+	size := recordSizeEstimate(ev)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.untaken > 0 {
-		return 0, 0 // an Append came in between
+	if s.untaken > 0 || s.bytes+size > s.max {
+		return 0, false
 	}
-	first = s.next
-	for i, d := range data {
-		size := int64(len(d))
-		if s.bytes+size > s.max {
-			return first, i
+	seq = s.next
+	s.queued = append(s.queued, queuedEntry{seq: seq, ev: ev})
+	s.taken[seq] = size
+	s.next++
+	s.takeNext = s.next
+	s.bytes += size
+	s.wakeStore()
+	return seq, true
+}
+
+// recordSizeEstimate is about the encoded size of ev's record, from the
+// lengths of its strings and the fixed part of the encoding, without
+// encoding it: what an entry appended taken counts against the bound until
+// a write encodes it. Escapes make a record longer than the estimate, and
+// the write corrects it.
+func recordSizeEstimate(ev *generator.Event) int64 {
+	const fixed = 448 // field names, punctuation, four times, numbers
+	n := fixed + len(ev.Type) + len(ev.Pod.UID) + len(ev.Pod.Namespace) + len(ev.Pod.Name) +
+		len(ev.Container.ID) + len(ev.Container.Name) + len(ev.Container.Image) + len(ev.Container.ImageRef) +
+		len(ev.State) + len(ev.Reason) + len(ev.Message) + len(ev.DetectedBy)
+	if m := ev.Pod.Meta; m != nil {
+		for k, v := range m.Labels {
+			n += len(k) + len(v) + 6
 		}
-		s.queued = append(s.queued, queuedEntry{seq: s.next, data: d}) // taken: no event
-		s.taken[s.next] = size
-		s.next++
-		s.takeNext = s.next
-		s.bytes += size
+		for k, v := range m.Annotations {
+			n += len(k) + len(v) + 6
+		}
 	}
-	return first, len(data)
+	return int64(n)
 }
 
 // encode encodes the longest prefix of events that fits room bytes.
@@ -333,8 +362,9 @@ func delivered(ckpt *bolt.Bucket, r record) bool {
 }
 
 // Done marks a taken entry delivered (acked) or given up: its bytes are
-// free at once, and it is removed from the file by the Store's next write.
-// Record the entry's ack (Checkpoint.RecordAck) before calling Done, so
+// free at once, and it is removed from the file by the Store's next write
+// of the checkpoint (within 500 ms), or never written if no write took it
+// yet. Record the entry's ack (Checkpoint.RecordAck) before calling Done, so
 // that they reach the disk in the same transaction. Done of an entry not
 // taken, or already Done, does nothing. It is safe for concurrent use.
 func (s *Spool) Done(seq uint64) {
@@ -346,6 +376,13 @@ func (s *Spool) Done(seq uint64) {
 	}
 	delete(s.taken, seq)
 	s.bytes -= size
+	if seq >= s.writing {
+		// Still queued, and no write has it: it is never written, and
+		// the event is the caller's again.
+		q := &s.queued[seq-s.inFile]
+		q.done, q.ev = true, nil
+		return
+	}
 	s.done = append(s.done, seq)
 	s.wakeStore()
 }
@@ -419,18 +456,73 @@ func (s *Spool) Restored() []generator.Event {
 type spoolWrites struct {
 	appends []queuedEntry
 	done    []uint64
+	// more is set when queued entries were left for another write, to
+	// keep this one within its budget.
+	more bool
 }
 
-// writes returns what the next flush writes: the queued appends and the
-// entries Done since the last write.
-func (s *Spool) writes() spoolWrites {
+// writesNothing reports whether putSpool would write nothing for w.
+func (w spoolWrites) writesNothing() bool {
+	if len(w.done) > 0 {
+		return false
+	}
+	for _, q := range w.appends {
+		if !q.done {
+			return false
+		}
+	}
+	return true
+}
+
+// writeBudget bounds the encoded appends of one write, which bbolt holds
+// in memory until the transaction commits: a first relist of a large node
+// appends its whole listing's events at once (6,000 at 1,000/5,000, most
+// of them not acked by the first write), and written in one transaction
+// they made the bridge's peak memory.
+const writeBudget = 1 << 20
+
+// writes returns what the next flush writes: the queued appends up to
+// about writeBudget bytes of them (encoding the entries appended taken),
+// and, if withDone, the entries Done since the last write that took them.
+// Removals wait for the checkpoint's writes, which carry their acks: an
+// entry Done stays in the file a little longer, and nothing is written
+// while every event is acked before the spool's next write.
+func (s *Spool) writes(withDone bool) spoolWrites {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var w spoolWrites
+	if withDone {
+		w.done, s.done = s.done, nil
+	}
+	budget := writeBudget
+	n := 0
+	for ; n < len(s.queued) && budget > 0; n++ {
+		q := &s.queued[n]
+		if q.done || q.data != nil {
+			budget -= len(q.data)
+			continue
+		}
+		d, err := encodeRecord(toRecord(*q.ev))
+		if err != nil {
+			// A time beyond the year 9999: the event is delivered
+			// from memory, with no copy on disk.
+			s.logger.Warn("cannot write an event through to the spool", "pod_uid", q.ev.Pod.UID, "container_id", q.ev.Container.ID, "event_type", q.ev.Type, "err", err)
+			q.done = true
+			continue
+		}
+		q.data = d
+		budget -= len(d)
+		if size, ok := s.taken[q.seq]; ok {
+			s.taken[q.seq] = int64(len(d))
+			s.bytes += int64(len(d)) - size
+		}
+	}
 	// queued is only shortened by written, after this flush: the entries
-	// in this slice are not modified under it, and Append's appends go
-	// beyond its length.
-	w := spoolWrites{appends: s.queued[:len(s.queued):len(s.queued)], done: s.done}
-	s.done = nil
+	// in this slice are not modified under it (Done marks only those at or
+	// above writing), and Append's appends go beyond its length.
+	w.appends = s.queued[:n:n]
+	w.more = n < len(s.queued)
+	s.writing = s.inFile + uint64(n)
 	return w
 }
 
@@ -449,8 +541,13 @@ func putSpool(tx *bolt.Tx, w spoolWrites) error {
 	// appends do.
 	b.FillPercent = 1
 	for _, q := range w.appends {
+		if q.done {
+			continue
+		}
 		if done[q.seq] {
-			delete(done, q.seq) // never written: nothing to delete either
+			// Done after a failed write took it: never written, nothing
+			// to delete either.
+			delete(done, q.seq)
 			continue
 		}
 		if err := b.Put(seqKey(q.seq), q.data); err != nil {
@@ -468,22 +565,20 @@ func putSpool(tx *bolt.Tx, w spoolWrites) error {
 // written drops the written appends from the queue.
 func (s *Spool) written(w spoolWrites) {
 	n := len(w.appends)
-	if n == 0 {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	clear(s.queued[:n]) // let the events go
 	s.queued = s.queued[n:]
 	s.inFile += uint64(n)
+	s.writing = s.inFile
 }
 
-// writeFailed puts back the Done of a failed write, for the next one.
+// writeFailed puts back the Done of a failed write, for the next one. Its
+// appends stay queued; those Done since it took them are in done, and the
+// next write neither writes nor deletes them.
 func (s *Spool) writeFailed(w spoolWrites) {
-	if len(w.done) == 0 {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.writing = s.inFile
 	s.done = append(w.done, s.done...)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -158,8 +159,9 @@ func TestSpoolDisabledWithoutABound(t *testing.T) {
 }
 
 // TestSpoolCrashWindows takes crash images while Run runs: an append is
-// durable after the next tick, and an entry Done before a crash, but
-// after the last tick, comes back Earlier.
+// durable after the next tick, an entry Done is removed by the next
+// checkpoint tick, and one Done before a crash, but after that tick,
+// comes back Earlier.
 func TestSpoolCrashWindows(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
@@ -191,8 +193,12 @@ func TestSpoolCrashWindows(t *testing.T) {
 		if !got[0].Earlier {
 			t.Error("an entry found after a crash is not Earlier")
 		}
+		// A removal waits for the checkpoint's write, which carries its
+		// ack.
 		advance(100 * time.Millisecond)
-		checkOrder(t, "after a Done and a tick", eventsOf(spooledAfterCrash()), evs[1:])
+		checkOrder(t, "after a Done and a tick", eventsOf(spooledAfterCrash()), evs)
+		advance(400 * time.Millisecond)
+		checkOrder(t, "after a Done and the checkpoint's tick", eventsOf(spooledAfterCrash()), evs[1:])
 
 		cancel()
 		if err := <-done; err != nil {
@@ -397,10 +403,7 @@ func TestSpoolKeepsAWriteAheadCopyOfWhatIsDeliveredFromMemory(t *testing.T) {
 	s, _ := open(t, dir, opts)
 	sp := s.Spool()
 	evs := spoolEvents(0, 6)
-	first, n := sp.AppendTaken(evs[:4])
-	if n != 4 {
-		t.Fatalf("AppendTaken appended %d of 4", n)
-	}
+	first := appendTaken(t, sp, evs[:4])
 	if got := sp.Take(10); len(got) != 0 {
 		t.Errorf("Take handed out copies: %v", got)
 	}
@@ -412,8 +415,8 @@ func TestSpoolKeepsAWriteAheadCopyOfWhatIsDeliveredFromMemory(t *testing.T) {
 	if sp.Append(evs[4:5]) != 1 {
 		t.Fatal("Append refused")
 	}
-	if _, n := sp.AppendTaken(evs[5:]); n != 0 {
-		t.Errorf("AppendTaken appended %d while an entry waits to be taken, want 0", n)
+	if _, ok := sp.AppendTaken(&evs[5]); ok {
+		t.Error("AppendTaken appended while an entry waits to be taken")
 	}
 	closeStore(t, s)
 
@@ -427,4 +430,90 @@ func TestSpoolKeepsAWriteAheadCopyOfWhatIsDeliveredFromMemory(t *testing.T) {
 			t.Errorf("entry %d: not Earlier", e.Seq)
 		}
 	}
+}
+
+// bigEvents returns n events of distinct containers whose pods carry a
+// 3 KB annotation, as kubectl's last-applied-configuration does.
+func bigEvents(n int) []generator.Event {
+	evs := spoolEvents(0, n)
+	meta := generator.NewPodMeta(map[string]string{"app": "web"}, map[string]string{
+		"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat(`{"spec":"<&>"}`, 220),
+	})
+	for i := range evs {
+		evs[i].Pod.Meta = meta
+	}
+	return evs
+}
+
+// TestSpoolCountsWriteThroughCopiesByTheirEncodedSizeOnceWritten: a copy
+// counts an estimate of its size until a write encodes it, and then what
+// Append counts for the same event.
+func TestSpoolCountsWriteThroughCopiesByTheirEncodedSizeOnceWritten(t *testing.T) {
+	t.Parallel()
+	opts := durable.Options{SpoolMaxBytes: 1 << 24}
+	evs := bigEvents(20)
+	appended, _ := open(t, t.TempDir(), opts)
+	defer closeStore(t, appended)
+	if n := appended.Spool().Append(evs); n != len(evs) {
+		t.Fatalf("Append took %d of %d", n, len(evs))
+	}
+	copies, _ := open(t, t.TempDir(), opts)
+	defer closeStore(t, copies)
+	appendTaken(t, copies.Spool(), evs)
+	// The annotation's escapes (\u003c for '<') make the encoding longer
+	// than its strings.
+	estimate, exact := copies.Spool().Bytes(), appended.Spool().Bytes()
+	if estimate < exact/3 || estimate > exact {
+		t.Errorf("estimated %d bytes for the copies, encoded %d", estimate, exact)
+	}
+	if err := durable.Flush(copies, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := copies.Spool().Bytes(); got != exact {
+		t.Errorf("after the write, the copies count %d bytes, Append counts %d", got, exact)
+	}
+}
+
+// TestSpoolWritesMoreThanAWriteBudgetInOneFlush: a first relist appends
+// megabytes at once; one flush writes them all (in transactions of a
+// bounded size), in order, and a crash after it finds them.
+func TestSpoolWritesMoreThanAWriteBudgetInOneFlush(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := durable.Options{SpoolMaxBytes: 1 << 26}
+	s, _ := open(t, dir, opts)
+	defer closeStore(t, s)
+	evs := bigEvents(3000) // about 10 MB encoded
+	half := len(evs) / 2
+	appendTaken(t, s.Spool(), evs[:half])
+	if n := s.Spool().Append(evs[half:]); n != len(evs)-half {
+		t.Fatalf("Append took %d of %d", n, len(evs)-half)
+	}
+	if b := s.Spool().Bytes(); b < 4<<20 {
+		t.Fatalf("the events encode to %d bytes: too few to need several writes", b)
+	}
+	if err := durable.Flush(s, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := open(t, crashImage(t, dir), opts)
+	defer closeStore(t, s2)
+	got := s2.Spool().Take(len(evs) + 1)
+	checkOrder(t, "after one flush and a crash", eventsOf(got), evs)
+}
+
+// appendTaken appends evs as taken entries, and returns the first one's
+// Seq.
+func appendTaken(t *testing.T, sp *durable.Spool, evs []generator.Event) uint64 {
+	t.Helper()
+	var first uint64
+	for i := range evs {
+		seq, ok := sp.AppendTaken(&evs[i])
+		if !ok {
+			t.Fatalf("AppendTaken refused event %d of %d", i, len(evs))
+		}
+		if i == 0 {
+			first = seq
+		}
+	}
+	return first
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,8 +184,8 @@ func TestStoreRunWritesWithinItsIntervalsAndIdlesWithoutIO(t *testing.T) {
 			t.Error("the file changed while nothing was recorded")
 		}
 
-		// A spool append is written within a tick, with the acks recorded
-		// so far.
+		// A spool append is written within a tick; the acks recorded so
+		// far wait for their own interval.
 		b := event("u1", "b", generator.ContainerStarted, t0)
 		s.Checkpoint().RecordAck(b, 0)
 		spooled := event("u2", "c", generator.ContainerStarted, t0)
@@ -194,9 +195,11 @@ func TestStoreRunWritesWithinItsIntervalsAndIdlesWithoutIO(t *testing.T) {
 		advance(100 * time.Millisecond)
 		img := crashImage(t, dir)
 		s2, _ := open(t, img, durable.Options{SpoolMaxBytes: 1 << 20})
-		checkEvents(t, "restored with the spool's write", s2.Checkpoint().Restored(), a, b)
+		checkEvents(t, "restored with the spool's write", s2.Checkpoint().Restored(), a)
 		checkEvents(t, "spooled", s2.Spool().Restored(), spooled)
 		closeStore(t, s2)
+		advance(400 * time.Millisecond)
+		checkEvents(t, "restored 500 ms after the second ack", restoredAfterCrash(t, dir), a, b)
 
 		// Acks after the last write are lost by a crash; the final write
 		// at shutdown keeps them.
@@ -424,4 +427,31 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 	if _, err := durable.Open(file, durable.Options{Node: "node-1"}); err == nil || errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Open of a data directory that is a file: %v", err)
 	}
+}
+
+// TestFlushWritesManyAcksAndTheirSequence: a first relist's acks outnumber
+// a transaction's share; one flush writes them all, and the sequence of
+// the last.
+func TestFlushWritesManyAcksAndTheirSequence(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, _ := open(t, dir, durable.Options{})
+	const n = 3000
+	for i := range n {
+		// Recorded in an order unlike the keys'.
+		id := fmt.Sprintf("c%05d", (i*7919)%n)
+		s.Checkpoint().RecordAck(event("u", id, generator.ContainerStarted, t0), uint64(i+1))
+	}
+	if err := durable.Flush(s, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := open(t, crashImage(t, dir), durable.Options{})
+	defer closeStore(t, s2)
+	if got := len(s2.Checkpoint().Restored()); got != n {
+		t.Errorf("restored %d acks, want %d", got, n)
+	}
+	if got := s2.Checkpoint().Sequence(); got != n {
+		t.Errorf("Sequence() = %d, want %d", got, n)
+	}
+	closeStore(t, s)
 }

@@ -94,12 +94,13 @@ type Options struct {
 	// anything newer.
 	Spool *durable.Spool
 	// WriteThrough (with a Spool) also writes each event Send keeps in
-	// memory to the spool, as a copy taken already (durable's
+	// memory to the spool, as an entry taken already (durable's
 	// AppendTaken), marked Done once delivered. A process that is killed
 	// then loses at most the last flush of them (100 ms), not every event
 	// waiting in memory for NATS: the next one delivers the copies left,
 	// checked against the stream as any earlier entry. It costs an
-	// encoding and a share of a batched disk write per event.
+	// encoding and a share of a batched disk write for each event not
+	// acked by the spool's next write (100 ms).
 	WriteThrough bool
 	// Stream is the name of the stream the events land in, asked before a
 	// retry that could be stored twice (see DuplicateWindow); empty: the
@@ -368,7 +369,8 @@ func (p *Publisher) Send(_ context.Context, events []generator.Event) error {
 				e := &outboxEvent{ev: events[i]}
 				if p.opts.WriteThrough {
 					// A full spool leaves the event in memory only.
-					if seq, n := p.opts.Spool.AppendTaken(events[i : i+1]); n == 1 {
+					// The spool keeps &e.ev, which nothing modifies.
+					if seq, ok := p.opts.Spool.AppendTaken(&e.ev); ok {
 						e.written, e.seq = true, seq
 					}
 				}
