@@ -82,6 +82,54 @@ func encodeWithSDK(e *Encoder, ev generator.Event) (*nats.Msg, error) {
 	return msg, nil
 }
 
+// data maps ev to the data contract as encodeWithSDK did, for
+// encoding/json to marshal. Unknown values stay out: a nil exit code, zero
+// times and the labels of a pod whose sandbox was not seen are omitted,
+// never written as zero.
+func (e *Encoder) data(ev generator.Event) schemas.EventData {
+	var labels, annotations map[string]string
+	if m := ev.Pod.Meta; m != nil {
+		labels, annotations = m.Labels, m.Annotations
+		if labels == nil {
+			labels = map[string]string{} // known: the sandbox has none
+		}
+	}
+	return schemas.EventData{
+		Node: e.node,
+		Pod: schemas.Pod{
+			UID:         ev.Pod.UID,
+			Namespace:   ev.Pod.Namespace,
+			Name:        ev.Pod.Name,
+			Labels:      labels,
+			Annotations: annotations,
+		},
+		Container: schemas.Container{
+			ID:       ev.Container.ID,
+			Name:     ev.Container.Name,
+			Attempt:  ev.Container.Attempt,
+			Sandbox:  ev.Container.Sandbox,
+			Image:    ev.Container.Image,
+			ImageRef: ev.Container.ImageRef,
+		},
+		State:      string(ev.State),
+		ExitCode:   ev.ExitCode,
+		Reason:     ev.Reason,
+		Message:    ev.Message,
+		StartedAt:  optionalTime(ev.StartedAt),
+		FinishedAt: optionalTime(ev.FinishedAt),
+		DetectedBy: string(ev.DetectedBy),
+		ObservedAt: ev.ObservedAt.UTC(),
+	}
+}
+
+func optionalTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
 // checkMatchesSDK encodes ev with e and with encodeWithSDK, and fails t
 // unless both fail or both give the same subject, headers and body, byte
 // for byte.
