@@ -1,9 +1,7 @@
 package publish
 
 import (
-	"bytes"
 	"crypto/sha1"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -40,11 +38,6 @@ const (
 	contentTypeStructured = "application/cloudevents+json"
 	contentTypeJSON       = event.ApplicationJSON
 )
-
-// structuredOverhead is room for the attributes and extensions of a
-// structured CloudEvent beyond its data: about 600 bytes with a 64-character
-// container ID and long names.
-const structuredOverhead = 768
 
 // eventIDNamespace is the name-based UUID namespace of CloudEvent ids. It is
 // part of the contract: changing it changes every id, so a restarted bridge
@@ -89,6 +82,7 @@ type Encoder struct {
 	node      string
 	prefix    string
 	sourceRef types.URIRef
+	source    string // sourceRef as the SDK writes it
 	mode      Mode
 	types     map[generator.LifecycleEventType]typeInfo
 }
@@ -97,6 +91,7 @@ type Encoder struct {
 type typeInfo struct {
 	ceType        string
 	dataSchemaRef *types.URI
+	dataSchema    string // dataSchemaRef as the SDK writes it
 }
 
 // jsonContentType is the datacontenttype of every event; its address is
@@ -127,6 +122,7 @@ func NewEncoder(opts EncoderOptions) (*Encoder, error) {
 	e := &Encoder{
 		node:      opts.Node,
 		sourceRef: *sourceRef,
+		source:    sourceRef.String(),
 		prefix:    opts.SubjectPrefix,
 		mode:      opts.Mode,
 		types:     make(map[generator.LifecycleEventType]typeInfo, len(generator.LifecycleEventTypes)),
@@ -141,7 +137,7 @@ func NewEncoder(opts EncoderOptions) (*Encoder, error) {
 		if ref == nil {
 			return nil, fmt.Errorf("create encoder: data schema %q of CloudEvent type %q is not a URI", schema, ceType)
 		}
-		e.types[t] = typeInfo{ceType: ceType, dataSchemaRef: ref}
+		e.types[t] = typeInfo{ceType: ceType, dataSchemaRef: ref, dataSchema: ref.String()}
 	}
 	return e, nil
 }
@@ -181,69 +177,73 @@ func (e *Encoder) nodeSubjects() string {
 // <prefix>.<node>.<podUID>.<eventType> (tokens encoded by schemas.EncodeToken), the
 // Nats-Msg-Id header set to the CloudEvent id, and the CloudEvent in the
 // Encoder's content mode. It fails for an event of an unknown type, without
-// a container ID or pod UID, or without any time; such an event cannot be
-// published correctly.
+// a container ID or pod UID, or without any time, and for a time of the data
+// outside the years 0-9999; such an event cannot be published correctly.
 func (e *Encoder) Encode(ev generator.Event) (*nats.Msg, error) {
-	ce, err := e.cloudEvent(ev)
+	info, err := e.check(ev)
 	if err != nil {
 		return nil, err
 	}
 	msg := &nats.Msg{Subject: schemas.Subject(e.prefix, e.node, ev.Pod.UID, string(ev.Type))}
+	id := EventID(ev.Container.ID, ev.Type)
 	switch e.mode {
 	case ModeBinary:
+		ce := e.cloudEvent(ev, info, id)
+		data, err := e.appendData(make([]byte, 0, e.dataSize(ev)), ev)
+		if err != nil {
+			return nil, fmt.Errorf("encode event %s of container %s: %w", ev.Type, ev.Container.ID, err)
+		}
 		msg.Header = binaryHeaders(&ce)
-		msg.Data = ce.DataEncoded
+		msg.Data = data
 	default:
-		// Sized for the attributes around the data, so the buffer is
-		// allocated once; MarshalJSON would grow it from nothing.
-		body := bytes.NewBuffer(make([]byte, 0, len(ce.DataEncoded)+structuredOverhead))
-		if err := event.WriteJson(&ce, body); err != nil {
-			return nil, fmt.Errorf("encode event %s of container %s: marshal cloudevent: %w", ev.Type, ev.Container.ID, err)
+		body, err := e.appendStructured(make([]byte, 0, e.structuredSize(ev)), ev, info, id)
+		if err != nil {
+			return nil, fmt.Errorf("encode event %s of container %s: %w", ev.Type, ev.Container.ID, err)
 		}
 		msg.Header = nats.Header{
-			jetstream.MsgIDHeader: {ce.ID()},
+			jetstream.MsgIDHeader: {id},
 			"Content-Type":        {contentTypeStructured},
 		}
-		msg.Data = body.Bytes()
+		msg.Data = body
 	}
 	return msg, nil
 }
 
-// cloudEvent returns ev as a validated CloudEvent with its data encoded as
-// JSON.
-func (e *Encoder) cloudEvent(ev generator.Event) (event.Event, error) {
+// check returns what Encode needs of ev's type, or an error if ev cannot be
+// published correctly.
+func (e *Encoder) check(ev generator.Event) (typeInfo, error) {
 	info, ok := e.types[ev.Type]
-	if !ok {
-		return event.Event{}, fmt.Errorf("encode event of container %s: unknown Lifecycle event type %q", ev.Container.ID, ev.Type)
+	switch {
+	case !ok:
+		return typeInfo{}, fmt.Errorf("encode event of container %s: unknown Lifecycle event type %q", ev.Container.ID, ev.Type)
+	case ev.Container.ID == "":
+		return typeInfo{}, fmt.Errorf("encode event %s of pod %s: container ID is empty", ev.Type, ev.Pod.UID)
+	case ev.Pod.UID == "":
+		return typeInfo{}, fmt.Errorf("encode event %s of container %s: pod UID is empty", ev.Type, ev.Container.ID)
+	case ev.ObservedAt.IsZero():
+		return typeInfo{}, fmt.Errorf("encode event %s of container %s: observed time is zero", ev.Type, ev.Container.ID)
 	}
-	if ev.Container.ID == "" {
-		return event.Event{}, fmt.Errorf("encode event %s of pod %s: container ID is empty", ev.Type, ev.Pod.UID)
-	}
-	if ev.Pod.UID == "" {
-		return event.Event{}, fmt.Errorf("encode event %s of container %s: pod UID is empty", ev.Type, ev.Container.ID)
-	}
-	if ev.ObservedAt.IsZero() {
-		return event.Event{}, fmt.Errorf("encode event %s of container %s: observed time is zero", ev.Type, ev.Container.ID)
-	}
-	when := ev.Time
-	if when.IsZero() {
-		when = ev.ObservedAt
-	}
+	return info, nil
+}
 
+// cloudEvent returns the attributes of ev, which check accepted, as an SDK
+// CloudEvent without data, for the headers of binary mode. id is ev's
+// CloudEvent id and info its type's.
+func (e *Encoder) cloudEvent(ev generator.Event, info typeInfo, id string) event.Event {
 	// The context is built directly rather than through the setters, which
 	// re-parse the source and schema URIs and re-check every value on each
 	// event. Everything here is known valid: the URIs were parsed once by
-	// NewEncoder, the IDs and names checked above, and the extensions'
+	// NewEncoder, the IDs and names checked by check, and the extensions'
 	// names are fixed. TestEncodeMatchesTheSDKSetters holds it to what the
 	// setters and Validate produce.
 	subject := ceSubject(ev)
-	ce := event.Event{Context: &event.EventContextV1{
-		ID:              EventID(ev.Container.ID, ev.Type),
+	return event.Event{Context: &event.EventContextV1{
+		ID:              id,
 		Source:          e.sourceRef,
 		Type:            info.ceType,
 		DataContentType: &jsonContentType,
 		Subject:         &subject,
-		Time:            &types.Timestamp{Time: when.UTC()},
+		Time:            &types.Timestamp{Time: eventTime(ev).UTC()},
 		DataSchema:      info.dataSchemaRef, // shared, never written
 		Extensions: map[string]any{
 			"poduid":      ev.Pod.UID,
@@ -251,13 +251,15 @@ func (e *Encoder) cloudEvent(ev generator.Event) (event.Event, error) {
 			"containerid": ev.Container.ID,
 		},
 	}}
-	data := e.data(ev)
-	encoded, err := json.Marshal(&data)
-	if err != nil {
-		return event.Event{}, fmt.Errorf("encode event %s of container %s: marshal data: %w", ev.Type, ev.Container.ID, err)
+}
+
+// eventTime is the CloudEvent time of ev: when it happened by the runtime,
+// or when it was observed where the runtime gives no time.
+func eventTime(ev generator.Event) time.Time {
+	if ev.Time.IsZero() {
+		return ev.ObservedAt
 	}
-	ce.DataEncoded = encoded
-	return ce, nil
+	return ev.Time
 }
 
 // ceSubject is <namespace>/<pod>/<container>, or <namespace>/<pod> for a
@@ -267,54 +269,6 @@ func ceSubject(ev generator.Event) string {
 		return ev.Pod.Namespace + "/" + ev.Pod.Name
 	}
 	return ev.Pod.Namespace + "/" + ev.Pod.Name + "/" + ev.Container.Name
-}
-
-// data maps ev to the data contract. Unknown values stay out: a nil exit
-// code, zero times and the labels of a pod whose sandbox was not seen are
-// omitted, never written as zero. The label maps are the pod's shared ones,
-// only read here.
-func (e *Encoder) data(ev generator.Event) schemas.EventData {
-	var labels, annotations map[string]string
-	if m := ev.Pod.Meta; m != nil {
-		labels, annotations = m.Labels, m.Annotations
-		if labels == nil {
-			labels = map[string]string{} // known: the sandbox has none
-		}
-	}
-	return schemas.EventData{
-		Node: e.node,
-		Pod: schemas.Pod{
-			UID:         ev.Pod.UID,
-			Namespace:   ev.Pod.Namespace,
-			Name:        ev.Pod.Name,
-			Labels:      labels,
-			Annotations: annotations,
-		},
-		Container: schemas.Container{
-			ID:       ev.Container.ID,
-			Name:     ev.Container.Name,
-			Attempt:  ev.Container.Attempt,
-			Sandbox:  ev.Container.Sandbox,
-			Image:    ev.Container.Image,
-			ImageRef: ev.Container.ImageRef,
-		},
-		State:      string(ev.State),
-		ExitCode:   ev.ExitCode,
-		Reason:     ev.Reason,
-		Message:    ev.Message,
-		StartedAt:  optionalTime(ev.StartedAt),
-		FinishedAt: optionalTime(ev.FinishedAt),
-		DetectedBy: string(ev.DetectedBy),
-		ObservedAt: ev.ObservedAt.UTC(),
-	}
-}
-
-func optionalTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
 }
 
 // binaryHeaders returns the headers of ce in binary content mode: a ce-

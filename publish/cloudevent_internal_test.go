@@ -82,9 +82,13 @@ func TestEncodeMatchesTheSDKSetters(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(&ev)
 			}
-			got, err := e.cloudEvent(ev)
+			info, err := e.check(ev)
 			if err != nil {
-				t.Fatalf("cloudEvent: %v", err)
+				t.Fatalf("check: %v", err)
+			}
+			got := e.cloudEvent(ev, info, EventID(ev.Container.ID, ev.Type))
+			if got.DataEncoded, err = e.appendData(nil, ev); err != nil {
+				t.Fatalf("appendData: %v", err)
 			}
 			if err := got.Validate(); err != nil {
 				t.Errorf("Validate: %v", err)

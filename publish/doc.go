@@ -27,7 +27,8 @@
 // reconcile, never an event.
 //
 // publish imports generator for the Event type, the Sink interface and
-// SinkFullError only, schemas for the data type and the subject encoding,
+// SinkFullError only, schemas for the CloudEvent types, data schemas and the
+// subject encoding (the data's Go type is written by hand, see cejson.go),
 // and durable for the spool. It must not import CRI, gRPC or any other
 // generator internals, and it starts no NATS server (natsembed does).
 package publish

@@ -1,0 +1,322 @@
+package publish
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
+)
+
+// The JSON of a CloudEvent is written here by hand, straight into one
+// buffer, because building an SDK event.Event, marshalling the data with
+// encoding/json and then the envelope with event.WriteJson cost most of
+// Encode's time and allocations. The output is the SDK's, byte for byte:
+// TestEncodeMatchesTheSDK and FuzzEncodeMatchesTheSDK compare the two.
+//
+// The two layers are escaped differently, as the SDK path did it:
+//   - the envelope's strings as event.WriteJson writes them (json-iterator's
+//     ConfigFastest): no HTML escaping, and bytes from 0x80 on copied as
+//     they are, invalid UTF-8 included (appendEnvelopeString);
+//   - the data's strings as encoding/json writes them, since the data was
+//     marshalled by it (appendDataString).
+// Times differ too: the envelope's time is time.RFC3339Nano as the SDK's
+// types.Timestamp formats it; the data's times are written as
+// time.Time.MarshalJSON writes them, which fails outside the years 0-9999.
+
+// Sizes of the fixed text of an event, so that its buffer is allocated
+// once: the JSON keys and punctuation, the numbers and times, the id, the
+// CloudEvent type and the data schema URI. With every field at its longest
+// they are about 400 and 320 bytes. dataSize and structuredSize add the
+// variable strings; TestEncodeAllocatesItsBufferOnce checks the sum.
+const (
+	dataOverhead     = 448
+	envelopeOverhead = 384
+)
+
+// dataSize returns at least the length of the data of ev when no string
+// needs escaping; a string that does makes the buffer grow.
+func (e *Encoder) dataSize(ev generator.Event) int {
+	n := dataOverhead + len(e.node) + len(ev.Pod.UID) + len(ev.Pod.Namespace) + len(ev.Pod.Name) +
+		len(ev.Container.ID) + len(ev.Container.Name) + len(ev.Container.Image) + len(ev.Container.ImageRef) +
+		len(ev.Reason) + len(ev.Message)
+	if m := ev.Pod.Meta; m != nil {
+		n += mapSize(m.Labels) + mapSize(m.Annotations)
+	}
+	return n
+}
+
+// structuredSize returns at least the length of the structured CloudEvent of
+// ev when no string needs escaping.
+func (e *Encoder) structuredSize(ev generator.Event) int {
+	return e.dataSize(ev) + envelopeOverhead + len(e.source) + len(e.node) + len(ev.Pod.UID) +
+		len(ev.Pod.Namespace) + len(ev.Pod.Name) + 2*len(ev.Container.ID) + len(ev.Container.Name)
+}
+
+// mapSize is the length of m in JSON when nothing needs escaping.
+func mapSize(m map[string]string) int {
+	n := len(`{}`)
+	for k, v := range m {
+		n += len(`"":"",`) + len(k) + len(v)
+	}
+	return n
+}
+
+// appendStructured appends the structured-mode CloudEvent of ev: its
+// attributes in the order event.WriteJson writes them, the data, and the
+// extensions sorted by name. id is ev's CloudEvent id and info its type's;
+// ev has been checked. It fails, as encoding/json does, for a data time
+// whose year is outside 0-9999.
+func (e *Encoder) appendStructured(b []byte, ev generator.Event, info typeInfo, id string) ([]byte, error) {
+	b = append(b, `{"specversion":"1.0","id":`...)
+	b = appendEnvelopeString(b, id)
+	b = append(b, `,"source":`...)
+	b = appendEnvelopeString(b, e.source)
+	b = append(b, `,"type":`...)
+	b = appendEnvelopeString(b, info.ceType)
+	// The subject is written in pieces, not built as ceSubject does it: the
+	// envelope's escaping works byte by byte, so the result is the same.
+	b = append(b, `,"subject":"`...)
+	b = appendEnvelopeBody(b, ev.Pod.Namespace)
+	b = append(b, '/')
+	b = appendEnvelopeBody(b, ev.Pod.Name)
+	if !ev.Container.Sandbox {
+		b = append(b, '/')
+		b = appendEnvelopeBody(b, ev.Container.Name)
+	}
+	b = append(b, '"')
+	b = append(b, `,"datacontenttype":"`+contentTypeJSON+`","dataschema":`...)
+	b = appendEnvelopeString(b, info.dataSchema)
+	b = append(b, `,"time":"`...)
+	b = eventTime(ev).UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","data":`...)
+	b, err := e.appendData(b, ev)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, `,"containerid":`...)
+	b = appendEnvelopeString(b, ev.Container.ID)
+	b = append(b, `,"node":`...)
+	b = appendEnvelopeString(b, e.node)
+	b = append(b, `,"poduid":`...)
+	b = appendEnvelopeString(b, ev.Pod.UID)
+	return append(b, '}'), nil
+}
+
+// appendData appends the data of ev as encoding/json writes a
+// schemas.EventData: its fields in declaration order, with the omitempty
+// and omitzero ones left out when empty or nil. Unknown values stay out: a
+// nil exit code, zero times, and the labels of a pod whose sandbox was not
+// seen. TestHandWrittenDataCoversEveryField holds the fields here to the
+// Go type's.
+func (e *Encoder) appendData(b []byte, ev generator.Event) ([]byte, error) {
+	b = append(b, `{"node":`...)
+	b = appendDataString(b, e.node)
+
+	b = append(b, `,"pod":{"uid":`...)
+	b = appendDataString(b, ev.Pod.UID)
+	if ev.Pod.Namespace != "" {
+		b = append(b, `,"namespace":`...)
+		b = appendDataString(b, ev.Pod.Namespace)
+	}
+	if ev.Pod.Name != "" {
+		b = append(b, `,"name":`...)
+		b = appendDataString(b, ev.Pod.Name)
+	}
+	if m := ev.Pod.Meta; m != nil {
+		// Known labels are written even when there are none: {} says the
+		// pod has none, where a missing key says they are not known.
+		b = append(b, `,"labels":`...)
+		b = appendDataMap(b, m.Labels)
+		if m.Annotations != nil {
+			b = append(b, `,"annotations":`...)
+			b = appendDataMap(b, m.Annotations)
+		}
+	}
+
+	b = append(b, `},"container":{"id":`...)
+	b = appendDataString(b, ev.Container.ID)
+	if ev.Container.Name != "" {
+		b = append(b, `,"name":`...)
+		b = appendDataString(b, ev.Container.Name)
+	}
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendUint(b, uint64(ev.Container.Attempt), 10)
+	b = append(b, `,"sandbox":`...)
+	b = strconv.AppendBool(b, ev.Container.Sandbox)
+	if ev.Container.Image != "" {
+		b = append(b, `,"image":`...)
+		b = appendDataString(b, ev.Container.Image)
+	}
+	if ev.Container.ImageRef != "" {
+		b = append(b, `,"imageRef":`...)
+		b = appendDataString(b, ev.Container.ImageRef)
+	}
+
+	b = append(b, `},"state":`...)
+	b = appendDataString(b, string(ev.State))
+	if ev.ExitCode != nil {
+		b = append(b, `,"exitCode":`...)
+		b = strconv.AppendInt(b, int64(*ev.ExitCode), 10)
+	}
+	if ev.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendDataString(b, ev.Reason)
+	}
+	if ev.Message != "" {
+		b = append(b, `,"message":`...)
+		b = appendDataString(b, ev.Message)
+	}
+	var err error
+	if !ev.StartedAt.IsZero() {
+		b = append(b, `,"startedAt":`...)
+		if b, err = appendDataTime(b, "startedAt", ev.StartedAt); err != nil {
+			return nil, err
+		}
+	}
+	if !ev.FinishedAt.IsZero() {
+		b = append(b, `,"finishedAt":`...)
+		if b, err = appendDataTime(b, "finishedAt", ev.FinishedAt); err != nil {
+			return nil, err
+		}
+	}
+	b = append(b, `,"detectedBy":`...)
+	b = appendDataString(b, string(ev.DetectedBy))
+	b = append(b, `,"observedAt":`...)
+	if b, err = appendDataTime(b, "observedAt", ev.ObservedAt); err != nil {
+		return nil, err
+	}
+	return append(b, '}'), nil
+}
+
+// appendDataTime appends t in UTC as time.Time.MarshalJSON writes it. Like
+// it, it fails for a year outside 0-9999, which RFC 3339 cannot write.
+func appendDataTime(b []byte, field string, t time.Time) ([]byte, error) {
+	b = append(b, '"')
+	b, err := t.UTC().AppendText(b)
+	if err != nil {
+		return nil, fmt.Errorf("write data %s: %w", field, err)
+	}
+	return append(b, '"'), nil
+}
+
+// appendDataMap appends m as encoding/json writes a map[string]string: keys
+// in byte order, keys and values escaped as strings. A nil map is written
+// as {}; the caller leaves out what encoding/json's omitzero leaves out.
+func appendDataMap(b []byte, m map[string]string) []byte {
+	// Pods carry a handful of labels; the array keeps their keys off the
+	// heap.
+	var array [16]string
+	keys := array[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendDataString(b, k)
+		b = append(b, ':')
+		b = appendDataString(b, m[k])
+	}
+	return append(b, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendDataString appends s as a JSON string escaped as encoding/json
+// escapes it: '"' and '\' with a backslash; \b, \f, \n, \r and \t short;
+// the other control characters and the HTML characters <, > and & as
+// \u00XX; each byte of invalid UTF-8 as \ufffd; U+2028 and U+2029 as
+// \u2028 and \u2029. Everything else is copied.
+func appendDataString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0 // s[start:i] is still to be copied
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// appendEnvelopeString appends s as a JSON string escaped as
+// event.WriteJson escapes an attribute (see appendEnvelopeBody).
+func appendEnvelopeString(b []byte, s string) []byte {
+	b = append(b, '"')
+	b = appendEnvelopeBody(b, s)
+	return append(b, '"')
+}
+
+// appendEnvelopeBody appends s escaped as json-iterator's ConfigFastest
+// escapes a string, without the quotes: '"' and '\' with a backslash; \n,
+// \r and \t short; the other control characters as \u00XX. Every other
+// byte is copied, so invalid UTF-8 stays invalid and U+2028 and U+2029
+// stay raw, unlike in the data.
+func appendEnvelopeBody(b []byte, s string) []byte {
+	start := 0 // s[start:i] is still to be copied
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= ' ' && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	return append(b, s[start:]...)
+}
