@@ -118,7 +118,7 @@ type CRIClient struct {
 	conn    *grpc.ClientConn
 	client  runtimeapi.RuntimeServiceClient
 	timeout time.Duration
-	lists   grpc.CallOption // decodes a listing with listCodec
+	lists   grpc.CallOption // decodes a listing, and a stream message, with listCodec
 }
 
 var _ Runtime = (*CRIClient)(nil)
@@ -206,7 +206,7 @@ func (c *CRIClient) ContainerStatus(ctx context.Context, id string) (*runtimeapi
 // reported as io.ErrUnexpectedEOF wrapped: for the caller it means "reconnect
 // and relist", like codes.Unavailable.
 func (c *CRIClient) WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error {
-	stream, err := c.client.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+	stream, err := c.client.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{}, c.lists)
 	if err != nil {
 		return fmt.Errorf("open container event stream: %w", err)
 	}

@@ -13,11 +13,13 @@ import (
 )
 
 // listCodec is the gRPC codec of the CRI client's two listings,
-// ListPodSandbox and ListContainers. It decodes only what the generator
-// reads and skips the rest on the wire: no container annotations, of a
-// container's labels only the kubelet's pod and container identity, of a
-// sandbox's annotations only those in annotations (Options.PodAnnotations).
-// Every other field is decoded as protobuf does.
+// ListPodSandbox and ListContainers, and of its event stream,
+// GetContainerEvents. It decodes only what the generator reads and skips
+// the rest on the wire: no container annotations, mounts or resources, of
+// a container's labels only the kubelet's pod and container identity, of
+// a sandbox's annotations only those in annotations
+// (Options.PodAnnotations), no sandbox network or Linux status. Every
+// other message is decoded as protobuf does.
 //
 // Why: a kubelet's objects carry about 1 KB of labels and annotations each
 // (container hash, restart count, termination message path and policy,
@@ -25,6 +27,11 @@ import (
 // the generator never reads. Decoding them into maps was half the CPU of a
 // steady relist and three quarters of the bytes it allocated
 // (BenchmarkListDecode, and pleg-bench's idle rows: see BENCHMARKS.md).
+// A stream message carries its pod's sandbox status and every container
+// status, with the same labels and annotations: decoding them was a sixth
+// of the bridge's CPU at 10,000 transitions a second, and its largest
+// source of garbage (BenchmarkStreamEventDecode, pleg-bench's throughput
+// rows).
 type listCodec struct {
 	annotations []string // sandbox annotations kept; a handful at most
 	proto       encoding.CodecV2
@@ -52,15 +59,57 @@ func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		})
 	case *runtimeapi.ListPodSandboxResponse:
 		return eachItem(data, func(b []byte) error {
-			sb, err := c.decodeSandbox(b)
+			sb, err := c.decodeSandbox(b, listedSandboxFields)
 			if err != nil {
 				return fmt.Errorf("decode pod sandbox %d: %w", len(m.Items), err)
 			}
 			m.Items = append(m.Items, sb)
 			return nil
 		})
+	case *runtimeapi.ContainerEventResponse:
+		// A message of a few KB, in a pooled buffer: the decoding copies
+		// what it keeps.
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		if err := c.decodeEvent(buf.ReadOnlyData(), m); err != nil {
+			return fmt.Errorf("decode container event: %w", err)
+		}
+		return nil
 	}
 	return c.proto.Unmarshal(data, v)
+}
+
+// decodeEvent decodes a GetContainerEvents message into m.
+func (c listCodec) decodeEvent(b []byte, m *runtimeapi.ContainerEventResponse) error {
+	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		if typ == protowire.VarintType {
+			switch num {
+			case 2:
+				m.ContainerEventType = runtimeapi.ContainerEventType(int32(x))
+			case 3:
+				m.CreatedAt = int64(x)
+			}
+			return nil
+		}
+		switch num {
+		case 1:
+			m.ContainerId = string(v)
+		case 4:
+			sb, err := c.decodeSandbox(v, sandboxStatusFields)
+			if err != nil {
+				return fmt.Errorf("pod sandbox status: %w", err)
+			}
+			m.PodSandboxStatus = &runtimeapi.PodSandboxStatus{Id: sb.Id, Metadata: sb.Metadata, State: sb.State,
+				CreatedAt: sb.CreatedAt, Labels: sb.Labels, Annotations: sb.Annotations}
+		case 5:
+			st, err := decodeContainerStatus(v)
+			if err != nil {
+				return fmt.Errorf("container status %d: %w", len(m.ContainersStatuses), err)
+			}
+			m.ContainersStatuses = append(m.ContainersStatuses, st)
+		}
+		return nil
+	})
 }
 
 // eachItem calls fn with each item of a listing (a response whose field 1
@@ -205,50 +254,124 @@ func decodeContainer(b []byte) (*runtimeapi.Container, error) {
 		case 2:
 			c.PodSandboxId = string(v)
 		case 3:
-			md := &runtimeapi.ContainerMetadata{}
-			c.Metadata = md
-			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
-				switch {
-				case num == 1 && typ == protowire.BytesType:
-					md.Name = string(v)
-				case num == 2 && typ == protowire.VarintType:
-					md.Attempt = uint32(x)
-				}
-				return nil
-			})
+			var err error
+			c.Metadata, err = decodeContainerMetadata(v)
+			return err
 		case 4:
-			img := &runtimeapi.ImageSpec{}
-			c.Image = img
-			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-				if typ == protowire.BytesType {
-					switch num {
-					case 1:
-						img.Image = string(v)
-					case 18:
-						img.UserSpecifiedImage = string(v)
-					}
-				}
-				return nil
-			})
+			var err error
+			c.Image, err = decodeImageSpec(v)
+			return err
 		case 5:
 			c.ImageRef = string(v)
 		case 8:
-			k, val, err := mapEntry(v)
-			key := identityLabel(k)
-			if err != nil || key == "" {
-				return err
-			}
-			if c.Labels == nil {
-				c.Labels = make(map[string]string, 4)
-			}
-			c.Labels[key] = string(val)
+			return addIdentityLabel(&c.Labels, v)
 		}
 		return nil
 	})
 	return c, err
 }
 
-func (c listCodec) decodeSandbox(b []byte) (*runtimeapi.PodSandbox, error) {
+// decodeContainerStatus decodes what the generator reads of a container
+// status in a stream message: a listed container's fields (numbered
+// differently) and its times, exit code, reason and message.
+func decodeContainerStatus(b []byte) (*runtimeapi.ContainerStatus, error) {
+	st := &runtimeapi.ContainerStatus{}
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		if typ == protowire.VarintType {
+			switch num {
+			case 3:
+				st.State = runtimeapi.ContainerState(int32(x))
+			case 4:
+				st.CreatedAt = int64(x)
+			case 5:
+				st.StartedAt = int64(x)
+			case 6:
+				st.FinishedAt = int64(x)
+			case 7:
+				st.ExitCode = int32(x)
+			}
+			return nil
+		}
+		switch num {
+		case 1:
+			st.Id = string(v)
+		case 2:
+			var err error
+			st.Metadata, err = decodeContainerMetadata(v)
+			return err
+		case 8:
+			var err error
+			st.Image, err = decodeImageSpec(v)
+			return err
+		case 9:
+			st.ImageRef = string(v)
+		case 10:
+			st.Reason = string(v)
+		case 11:
+			st.Message = string(v)
+		case 12:
+			return addIdentityLabel(&st.Labels, v)
+		}
+		return nil
+	})
+	return st, err
+}
+
+func decodeContainerMetadata(b []byte) (*runtimeapi.ContainerMetadata, error) {
+	md := &runtimeapi.ContainerMetadata{}
+	return md, eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			md.Name = string(v)
+		case num == 2 && typ == protowire.VarintType:
+			md.Attempt = uint32(x)
+		}
+		return nil
+	})
+}
+
+func decodeImageSpec(b []byte) (*runtimeapi.ImageSpec, error) {
+	img := &runtimeapi.ImageSpec{}
+	return img, eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if typ == protowire.BytesType {
+			switch num {
+			case 1:
+				img.Image = string(v)
+			case 18:
+				img.UserSpecifiedImage = string(v)
+			}
+		}
+		return nil
+	})
+}
+
+// addIdentityLabel adds the label of map entry b to *labels if it is one
+// the generator reads (identityLabel).
+func addIdentityLabel(labels *map[string]string, b []byte) error {
+	k, val, err := mapEntry(b)
+	key := identityLabel(k)
+	if err != nil || key == "" {
+		return err
+	}
+	if *labels == nil {
+		*labels = make(map[string]string, 4)
+	}
+	(*labels)[key] = string(val)
+	return nil
+}
+
+// sandboxFields numbers the fields of a sandbox that a listed sandbox and a
+// sandbox status number differently.
+type sandboxFields struct{ labels, annotations protowire.Number }
+
+var (
+	listedSandboxFields = sandboxFields{labels: 5, annotations: 6}
+	sandboxStatusFields = sandboxFields{labels: 7, annotations: 8}
+)
+
+// decodeSandbox decodes a listed sandbox, or the same fields of a sandbox
+// status (numbered by f; its network and Linux status are skipped).
+func (c listCodec) decodeSandbox(b []byte, f sandboxFields) (*runtimeapi.PodSandbox, error) {
 	sb := &runtimeapi.PodSandbox{}
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		if typ == protowire.VarintType {
@@ -283,7 +406,7 @@ func (c listCodec) decodeSandbox(b []byte) (*runtimeapi.PodSandbox, error) {
 				}
 				return nil
 			})
-		case 5:
+		case f.labels:
 			k, val, err := mapEntry(v)
 			if err != nil {
 				return err
@@ -292,7 +415,7 @@ func (c listCodec) decodeSandbox(b []byte) (*runtimeapi.PodSandbox, error) {
 				sb.Labels = make(map[string]string)
 			}
 			sb.Labels[string(k)] = string(val)
-		case 6:
+		case f.annotations:
 			if len(c.annotations) == 0 {
 				return nil
 			}
