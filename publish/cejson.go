@@ -2,12 +2,11 @@ package publish
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/jsonenc"
 )
 
 // The JSON of a CloudEvent is written here by hand, straight into one
@@ -113,34 +112,34 @@ func (e *Encoder) appendStructured(b []byte, ev generator.Event, info typeInfo, 
 // Go type's.
 func (e *Encoder) appendData(b []byte, ev generator.Event) ([]byte, error) {
 	b = append(b, `{"node":`...)
-	b = appendDataString(b, e.node)
+	b = jsonenc.AppendString(b, e.node)
 
 	b = append(b, `,"pod":{"uid":`...)
-	b = appendDataString(b, ev.Pod.UID)
+	b = jsonenc.AppendString(b, ev.Pod.UID)
 	if ev.Pod.Namespace != "" {
 		b = append(b, `,"namespace":`...)
-		b = appendDataString(b, ev.Pod.Namespace)
+		b = jsonenc.AppendString(b, ev.Pod.Namespace)
 	}
 	if ev.Pod.Name != "" {
 		b = append(b, `,"name":`...)
-		b = appendDataString(b, ev.Pod.Name)
+		b = jsonenc.AppendString(b, ev.Pod.Name)
 	}
 	if m := ev.Pod.Meta; m != nil {
 		// Known labels are written even when there are none: {} says the
 		// pod has none, where a missing key says they are not known.
 		b = append(b, `,"labels":`...)
-		b = appendDataMap(b, m.Labels)
+		b = jsonenc.AppendStringMap(b, m.Labels)
 		if m.Annotations != nil {
 			b = append(b, `,"annotations":`...)
-			b = appendDataMap(b, m.Annotations)
+			b = jsonenc.AppendStringMap(b, m.Annotations)
 		}
 	}
 
 	b = append(b, `},"container":{"id":`...)
-	b = appendDataString(b, ev.Container.ID)
+	b = jsonenc.AppendString(b, ev.Container.ID)
 	if ev.Container.Name != "" {
 		b = append(b, `,"name":`...)
-		b = appendDataString(b, ev.Container.Name)
+		b = jsonenc.AppendString(b, ev.Container.Name)
 	}
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendUint(b, uint64(ev.Container.Attempt), 10)
@@ -148,26 +147,26 @@ func (e *Encoder) appendData(b []byte, ev generator.Event) ([]byte, error) {
 	b = strconv.AppendBool(b, ev.Container.Sandbox)
 	if ev.Container.Image != "" {
 		b = append(b, `,"image":`...)
-		b = appendDataString(b, ev.Container.Image)
+		b = jsonenc.AppendString(b, ev.Container.Image)
 	}
 	if ev.Container.ImageRef != "" {
 		b = append(b, `,"imageRef":`...)
-		b = appendDataString(b, ev.Container.ImageRef)
+		b = jsonenc.AppendString(b, ev.Container.ImageRef)
 	}
 
 	b = append(b, `},"state":`...)
-	b = appendDataString(b, string(ev.State))
+	b = jsonenc.AppendString(b, string(ev.State))
 	if ev.ExitCode != nil {
 		b = append(b, `,"exitCode":`...)
 		b = strconv.AppendInt(b, int64(*ev.ExitCode), 10)
 	}
 	if ev.Reason != "" {
 		b = append(b, `,"reason":`...)
-		b = appendDataString(b, ev.Reason)
+		b = jsonenc.AppendString(b, ev.Reason)
 	}
 	if ev.Message != "" {
 		b = append(b, `,"message":`...)
-		b = appendDataString(b, ev.Message)
+		b = jsonenc.AppendString(b, ev.Message)
 	}
 	var err error
 	if !ev.StartedAt.IsZero() {
@@ -183,7 +182,7 @@ func (e *Encoder) appendData(b []byte, ev generator.Event) ([]byte, error) {
 		}
 	}
 	b = append(b, `,"detectedBy":`...)
-	b = appendDataString(b, string(ev.DetectedBy))
+	b = jsonenc.AppendString(b, string(ev.DetectedBy))
 	b = append(b, `,"observedAt":`...)
 	if b, err = appendDataTime(b, "observedAt", ev.ObservedAt); err != nil {
 		return nil, err
@@ -194,94 +193,15 @@ func (e *Encoder) appendData(b []byte, ev generator.Event) ([]byte, error) {
 // appendDataTime appends t in UTC as time.Time.MarshalJSON writes it. Like
 // it, it fails for a year outside 0-9999, which RFC 3339 cannot write.
 func appendDataTime(b []byte, field string, t time.Time) ([]byte, error) {
-	b = append(b, '"')
-	b, err := t.UTC().AppendText(b)
+	b, err := jsonenc.AppendTime(b, t.UTC())
 	if err != nil {
 		return nil, fmt.Errorf("write data %s: %w", field, err)
 	}
-	return append(b, '"'), nil
+	return b, nil
 }
 
-// appendDataMap appends m as encoding/json writes a map[string]string: keys
-// in byte order, keys and values escaped as strings. A nil map is written
-// as {}; the caller leaves out what encoding/json's omitzero leaves out.
-func appendDataMap(b []byte, m map[string]string) []byte {
-	// Pods carry a handful of labels; the array keeps their keys off the
-	// heap.
-	var array [16]string
-	keys := array[:0]
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendDataString(b, k)
-		b = append(b, ':')
-		b = appendDataString(b, m[k])
-	}
-	return append(b, '}')
-}
-
+// hexDigits are the digits of a \u00XX escape.
 const hexDigits = "0123456789abcdef"
-
-// appendDataString appends s as a JSON string escaped as encoding/json
-// escapes it: '"' and '\' with a backslash; \b, \f, \n, \r and \t short;
-// the other control characters and the HTML characters <, > and & as
-// \u00XX; each byte of invalid UTF-8 as \ufffd; U+2028 and U+2029 as
-// \u2028 and \u2029. Everything else is copied.
-func appendDataString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0 // s[start:i] is still to be copied
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
 
 // appendEnvelopeString appends s as a JSON string escaped as
 // event.WriteJson escapes an attribute (see appendEnvelopeBody).
