@@ -310,6 +310,12 @@ func decodeContainerStatus(b []byte) (*runtimeapi.ContainerStatus, error) {
 		case 11:
 			st.Message = string(v)
 		case 12:
+			// A stream message names its pod by the sandbox status: of a
+			// container's labels only its name is read, and only where
+			// its metadata has none (which comes first on the wire).
+			if st.GetMetadata().GetName() != "" {
+				return nil
+			}
 			return addIdentityLabel(&st.Labels, v)
 		}
 		return nil

@@ -40,6 +40,9 @@ func kubeletEvents(t testing.TB, pods, containers int) []*runtimeapi.ContainerEv
 			st.ExitCode, st.Reason, st.Message = int32(i%5-2), "Error", fmt.Sprintf("exit %d <&>", i)
 			st.FinishedAt = st.StartedAt + 1e9
 		}
+		if i%7 == 3 {
+			st.Metadata = nil // named by its labels only
+		}
 		byPod[c.PodSandboxId] = append(byPod[c.PodSandboxId], st)
 	}
 	var out []*runtimeapi.ContainerEventResponse
