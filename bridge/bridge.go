@@ -380,6 +380,10 @@ func (p *pipeline) runComponents(ctx context.Context) error {
 	storeCtx, stopStore := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopStore()
 	eg, gctx := errgroup.WithContext(ctx)
+	eg.Go(func() error {
+		p.tuneGC(gctx)
+		return nil
+	})
 	if p.opts.Stream.Manage {
 		eg.Go(func() error {
 			if err := ensureStream(gctx, p.js, p.opts); err != nil && gctx.Err() == nil {

@@ -76,6 +76,14 @@ type Options struct {
 	// ShutdownTimeout bounds the delivery of what is pending once Run's ctx
 	// is done; zero means publish.DefaultDrainTimeout.
 	ShutdownTimeout time.Duration
+	// StartupGCPercent is the garbage collector's target (as GOGC) from
+	// the start until the first relist's events are acked (at most 30 s
+	// after it is merged), the bridge's memory peak, and GCPercent after
+	// that; zero means DefaultStartupGCPercent, and DefaultGCPercent
+	// (DefaultGenericGCPercent in generic mode), negative leaves the
+	// target alone, and so does a GOGC environment variable. The target is
+	// process-wide.
+	StartupGCPercent, GCPercent int
 
 	// DataDir holds the durable state (the checkpoint and the spool, one
 	// bbolt file) and the embedded NATS server's store; empty means memory
@@ -156,6 +164,9 @@ type Hooks struct {
 	// checkpoint recorded it, from the publisher's goroutine: it must not
 	// block for long, delivery waits for it.
 	OnAck func(generator.Event)
+	// OnGCPercent is called with each garbage collection target the
+	// bridge sets (Options.StartupGCPercent, then Options.GCPercent).
+	OnGCPercent func(int)
 }
 
 // check returns the errors of the options no default can fix, each naming
@@ -213,6 +224,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = publish.DefaultDrainTimeout
+	}
+	if o.StartupGCPercent == 0 {
+		o.StartupGCPercent = DefaultStartupGCPercent
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -1,0 +1,59 @@
+package bridge_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+)
+
+// TestTheGCTargetIsLowUntilTheFirstRelistIsAcked: the start-up target
+// holds until the first relist's events are all acked, then the steady one
+// is set, by mode.
+func TestTheGCTargetIsLowUntilTheFirstRelistIsAcked(t *testing.T) {
+	if os.Getenv("GOGC") != "" {
+		t.Skip("GOGC is set: the bridge leaves the target alone")
+	}
+	t.Parallel()
+	for _, tc := range []struct {
+		mode         generator.Mode
+		opts, steady int
+	}{
+		{generator.ModeGeneric, 0, bridge.DefaultGenericGCPercent},
+		{generator.ModeEvented, 0, bridge.DefaultGCPercent},
+		{generator.ModeGeneric, 61, 61},
+	} {
+		t.Run(fmt.Sprintf("%s %d", tc.mode, tc.opts), func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t)
+			n.startPod(t, "app", "sidecar", "proxy")
+			opts := testOptions(n.endpoint, n.url, t.TempDir())
+			opts.Mode, opts.GCPercent = tc.mode, tc.opts
+			type set struct {
+				percent int
+				status  bridge.Status
+			}
+			sets := make(chan set, 4)
+			var b *bridge.Bridge
+			ready := make(chan struct{})
+			opts.Hooks.OnGCPercent = func(p int) {
+				<-ready
+				sets <- set{p, b.Status()}
+			}
+			b, _ = runBridge(t, opts)
+			close(ready)
+			if got := <-sets; got.percent != bridge.DefaultStartupGCPercent {
+				t.Fatalf("first target %d, want the start-up one, %d", got.percent, bridge.DefaultStartupGCPercent)
+			}
+			got := <-sets
+			if got.percent != tc.steady {
+				t.Errorf("second target %d, want %d", got.percent, tc.steady)
+			}
+			if !got.status.Synced || got.status.Pending != 0 {
+				t.Errorf("steady target set at %+v: before the first relist's events were acked", got.status)
+			}
+		})
+	}
+}
