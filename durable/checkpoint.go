@@ -81,6 +81,12 @@ func (c *Checkpoint) RecordAck(ev generator.Event, seq uint64) {
 	c.seq = max(c.seq, seq)
 	if r.Type == generator.ContainerRemoved {
 		c.removed[r.ID] = at
+		// A removed container's record says all a restart needs: it is
+		// gone (see delivered for the spool). The acks of its earlier
+		// events that are not written yet need not be: under churn most
+		// containers start, die and are removed within one write.
+		delete(c.pending, ckptKey(r.ID, generator.ContainerStarted))
+		delete(c.pending, ckptKey(r.ID, generator.ContainerDied))
 	}
 	select {
 	case c.wake <- struct{}{}:

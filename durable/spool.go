@@ -358,7 +358,12 @@ func (s *Spool) readFile(out []SpoolEntry, max int, from, inFile uint64) (_ []Sp
 // after the checkpoint's sequence, and the sequence written with this
 // entry's ack may be past its message.
 func delivered(ckpt *bolt.Bucket, r record) bool {
-	return ckpt.Get([]byte(ckptKey(r.ID, r.Type))) != nil
+	// The publisher delivers a pod's events in order, each once the one
+	// before it is acked (or given up): an acked ContainerRemoved means
+	// the container's earlier events were, and the checkpoint may keep
+	// only that (Checkpoint.RecordAck).
+	return ckpt.Get([]byte(ckptKey(r.ID, r.Type))) != nil ||
+		ckpt.Get([]byte(ckptKey(r.ID, generator.ContainerRemoved))) != nil
 }
 
 // Done marks a taken entry delivered (acked) or given up: its bytes are

@@ -517,3 +517,40 @@ func appendTaken(t *testing.T, sp *durable.Spool, evs []generator.Event) uint64 
 	}
 	return first
 }
+
+// TestSpoolDropsAnEarlierEntryOfAContainerWhoseRemovalWasAcked: the
+// checkpoint may keep only a removed container's ContainerRemoved; an
+// earlier process's spool entry of one of its earlier events was
+// delivered (a pod's events are acked in order), and is dropped.
+func TestSpoolDropsAnEarlierEntryOfAContainerWhoseRemovalWasAcked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opts := durable.Options{SpoolMaxBytes: 1 << 20}
+	s, _ := open(t, dir, opts)
+	died := event("u1", "x", generator.ContainerDied, t0)
+	kept := event("u1", "y", generator.ContainerDied, t0)
+	if n := s.Spool().Append([]generator.Event{died, kept}); n != 2 {
+		t.Fatalf("appended %d of 2", n)
+	}
+	if err := durable.Flush(s, time.Now(), false); err != nil {
+		t.Fatal(err)
+	}
+	s.Spool().Take(2) // delivered, but the process ends before Done
+	s.Checkpoint().RecordAck(event("u1", "x", generator.ContainerStarted, t0), 0)
+	s.Checkpoint().RecordAck(died, 0)
+	s.Checkpoint().RecordAck(event("u1", "x", generator.ContainerRemoved, time.Now()), 0) // within the tombstone TTL
+	closeStore(t, s)
+
+	s, logs := open(t, dir, opts)
+	defer closeStore(t, s)
+	if got := s.Checkpoint().Restored(); len(got) != 1 || got[0].Type != generator.ContainerRemoved {
+		t.Fatalf("restored %v, want x's removal alone", got)
+	}
+	got := s.Spool().Take(10)
+	checkOrder(t, "taken after the restart", eventsOf(got), []generator.Event{kept})
+	if !slices.ContainsFunc(logs.records(t, "INFO"), func(r map[string]any) bool {
+		return strings.HasPrefix(r["msg"].(string), "dropped spool entries") && r["spool_entries"] == 1.0
+	}) {
+		t.Error("no Info log of the one entry dropped")
+	}
+}
