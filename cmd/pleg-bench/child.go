@@ -201,8 +201,8 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 	case err := <-done:
 		return fmt.Errorf("%s ended before it was ready: %w", spec.Role, err)
 	}
-	if dir := os.Getenv(profileEnv); dir != "" && spec.Role != roleRuntime {
-		stop, err := startProfiles(filepath.Join(dir, fmt.Sprintf("%s-%s-%d", spec.Role, spec.Mode, os.Getpid())))
+	if dir := os.Getenv(profileEnv); dir != "" && (spec.Role != roleRuntime || spec.ChurnPodsPerSecond > 0) {
+		stop, err := startProfiles(filepath.Join(dir, profileName(spec)))
 		if err != nil {
 			return err
 		}
@@ -314,11 +314,22 @@ func (l *bareLoop) run(ctx context.Context, period time.Duration, n *int, stats 
 	}
 }
 
-// profileEnv names a directory where each child but the runtime writes a
-// CPU profile from the moment it is ready (its steady state) and an
-// allocation profile of its whole life at its end, as
-// <role>-<mode>-<pid>.{cpu,heap}.pprof.
+// profileEnv names a directory where each child writes a CPU profile from
+// the moment it is ready (its steady state) and an allocation profile of
+// its whole life at its end, as <role>-<mode>-<pid>.{cpu,heap}.pprof
+// (runtime-<pid>.{cpu,heap}.pprof for the runtime). A runtime is profiled
+// only when it churns (the throughput rows): that is when its own speed is
+// part of the measurement, while an idle one only serves the relists.
 const profileEnv = "PLEG_BENCH_PROFILE"
+
+// profileName is the name, less its suffix, of the profiles of the child
+// spec describes.
+func profileName(spec childSpec) string {
+	if spec.Role == roleRuntime {
+		return fmt.Sprintf("%s-%d", spec.Role, os.Getpid())
+	}
+	return fmt.Sprintf("%s-%s-%d", spec.Role, spec.Mode, os.Getpid())
+}
 
 func startProfiles(prefix string) (stop func(), err error) {
 	f, err := os.Create(prefix + ".cpu.pprof")
