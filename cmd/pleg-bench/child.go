@@ -48,6 +48,9 @@ type childSpec struct {
 	DataDir    string         // roleBridge; empty: no durable state
 	Node       string         // roleBridge
 	Period     time.Duration  // roleBare: the loop's period
+	// EventBuffer is, for roleRuntime, the events it buffers for each
+	// subscriber before it drops it as too slow; 0 means crisim's default.
+	EventBuffer int
 	// roleRuntime: once asked for its stats the first time, churn pods at
 	// ChurnPodsPerSecond (0: none), ChurnContainers each, each living
 	// ChurnLifetime, for ChurnFor.
@@ -101,7 +104,9 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 	ready := make(chan struct{})
 	switch spec.Role {
 	case roleRuntime:
-		model := crisim.NewRuntime(crisim.Containerd24Options())
+		opts := crisim.Containerd24Options()
+		opts.EventBuffer = spec.EventBuffer
+		model := crisim.NewRuntime(opts)
 		if err := model.PopulateKubelet(spec.Pods, spec.Containers); err != nil {
 			return err
 		}
