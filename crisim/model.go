@@ -485,9 +485,7 @@ func (r *Runtime) ListContainers(filter *runtimeapi.ContainerFilter) []*runtimea
 			recs = append(recs, c)
 		}
 	case filter.GetPodSandboxId() != "":
-		for _, c := range r.byPod[filter.GetPodSandboxId()] {
-			recs = append(recs, c)
-		}
+		recs = slices.Clone(r.byPod[filter.GetPodSandboxId()]) // a copy: filtered below
 	default:
 		recs = make([]*containerRecord, 0, len(r.containers))
 		for _, c := range r.containers {
