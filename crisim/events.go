@@ -79,6 +79,12 @@ func endLocked[S interface{ end(error) bool }](r *Runtime, subs []S, s S, err er
 // Subscription is one listener on a Runtime's CRI event stream.
 type Subscription struct {
 	stream[*runtimeapi.ContainerEventResponse]
+	// shared is true for a subscriber that only reads what it receives
+	// (the Server's streams only marshal it): it gets the one message the
+	// Runtime built for the event, the same as every other such
+	// subscriber, which aliases the Runtime's stored statuses. Others get
+	// a deep copy of their own.
+	shared bool
 }
 
 type replayEvent struct {
@@ -98,14 +104,30 @@ type replayEvent struct {
 // loss visible, and the right reaction (resubscribe and relist) is the same
 // as for a runtime restart.
 //
-// Subscribe starts no goroutine; it is safe for concurrent use.
+// Every event the subscription receives is its own copy: the subscriber
+// may change it. Subscribe starts no goroutine; it is safe for concurrent
+// use.
 func (r *Runtime) Subscribe(ctx context.Context) *Subscription {
+	return r.subscribe(ctx, false)
+}
+
+// subscribeShared is Subscribe for a subscriber that never changes the
+// events it receives, nor anything they point to: they are shared with the
+// other such subscribers and with the Runtime's state.
+func (r *Runtime) subscribeShared(ctx context.Context) *Subscription {
+	return r.subscribe(ctx, true)
+}
+
+func (r *Runtime) subscribe(ctx context.Context, shared bool) *Subscription {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	backlog := r.takeBacklogLocked(time.Now())
-	s := &Subscription{stream[*runtimeapi.ContainerEventResponse]{events: make(chan *runtimeapi.ContainerEventResponse, r.opts.EventBuffer+len(backlog))}}
+	s := &Subscription{
+		stream: stream[*runtimeapi.ContainerEventResponse]{events: make(chan *runtimeapi.ContainerEventResponse, r.opts.EventBuffer+len(backlog))},
+		shared: shared,
+	}
 	for _, e := range backlog {
-		s.events <- e.ev
+		s.events <- s.own(e.ev)
 	}
 	r.subs = append(r.subs, s)
 	// If ctx is already done, the callback runs at once in its own goroutine
@@ -122,9 +144,23 @@ func (r *Runtime) endSubscriptionLocked(s *Subscription, err error) {
 	r.subs = endLocked(r, r.subs, s, err)
 }
 
-// emitLocked hands ev to the subscribers: a copy to each of them, or with
+// own returns ev as s receives it: ev itself for a shared subscriber, else
+// a deep copy.
+func (s *Subscription) own(ev *runtimeapi.ContainerEventResponse) *runtimeapi.ContainerEventResponse {
+	if s.shared {
+		return ev
+	}
+	return proto.CloneOf(ev)
+}
+
+// emitLocked hands ev to the subscribers: to each of them, or with
 // SharedEventChannel to the next one in turn, and publishes containerd's
 // envelopes that go with it to the task subscribers. It never blocks.
+//
+// ev is built once and never changed afterwards: the shared subscribers
+// (the Server's streams) all get ev itself, and the others a deep copy
+// each (see Subscription.own). It may alias the Runtime's stored statuses
+// (see eventLocked), which are never changed in place either.
 func (r *Runtime) emitLocked(ev *runtimeapi.ContainerEventResponse) {
 	r.stats.Events++
 	r.publishTasksLocked(ev)
@@ -139,15 +175,15 @@ func (r *Runtime) emitLocked(ev *runtimeapi.ContainerEventResponse) {
 		}
 	} else {
 		delivered := false
-		for _, s := range slices.Clone(r.subs) { // sendLocked may remove s from r.subs
-			e := ev
-			if delivered {
-				e = proto.CloneOf(ev)
-			}
-			if r.sendLocked(s, e) {
+		// sendLocked may remove s from r.subs: walk a copy, kept between
+		// events so that emitting allocates nothing.
+		r.emitting = append(r.emitting[:0], r.subs...)
+		for _, s := range r.emitting {
+			if r.sendLocked(s, ev) {
 				delivered = true
 			}
 		}
+		clear(r.emitting) // hold no ended subscription
 		if delivered {
 			return
 		}
@@ -163,10 +199,11 @@ func (r *Runtime) emitLocked(ev *runtimeapi.ContainerEventResponse) {
 	r.backlog = append(r.backlog, replayEvent{at: time.Now(), ev: ev})
 }
 
-// sendLocked delivers ev to s without blocking, or ends s as too slow.
+// sendLocked delivers ev, as s receives it, to s without blocking, or ends
+// s as too slow.
 func (r *Runtime) sendLocked(s *Subscription, ev *runtimeapi.ContainerEventResponse) bool {
 	select {
-	case s.events <- ev:
+	case s.events <- s.own(ev):
 		return true
 	default:
 		r.endSubscriptionLocked(s, ErrSlowSubscriber)

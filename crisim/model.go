@@ -145,21 +145,29 @@ type Stats struct {
 type Runtime struct {
 	opts Options
 
-	// Stored protos are never changed in place: an operation replaces them
-	// with a changed copy. Readers collect pointers under the read lock and
-	// clone after releasing it, which keeps large listings off the lock.
+	// Stored protos, and everything they point to (metadata, image, the
+	// label and annotation maps), are never changed in place once stored:
+	// an operation replaces a record's proto with a changed shallow copy
+	// (see the copy functions in copy.go), which shares what did not
+	// change. Only Populate and PopulateKubelet change a record they have
+	// just made, before anything could see it. So a record's protos and
+	// maps can be shared: a container's Container and ContainerStatus share
+	// their labels, and the events the Runtime emits point to the statuses
+	// that were current then (see eventLocked). What a caller gets is a
+	// deep copy, except on a shared subscription (see subscribeShared).
 	mu         sync.RWMutex
-	seq        uint64                                 // creation order; guarded by mu
-	sandboxes  map[string]*sandboxRecord              // guarded by mu
-	containers map[string]*containerRecord            // guarded by mu
-	byPod      map[string]map[string]*containerRecord // by sandbox id, orphans included; guarded by mu
-	names      map[string]string                      // reserved name -> id, as containerd reserves them; guarded by mu
-	subs       []*Subscription                        // guarded by mu
-	taskSubs   []*TaskSubscription                    // containerd event subscribers; guarded by mu
-	nextShared int                                    // round robin for SharedEventChannel; guarded by mu
-	backlog    []replayEvent                          // guarded by mu
-	populated  int                                    // pods made by Populate; guarded by mu
-	stats      Stats                                  // guarded by mu
+	seq        uint64                        // creation order; guarded by mu
+	sandboxes  map[string]*sandboxRecord     // guarded by mu
+	containers map[string]*containerRecord   // guarded by mu
+	byPod      map[string][]*containerRecord // by sandbox id, orphans included, in creation order; guarded by mu
+	names      map[string]string             // reserved name -> id, as containerd reserves them; guarded by mu
+	subs       []*Subscription               // guarded by mu
+	emitting   []*Subscription               // emitLocked's copy of subs, kept to spare an allocation; guarded by mu
+	taskSubs   []*TaskSubscription           // containerd event subscribers; guarded by mu
+	nextShared int                           // round robin for SharedEventChannel; guarded by mu
+	backlog    []replayEvent                 // guarded by mu
+	populated  int                           // pods made by Populate; guarded by mu
+	stats      Stats                         // guarded by mu
 }
 
 type sandboxRecord struct {
@@ -191,7 +199,7 @@ func NewRuntime(opts Options) *Runtime {
 		opts:       opts,
 		sandboxes:  make(map[string]*sandboxRecord),
 		containers: make(map[string]*containerRecord),
-		byPod:      make(map[string]map[string]*containerRecord),
+		byPod:      make(map[string][]*containerRecord),
 		names:      make(map[string]string),
 	}
 }
@@ -323,6 +331,8 @@ func (r *Runtime) RemovePodSandbox(id string) error {
 	case r.opts.GarbageSandboxCreatedAtOnDelete && ev.PodSandboxStatus != nil:
 		// What containerd 2.4 sends: the sandbox's creation time is already
 		// forgotten, and the zero time.Time converts to this negative number.
+		// The status is the stored one: change a copy.
+		ev.PodSandboxStatus = copySandboxStatus(ev.PodSandboxStatus)
 		ev.PodSandboxStatus.CreatedAt = time.Time{}.UnixNano()
 	}
 	delete(r.sandboxes, id)
@@ -475,9 +485,7 @@ func (r *Runtime) ListContainers(filter *runtimeapi.ContainerFilter) []*runtimea
 			recs = append(recs, c)
 		}
 	case filter.GetPodSandboxId() != "":
-		for _, c := range r.byPod[filter.GetPodSandboxId()] {
-			recs = append(recs, c)
-		}
+		recs = slices.Clone(r.byPod[filter.GetPodSandboxId()]) // a copy: filtered below
 	default:
 		recs = make([]*containerRecord, 0, len(r.containers))
 		for _, c := range r.containers {
@@ -590,6 +598,7 @@ func (r *Runtime) addSandboxLocked(cfg PodConfig, now int64) (*sandboxRecord, er
 	if !r.opts.OmitKubeletLabels {
 		labels = withLabels(labels, labelPodName, cfg.Name, labelPodNamespace, cfg.Namespace, labelPodUID, cfg.UID)
 	}
+	annotations := maps.Clone(cfg.Annotations)
 	id := newID()
 	meta := &runtimeapi.PodSandboxMetadata{Name: cfg.Name, Uid: cfg.UID, Namespace: cfg.Namespace, Attempt: cfg.Attempt}
 	sb := &sandboxRecord{
@@ -600,17 +609,17 @@ func (r *Runtime) addSandboxLocked(cfg PodConfig, now int64) (*sandboxRecord, er
 			State:       runtimeapi.PodSandboxState_SANDBOX_READY,
 			CreatedAt:   now,
 			Labels:      labels,
-			Annotations: maps.Clone(cfg.Annotations),
+			Annotations: annotations,
 		},
 		status: &runtimeapi.PodSandboxStatus{
 			Id:          id,
-			Metadata:    proto.CloneOf(meta),
+			Metadata:    meta,
 			State:       runtimeapi.PodSandboxState_SANDBOX_READY,
 			CreatedAt:   now,
 			Network:     &runtimeapi.PodSandboxNetworkStatus{},
 			Linux:       &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: &runtimeapi.NamespaceOption{}}},
-			Labels:      maps.Clone(labels),
-			Annotations: maps.Clone(cfg.Annotations),
+			Labels:      labels,
+			Annotations: annotations,
 		},
 		nameKey: key,
 	}
@@ -648,6 +657,7 @@ func (r *Runtime) addContainerLocked(sandboxID string, cfg ContainerConfig, now 
 		labels = withLabels(labels, labelContainerName, cfg.Name,
 			labelPodName, pod.GetName(), labelPodNamespace, pod.GetNamespace(), labelPodUID, pod.GetUid())
 	}
+	annotations := maps.Clone(cfg.Annotations)
 	id := newID()
 	meta := &runtimeapi.ContainerMetadata{Name: cfg.Name, Attempt: cfg.Attempt}
 	image := &runtimeapi.ImageSpec{Image: cfg.Image, UserSpecifiedImage: cfg.Image}
@@ -663,18 +673,18 @@ func (r *Runtime) addContainerLocked(sandboxID string, cfg ContainerConfig, now 
 			State:        runtimeapi.ContainerState_CONTAINER_CREATED,
 			CreatedAt:    now,
 			Labels:       labels,
-			Annotations:  maps.Clone(cfg.Annotations),
+			Annotations:  annotations,
 			ImageId:      cfg.ImageRef,
 		},
 		status: &runtimeapi.ContainerStatus{
 			Id:          id,
-			Metadata:    proto.CloneOf(meta),
+			Metadata:    meta,
 			State:       runtimeapi.ContainerState_CONTAINER_CREATED,
 			CreatedAt:   now,
-			Image:       proto.CloneOf(image),
+			Image:       image,
 			ImageRef:    cfg.ImageRef,
-			Labels:      maps.Clone(labels),
-			Annotations: maps.Clone(cfg.Annotations),
+			Labels:      labels,
+			Annotations: annotations,
 			LogPath:     fmt.Sprintf("/var/log/pods/%s_%s_%s/%s/%d.log", pod.GetNamespace(), pod.GetName(), pod.GetUid(), cfg.Name, cfg.Attempt),
 			ImageId:     cfg.ImageRef,
 		},
@@ -686,25 +696,22 @@ func (r *Runtime) addContainerLocked(sandboxID string, cfg ContainerConfig, now 
 	return c, nil
 }
 
+// storeContainerLocked adds c, which is newer than every container held
+// (c.seq is the largest), so byPod stays in creation order.
 func (r *Runtime) storeContainerLocked(c *containerRecord) {
 	r.containers[c.ctr.Id] = c
-	pod := r.byPod[c.ctr.PodSandboxId]
-	if pod == nil {
-		pod = make(map[string]*containerRecord)
-		r.byPod[c.ctr.PodSandboxId] = pod
-	}
-	pod[c.ctr.Id] = c
+	r.byPod[c.ctr.PodSandboxId] = append(r.byPod[c.ctr.PodSandboxId], c)
 }
 
 func (r *Runtime) forgetContainerLocked(c *containerRecord) {
 	delete(r.containers, c.ctr.Id)
 	delete(r.names, c.nameKey)
-	if pod := r.byPod[c.ctr.PodSandboxId]; pod != nil {
-		delete(pod, c.ctr.Id)
-		if len(pod) == 0 {
-			delete(r.byPod, c.ctr.PodSandboxId)
-		}
+	pod := slices.DeleteFunc(r.byPod[c.ctr.PodSandboxId], func(x *containerRecord) bool { return x == c })
+	if len(pod) == 0 {
+		delete(r.byPod, c.ctr.PodSandboxId)
+		return
 	}
+	r.byPod[c.ctr.PodSandboxId] = pod
 }
 
 func (r *Runtime) removeContainerLocked(now int64, c *containerRecord) {
@@ -728,28 +735,25 @@ func (r *Runtime) stopSandboxLocked(now int64, sb *sandboxRecord) {
 			r.emitLocked(r.eventLocked(now, c.ctr.Id, id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT))
 		}
 	}
-	sb.sb = proto.CloneOf(sb.sb)
+	sb.sb = copySandbox(sb.sb)
 	sb.sb.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
-	sb.status = proto.CloneOf(sb.status)
+	sb.status = copySandboxStatus(sb.status)
 	sb.status.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	r.emitLocked(r.eventLocked(now, id, id, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT))
 }
 
 // podContainersLocked returns the containers whose PodSandboxId is
-// sandboxID, in creation order.
+// sandboxID, in creation order, in a slice of the caller's.
 func (r *Runtime) podContainersLocked(sandboxID string) []*containerRecord {
-	pod := r.byPod[sandboxID]
-	out := make([]*containerRecord, 0, len(pod))
-	for _, c := range pod {
-		out = append(out, c)
-	}
-	slices.SortFunc(out, func(a, b *containerRecord) int { return cmp.Compare(a.seq, b.seq) })
-	return out
+	return slices.Clone(r.byPod[sandboxID])
 }
 
 // eventLocked builds an event the way containerd 2.x does: the pod sandbox
 // status (nil if the sandbox is unknown) and the statuses of all the pod's
-// current containers, none for a DELETED event.
+// current containers, none for a DELETED event. The statuses are the
+// stored ones, not copies: they are never changed in place (see Runtime),
+// so the event keeps showing the state at its time, and neither may the
+// event's holders change them (see emitLocked).
 func (r *Runtime) eventLocked(now int64, containerID, sandboxID string, typ runtimeapi.ContainerEventType) *runtimeapi.ContainerEventResponse {
 	ev := &runtimeapi.ContainerEventResponse{
 		ContainerId:        containerID,
@@ -757,11 +761,12 @@ func (r *Runtime) eventLocked(now int64, containerID, sandboxID string, typ runt
 		CreatedAt:          now,
 	}
 	if sb, ok := r.sandboxes[sandboxID]; ok {
-		ev.PodSandboxStatus = proto.CloneOf(sb.status)
+		ev.PodSandboxStatus = sb.status
 	}
-	if typ != runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT {
-		for _, c := range r.podContainersLocked(sandboxID) {
-			ev.ContainersStatuses = append(ev.ContainersStatuses, proto.CloneOf(c.status))
+	if pod := r.byPod[sandboxID]; typ != runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT && len(pod) > 0 {
+		ev.ContainersStatuses = make([]*runtimeapi.ContainerStatus, len(pod))
+		for i, c := range pod {
+			ev.ContainersStatuses[i] = c.status
 		}
 	}
 	return ev
@@ -773,9 +778,9 @@ func (r *Runtime) eventLocked(now int64, containerID, sandboxID string, typ runt
 const exitKilled = 137
 
 func (c *containerRecord) start(now int64) {
-	c.ctr = proto.CloneOf(c.ctr)
+	c.ctr = copyContainer(c.ctr)
 	c.ctr.State = runtimeapi.ContainerState_CONTAINER_RUNNING
-	c.status = proto.CloneOf(c.status)
+	c.status = copyContainerStatus(c.status)
 	c.status.State = runtimeapi.ContainerState_CONTAINER_RUNNING
 	c.status.StartedAt = now
 }
@@ -787,9 +792,9 @@ func (c *containerRecord) exit(now int64, code int32, reason, message string) {
 			reason = "Completed"
 		}
 	}
-	c.ctr = proto.CloneOf(c.ctr)
+	c.ctr = copyContainer(c.ctr)
 	c.ctr.State = runtimeapi.ContainerState_CONTAINER_EXITED
-	c.status = proto.CloneOf(c.status)
+	c.status = copyContainerStatus(c.status)
 	c.status.State = runtimeapi.ContainerState_CONTAINER_EXITED
 	c.status.FinishedAt = now
 	c.status.ExitCode = code

@@ -147,11 +147,13 @@ type ChurnOptions struct {
 
 // Churn starts pods at opts.PodsPerSecond, the first at once, and runs each
 // through its life (see Lifecycle) with containers that run for about
-// opts.Lifetime and exit with a code drawn from opts.Exits. It blocks until
-// ctx is done and then returns nil, once every goroutine it started has
-// ended; pods still running at that moment stay in rt as they are. It
-// returns early with an error if an operation on rt fails (another caller
-// removed a churn pod, say).
+// opts.Lifetime and exit with a code drawn from opts.Exits. It keeps to the
+// rate: pod n starts n/PodsPerSecond after the first, and when Churn falls
+// behind (its process had no CPU for a while) it starts the pods due at
+// once rather than skip them. It blocks until ctx is done and then returns
+// nil, once every goroutine it started has ended; pods still running at
+// that moment stay in rt as they are. It returns early with an error if an
+// operation on rt fails (another caller removed a churn pod, say).
 //
 // For a given seed the pods' names, UIDs, lifetimes and exits are the same
 // on every run; their ids are random.
@@ -192,25 +194,32 @@ func Churn(ctx context.Context, rt *Runtime, opts ChurnOptions) error {
 	var wg sync.WaitGroup
 
 	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x5eed))
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for n := 0; ; n++ {
+	// A time.Ticker would drop the ticks missed while this goroutine waited
+	// for a CPU, which on a busy node cost up to a quarter of the pods: wait for
+	// each pod's own start time instead.
+	start := time.Now()
+	timer := time.NewTimer(interval) // reset before each wait
+	defer timer.Stop()
+	for n := 0; churnCtx.Err() == nil; n++ {
 		plan := opts.plan(n, rng)
 		wg.Go(func() {
 			if _, err := runPod(churnCtx, rt, plan); err != nil && churnCtx.Err() == nil {
 				cancel(fmt.Errorf("churn pod %s/%s: %w", plan.pod.Namespace, plan.pod.Name, err))
 			}
 		})
-		select {
-		case <-churnCtx.Done():
-			wg.Wait()
-			if ctx.Err() != nil {
-				return nil
+		if wait := time.Until(start.Add(time.Duration(n+1) * interval)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-churnCtx.Done():
+			case <-timer.C:
 			}
-			return context.Cause(churnCtx)
-		case <-ticker.C:
 		}
 	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return context.Cause(churnCtx)
 }
 
 // plan draws the n-th pod's life from rng.

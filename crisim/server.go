@@ -368,7 +368,7 @@ func (svc *service) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream gr
 	}
 	defer svc.srv.removeStream(st)
 
-	sub := svc.srv.rt.Subscribe(ctx)
+	sub := svc.srv.rt.subscribeShared(ctx) // the stream only marshals the events
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return err
 	}

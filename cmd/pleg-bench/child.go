@@ -48,6 +48,9 @@ type childSpec struct {
 	DataDir    string         // roleBridge; empty: no durable state
 	Node       string         // roleBridge
 	Period     time.Duration  // roleBare: the loop's period
+	// EventBuffer is, for roleRuntime, the events it buffers for each
+	// subscriber before it drops it as too slow; 0 means crisim's default.
+	EventBuffer int
 	// roleRuntime: once asked for its stats the first time, churn pods at
 	// ChurnPodsPerSecond (0: none), ChurnContainers each, each living
 	// ChurnLifetime, for ChurnFor.
@@ -101,7 +104,9 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 	ready := make(chan struct{})
 	switch spec.Role {
 	case roleRuntime:
-		model := crisim.NewRuntime(crisim.Containerd24Options())
+		opts := crisim.Containerd24Options()
+		opts.EventBuffer = spec.EventBuffer
+		model := crisim.NewRuntime(opts)
 		if err := model.PopulateKubelet(spec.Pods, spec.Containers); err != nil {
 			return err
 		}
@@ -201,8 +206,8 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 	case err := <-done:
 		return fmt.Errorf("%s ended before it was ready: %w", spec.Role, err)
 	}
-	if dir := os.Getenv(profileEnv); dir != "" && spec.Role != roleRuntime {
-		stop, err := startProfiles(filepath.Join(dir, fmt.Sprintf("%s-%s-%d", spec.Role, spec.Mode, os.Getpid())))
+	if dir := os.Getenv(profileEnv); dir != "" && (spec.Role != roleRuntime || spec.ChurnPodsPerSecond > 0) {
+		stop, err := startProfiles(filepath.Join(dir, profileName(spec)))
 		if err != nil {
 			return err
 		}
@@ -314,11 +319,22 @@ func (l *bareLoop) run(ctx context.Context, period time.Duration, n *int, stats 
 	}
 }
 
-// profileEnv names a directory where each child but the runtime writes a
-// CPU profile from the moment it is ready (its steady state) and an
-// allocation profile of its whole life at its end, as
-// <role>-<mode>-<pid>.{cpu,heap}.pprof.
+// profileEnv names a directory where each child writes a CPU profile from
+// the moment it is ready (its steady state) and an allocation profile of
+// its whole life at its end, as <role>-<mode>-<pid>.{cpu,heap}.pprof
+// (runtime-<pid>.{cpu,heap}.pprof for the runtime). A runtime is profiled
+// only when it churns (the throughput rows): that is when its own speed is
+// part of the measurement, while an idle one only serves the relists.
 const profileEnv = "PLEG_BENCH_PROFILE"
+
+// profileName is the name, less its suffix, of the profiles of the child
+// spec describes.
+func profileName(spec childSpec) string {
+	if spec.Role == roleRuntime {
+		return fmt.Sprintf("%s-%d", spec.Role, os.Getpid())
+	}
+	return fmt.Sprintf("%s-%s-%d", spec.Role, spec.Mode, os.Getpid())
+}
 
 func startProfiles(prefix string) (stop func(), err error) {
 	f, err := os.Create(prefix + ".cpu.pprof")

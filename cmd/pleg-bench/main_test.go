@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/bench/latencybench"
 )
@@ -127,5 +128,26 @@ func TestRunPrintsThroughputBesideTheRawDecodeAndPublish(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestMinMadeRateLeavesOutTheChurnsLastPodsOnly(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		rate     float64
+		duration time.Duration
+		want     float64
+	}{
+		{"10,400/s for 5 s must make at least 10,000/s", 10_400, 5 * time.Second, 10_000},
+		{"10,000/s for 5 s must make at least 9,660/s", 10_000, 5 * time.Second, 9_660},
+		{"200/s for 1 s, a sixth of it the tail, must make at least 166/s", 200, time.Second, 166},
+		{"a churn shorter than the tail need make nothing", 1000, 100 * time.Millisecond, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := minMadeRate(tc.rate, tc.duration); got != tc.want {
+				t.Errorf("minMadeRate(%v, %v) = %v, want %v", tc.rate, tc.duration, got, tc.want)
+			}
+		})
 	}
 }
