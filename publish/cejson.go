@@ -12,16 +12,16 @@ import (
 // The JSON of a CloudEvent is written here by hand, straight into one
 // buffer, because building an SDK event.Event, marshalling the data with
 // encoding/json and then the envelope with event.WriteJson cost most of
-// Encode's time and allocations. The output is the SDK's, byte for byte:
+// Encode's time and allocations. The output is the SDK's, byte for byte
+// where the envelope's strings need no escapes other than json-iterator's
+// (always, for Kubernetes names and IDs), and the same JSON otherwise:
 // TestEncodeMatchesTheSDK and FuzzEncodeMatchesTheSDK compare the two.
 //
-// The two layers are escaped differently, as the SDK path did it:
-//   - the envelope's strings as event.WriteJson writes them (json-iterator's
-//     ConfigFastest): no HTML escaping, and bytes from 0x80 on copied as
-//     they are, invalid UTF-8 included (appendEnvelopeString);
-//   - the data's strings as encoding/json writes them, since the data was
-//     marshalled by it (appendDataString).
-// Times differ too: the envelope's time is time.RFC3339Nano as the SDK's
+// Every string is escaped as encoding/json escapes it (jsonenc). The SDK
+// wrote the envelope's through json-iterator, which copied invalid UTF-8
+// as it came, making a body that is not valid JSON text from runtime data
+// that is not valid UTF-8; here it becomes U+FFFD, as in the data.
+// Times differ: the envelope's time is time.RFC3339Nano as the SDK's
 // types.Timestamp formats it; the data's times are written as
 // time.Time.MarshalJSON writes them, which fails outside the years 0-9999.
 
@@ -70,24 +70,24 @@ func mapSize(m map[string]string) int {
 // whose year is outside 0-9999.
 func (e *Encoder) appendStructured(b []byte, ev generator.Event, info typeInfo, id string) ([]byte, error) {
 	b = append(b, `{"specversion":"1.0","id":`...)
-	b = appendEnvelopeString(b, id)
+	b = jsonenc.AppendString(b, id)
 	b = append(b, `,"source":`...)
-	b = appendEnvelopeString(b, e.source)
+	b = jsonenc.AppendString(b, e.source)
 	b = append(b, `,"type":`...)
-	b = appendEnvelopeString(b, info.ceType)
+	b = jsonenc.AppendString(b, info.ceType)
 	// The subject is written in pieces, not built as ceSubject does it: the
 	// envelope's escaping works byte by byte, so the result is the same.
 	b = append(b, `,"subject":"`...)
-	b = appendEnvelopeBody(b, ev.Pod.Namespace)
+	b = jsonenc.AppendEscaped(b, ev.Pod.Namespace)
 	b = append(b, '/')
-	b = appendEnvelopeBody(b, ev.Pod.Name)
+	b = jsonenc.AppendEscaped(b, ev.Pod.Name)
 	if !ev.Container.Sandbox {
 		b = append(b, '/')
-		b = appendEnvelopeBody(b, ev.Container.Name)
+		b = jsonenc.AppendEscaped(b, ev.Container.Name)
 	}
 	b = append(b, '"')
 	b = append(b, `,"datacontenttype":"`+contentTypeJSON+`","dataschema":`...)
-	b = appendEnvelopeString(b, info.dataSchema)
+	b = jsonenc.AppendString(b, info.dataSchema)
 	b = append(b, `,"time":"`...)
 	b = eventTime(ev).UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","data":`...)
@@ -96,11 +96,11 @@ func (e *Encoder) appendStructured(b []byte, ev generator.Event, info typeInfo, 
 		return nil, err
 	}
 	b = append(b, `,"containerid":`...)
-	b = appendEnvelopeString(b, ev.Container.ID)
+	b = jsonenc.AppendString(b, ev.Container.ID)
 	b = append(b, `,"node":`...)
-	b = appendEnvelopeString(b, e.node)
+	b = jsonenc.AppendString(b, e.node)
 	b = append(b, `,"poduid":`...)
-	b = appendEnvelopeString(b, ev.Pod.UID)
+	b = jsonenc.AppendString(b, ev.Pod.UID)
 	return append(b, '}'), nil
 }
 
@@ -198,45 +198,4 @@ func appendDataTime(b []byte, field string, t time.Time) ([]byte, error) {
 		return nil, fmt.Errorf("write data %s: %w", field, err)
 	}
 	return b, nil
-}
-
-// hexDigits are the digits of a \u00XX escape.
-const hexDigits = "0123456789abcdef"
-
-// appendEnvelopeString appends s as a JSON string escaped as
-// event.WriteJson escapes an attribute (see appendEnvelopeBody).
-func appendEnvelopeString(b []byte, s string) []byte {
-	b = append(b, '"')
-	b = appendEnvelopeBody(b, s)
-	return append(b, '"')
-}
-
-// appendEnvelopeBody appends s escaped as json-iterator's ConfigFastest
-// escapes a string, without the quotes: '"' and '\' with a backslash; \n,
-// \r and \t short; the other control characters as \u00XX. Every other
-// byte is copied, so invalid UTF-8 stays invalid and U+2028 and U+2029
-// stay raw, unlike in the data.
-func appendEnvelopeBody(b []byte, s string) []byte {
-	start := 0 // s[start:i] is still to be copied
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= ' ' && c != '"' && c != '\\' {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		start = i + 1
-	}
-	return append(b, s[start:]...)
 }

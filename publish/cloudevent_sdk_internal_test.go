@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
@@ -149,9 +150,39 @@ func checkMatchesSDK(t *testing.T, e *Encoder, ev generator.Event) {
 	if diff := cmp.Diff(want.Header, got.Header); diff != "" {
 		t.Errorf("%s Encode(%s) headers differ from the SDK's (-sdk +got):\n%s", e.mode, describe(ev), diff)
 	}
-	if !bytes.Equal(got.Data, want.Data) {
-		t.Errorf("%s Encode(%s) body differs from the SDK's (-sdk +got):\n%s", e.mode, describe(ev), cmp.Diff(string(want.Data), string(got.Data)))
+	if bytes.Equal(got.Data, want.Data) {
+		return
 	}
+	// The envelope's strings are escaped as encoding/json escapes them,
+	// which json-iterator did not quite: where they need it, the bodies
+	// differ in bytes, and must hold the same JSON (json.Unmarshal reads
+	// the SDK's invalid UTF-8 as U+FFFD, as Encode writes it).
+	if e.mode == ModeStructured && !plainEnvelope(e, ev) && utf8.Valid(got.Data) {
+		var gotJSON, wantJSON any
+		if err := json.Unmarshal(got.Data, &gotJSON); err != nil {
+			t.Fatalf("%s Encode(%s) body is not JSON: %v", e.mode, describe(ev), err)
+		}
+		if err := json.Unmarshal(want.Data, &wantJSON); err != nil {
+			t.Fatalf("the SDK's body of %s is not JSON: %v", describe(ev), err)
+		}
+		if diff := cmp.Diff(wantJSON, gotJSON); diff != "" {
+			t.Errorf("%s Encode(%s) body holds other JSON than the SDK's (-sdk +got):\n%s", e.mode, describe(ev), diff)
+		}
+		return
+	}
+	t.Errorf("%s Encode(%s) body differs from the SDK's (-sdk +got):\n%s", e.mode, describe(ev), cmp.Diff(string(want.Data), string(got.Data)))
+}
+
+// plainEnvelope reports whether every string of ev's envelope is escaped
+// alike by encoding/json and json-iterator: valid UTF-8 without '<', '>',
+// '&', U+2028, U+2029, backspace or form feed.
+func plainEnvelope(e *Encoder, ev generator.Event) bool {
+	for _, s := range []string{ev.Pod.Namespace, ev.Pod.Name, ev.Container.Name, ev.Container.ID, ev.Pod.UID, e.node, e.source} {
+		if !utf8.ValidString(s) || strings.ContainsAny(s, "<>&\u2028\u2029\b\f") {
+			return false
+		}
+	}
+	return true
 }
 
 // describe prints ev with its labels and annotations, which %+v hides

@@ -50,13 +50,20 @@ func AppendStringMap(b []byte, m map[string]string) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// AppendString appends s as a JSON string escaped as encoding/json escapes
-// it: '"' and '\' with a backslash; \b, \f, \n, \r and \t short;
+// AppendString appends s as a JSON string, quoted and escaped as
+// encoding/json writes it (AppendEscaped).
+func AppendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	b = AppendEscaped(b, s)
+	return append(b, '"')
+}
+
+// AppendEscaped appends s escaped as encoding/json escapes a string, without
+// the quotes: '"' and '\' with a backslash; \b, \f, \n, \r and \t short;
 // the other control characters and the HTML characters <, > and & as
 // \u00XX; each byte of invalid UTF-8 as \ufffd; U+2028 and U+2029 as
 // \u2028 and \u2029. Everything else is copied.
-func AppendString(b []byte, s string) []byte {
-	b = append(b, '"')
+func AppendEscaped(b []byte, s string) []byte {
 	start := 0 // s[start:i] is still to be copied
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -101,6 +108,5 @@ func AppendString(b []byte, s string) []byte {
 		i += size
 		start = i
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return append(b, s[start:]...)
 }
