@@ -113,7 +113,8 @@ type CRIOptions struct {
 // ListPodSandbox and ListContainers return only what the generator reads
 // (see listCodec): containers without annotations and with only the
 // kubelet's identity labels, sandboxes with their labels and the
-// annotations in CRIOptions.PodAnnotations.
+// annotations in CRIOptions.PodAnnotations. The items of one listing share
+// strings and label maps: they are read-only.
 type CRIClient struct {
 	conn    *grpc.ClientConn
 	client  runtimeapi.RuntimeServiceClient
