@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/mem"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -113,7 +115,8 @@ type CRIOptions struct {
 // ListPodSandbox and ListContainers return only what the generator reads
 // (see listCodec): containers without annotations and with only the
 // kubelet's identity labels, sandboxes with their labels and the
-// annotations in CRIOptions.PodAnnotations.
+// annotations in CRIOptions.PodAnnotations. The items of one listing share
+// strings and label maps: they are read-only.
 type CRIClient struct {
 	conn    *grpc.ClientConn
 	client  runtimeapi.RuntimeServiceClient
@@ -144,6 +147,11 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
 		grpc.WithChainUnaryInterceptor(readOnlyUnary),
 		grpc.WithChainStreamInterceptor(readOnlyStream),
+		// A listing's frames are garbage once it is decoded. Pooled, they
+		// stayed reachable through the next garbage collection, while the
+		// relist grouped and merged what it decoded: at 5,000 pods and
+		// 20,000 containers, 19 MB more live heap at the relist's peak.
+		experimental.WithBufferPool(mem.NopBufferPool{}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("create CRI client for %q: %w", endpoint, err)

@@ -49,8 +49,9 @@ func (c listCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Mars
 func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *runtimeapi.ListContainersResponse:
+		l := newListDecoder()
 		return eachItem(data, func(b []byte) error {
-			ctr, err := decodeContainer(b)
+			ctr, err := l.decodeContainer(b)
 			if err != nil {
 				return fmt.Errorf("decode container %d: %w", len(m.Containers), err)
 			}
@@ -58,8 +59,9 @@ func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error {
 			return nil
 		})
 	case *runtimeapi.ListPodSandboxResponse:
+		l := newListDecoder()
 		return eachItem(data, func(b []byte) error {
-			sb, err := c.decodeSandbox(b, listedSandboxFields)
+			sb, err := c.decodeSandbox(l, b, listedSandboxFields)
 			if err != nil {
 				return fmt.Errorf("decode pod sandbox %d: %w", len(m.Items), err)
 			}
@@ -95,7 +97,7 @@ func (c listCodec) decodeEvent(b []byte, m *runtimeapi.ContainerEventResponse) e
 		case 1:
 			m.ContainerId = string(v)
 		case 4:
-			sb, err := c.decodeSandbox(v, sandboxStatusFields)
+			sb, err := c.decodeSandbox(nil, v, sandboxStatusFields)
 			if err != nil {
 				return fmt.Errorf("pod sandbox status: %w", err)
 			}
@@ -236,15 +238,102 @@ func identityLabel(k []byte) string {
 	return ""
 }
 
-func decodeContainer(b []byte) (*runtimeapi.Container, error) {
-	c := &runtimeapi.Container{}
-	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+// listDecoder shares, between the items of one listing, what many of them
+// repeat: the strings (a pod's sandbox ID, images, container names, label
+// keys and values of a namespace or an app) and a pod's identity labels,
+// one map for all its containers. Items hold the shared strings and maps
+// for as long as they live, the cache the strings it keeps. At 5,000 pods
+// and 20,000 containers, a listing's items held 30 MB decoded one by one,
+// 18 MB so (heap profile of pleg-bench's bridge at its peak). A nil
+// *listDecoder shares nothing (a stream message).
+type listDecoder struct {
+	strs   map[string]string
+	labels map[podLabels]map[string]string
+}
+
+func newListDecoder() *listDecoder {
+	return &listDecoder{strs: make(map[string]string), labels: make(map[podLabels]map[string]string)}
+}
+
+// str returns b as a string, the same one for every equal b.
+func (l *listDecoder) str(b []byte) string {
+	if l == nil {
+		return string(b)
+	}
+	if s, ok := l.strs[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	l.strs[s] = s
+	return s
+}
+
+// podLabels are the kubelet's identity labels of a listed container; an
+// empty value stands for a label that is absent or empty (the generator
+// reads "" either way).
+type podLabels struct{ uid, namespace, name, container string }
+
+// add reads map entry b into p if it is an identity label.
+func (p *podLabels) add(l *listDecoder, b []byte) error {
+	k, v, err := mapEntry(b)
+	if err != nil {
+		return err
+	}
+	switch identityLabel(k) {
+	case labelPodUID:
+		p.uid = l.str(v)
+	case labelPodNamespace:
+		p.namespace = l.str(v)
+	case labelPodName:
+		p.name = l.str(v)
+	case labelContainerName:
+		p.container = l.str(v)
+	}
+	return nil
+}
+
+// labelMap returns p as a label map (nil if p is empty), shared by the
+// listing's containers with the same p.
+func (l *listDecoder) labelMap(p podLabels) map[string]string {
+	if p == (podLabels{}) {
+		return nil
+	}
+	if m, ok := l.labels[p]; ok {
+		return m
+	}
+	m := make(map[string]string, 4)
+	for _, kv := range [...][2]string{{labelPodUID, p.uid}, {labelPodNamespace, p.namespace},
+		{labelPodName, p.name}, {labelContainerName, p.container}} {
+		if kv[1] != "" {
+			m[kv[0]] = kv[1]
+		}
+	}
+	l.labels[p] = m
+	return m
+}
+
+// containerItem holds a listed container with its metadata and image,
+// so that they take one allocation.
+type containerItem struct {
+	c   runtimeapi.Container
+	md  runtimeapi.ContainerMetadata
+	img runtimeapi.ImageSpec
+}
+
+// decodeContainer decodes a listed container. Of its labels it keeps the
+// pod's identity, and the container's name only where its metadata has
+// none, so that the pod's containers share one label map.
+func (l *listDecoder) decodeContainer(b []byte) (*runtimeapi.Container, error) {
+	x := &containerItem{}
+	c := &x.c
+	var labels podLabels
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x2 uint64) error {
 		if typ == protowire.VarintType {
 			switch num {
 			case 6:
-				c.State = runtimeapi.ContainerState(int32(x))
+				c.State = runtimeapi.ContainerState(int32(x2))
 			case 7:
-				c.CreatedAt = int64(x)
+				c.CreatedAt = int64(x2)
 			}
 			return nil
 		}
@@ -252,22 +341,24 @@ func decodeContainer(b []byte) (*runtimeapi.Container, error) {
 		case 1:
 			c.Id = string(v)
 		case 2:
-			c.PodSandboxId = string(v)
+			c.PodSandboxId = l.str(v)
 		case 3:
-			var err error
-			c.Metadata, err = decodeContainerMetadata(v)
-			return err
+			c.Metadata = &x.md
+			return decodeContainerMetadata(l, &x.md, v)
 		case 4:
-			var err error
-			c.Image, err = decodeImageSpec(v)
-			return err
+			c.Image = &x.img
+			return decodeImageSpec(l, &x.img, v)
 		case 5:
-			c.ImageRef = string(v)
+			c.ImageRef = l.str(v)
 		case 8:
-			return addIdentityLabel(&c.Labels, v)
+			return labels.add(l, v)
 		}
 		return nil
 	})
+	if c.GetMetadata().GetName() != "" {
+		labels.container = ""
+	}
+	c.Labels = l.labelMap(labels)
 	return c, err
 }
 
@@ -296,13 +387,11 @@ func decodeContainerStatus(b []byte) (*runtimeapi.ContainerStatus, error) {
 		case 1:
 			st.Id = string(v)
 		case 2:
-			var err error
-			st.Metadata, err = decodeContainerMetadata(v)
-			return err
+			st.Metadata = &runtimeapi.ContainerMetadata{}
+			return decodeContainerMetadata(nil, st.Metadata, v)
 		case 8:
-			var err error
-			st.Image, err = decodeImageSpec(v)
-			return err
+			st.Image = &runtimeapi.ImageSpec{}
+			return decodeImageSpec(nil, st.Image, v)
 		case 9:
 			st.ImageRef = string(v)
 		case 10:
@@ -323,12 +412,11 @@ func decodeContainerStatus(b []byte) (*runtimeapi.ContainerStatus, error) {
 	return st, err
 }
 
-func decodeContainerMetadata(b []byte) (*runtimeapi.ContainerMetadata, error) {
-	md := &runtimeapi.ContainerMetadata{}
-	return md, eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+func decodeContainerMetadata(l *listDecoder, md *runtimeapi.ContainerMetadata, b []byte) error {
+	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			md.Name = string(v)
+			md.Name = l.str(v)
 		case num == 2 && typ == protowire.VarintType:
 			md.Attempt = uint32(x)
 		}
@@ -336,15 +424,14 @@ func decodeContainerMetadata(b []byte) (*runtimeapi.ContainerMetadata, error) {
 	})
 }
 
-func decodeImageSpec(b []byte) (*runtimeapi.ImageSpec, error) {
-	img := &runtimeapi.ImageSpec{}
-	return img, eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+func decodeImageSpec(l *listDecoder, img *runtimeapi.ImageSpec, b []byte) error {
+	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if typ == protowire.BytesType {
 			switch num {
 			case 1:
-				img.Image = string(v)
+				img.Image = l.str(v)
 			case 18:
-				img.UserSpecifiedImage = string(v)
+				img.UserSpecifiedImage = l.str(v)
 			}
 		}
 		return nil
@@ -375,17 +462,27 @@ var (
 	sandboxStatusFields = sandboxFields{labels: 7, annotations: 8}
 )
 
+// sandboxItem holds a listed sandbox with its metadata, so that they
+// take one allocation.
+type sandboxItem struct {
+	sb runtimeapi.PodSandbox
+	md runtimeapi.PodSandboxMetadata
+}
+
 // decodeSandbox decodes a listed sandbox, or the same fields of a sandbox
-// status (numbered by f; its network and Linux status are skipped).
-func (c listCodec) decodeSandbox(b []byte, f sandboxFields) (*runtimeapi.PodSandbox, error) {
-	sb := &runtimeapi.PodSandbox{}
-	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+// status (numbered by f; its network and Linux status are skipped), sharing
+// strings through l (nil: a stream message). The pod's UID and name are
+// its own, and not shared.
+func (c listCodec) decodeSandbox(l *listDecoder, b []byte, f sandboxFields) (*runtimeapi.PodSandbox, error) {
+	x := &sandboxItem{}
+	sb := &x.sb
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x2 uint64) error {
 		if typ == protowire.VarintType {
 			switch num {
 			case 3:
-				sb.State = runtimeapi.PodSandboxState(int32(x))
+				sb.State = runtimeapi.PodSandboxState(int32(x2))
 			case 4:
-				sb.CreatedAt = int64(x)
+				sb.CreatedAt = int64(x2)
 			}
 			return nil
 		}
@@ -393,7 +490,7 @@ func (c listCodec) decodeSandbox(b []byte, f sandboxFields) (*runtimeapi.PodSand
 		case 1:
 			sb.Id = string(v)
 		case 2:
-			md := &runtimeapi.PodSandboxMetadata{}
+			md := &x.md
 			sb.Metadata = md
 			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 				if typ == protowire.VarintType {
@@ -408,7 +505,7 @@ func (c listCodec) decodeSandbox(b []byte, f sandboxFields) (*runtimeapi.PodSand
 				case 2:
 					md.Uid = string(v)
 				case 3:
-					md.Namespace = string(v)
+					md.Namespace = l.str(v)
 				}
 				return nil
 			})
@@ -420,7 +517,12 @@ func (c listCodec) decodeSandbox(b []byte, f sandboxFields) (*runtimeapi.PodSand
 			if sb.Labels == nil {
 				sb.Labels = make(map[string]string)
 			}
-			sb.Labels[string(k)] = string(val)
+			key := l.str(k)
+			if key == labelPodUID || key == labelPodName {
+				sb.Labels[key] = string(val)
+			} else {
+				sb.Labels[key] = l.str(val)
+			}
 		case f.annotations:
 			if len(c.annotations) == 0 {
 				return nil
@@ -432,7 +534,7 @@ func (c listCodec) decodeSandbox(b []byte, f sandboxFields) (*runtimeapi.PodSand
 			if sb.Annotations == nil {
 				sb.Annotations = make(map[string]string, len(c.annotations))
 			}
-			sb.Annotations[string(k)] = string(val)
+			sb.Annotations[l.str(k)] = string(val)
 		}
 		return nil
 	})

@@ -86,7 +86,11 @@ func TestListCodecKeepsWhatTheGeneratorReads(t *testing.T) {
 	wantCtrs := proto.CloneOf(ctrs)
 	for _, ctr := range wantCtrs.Containers {
 		ctr.Annotations, ctr.ImageId = nil, ""
-		maps.DeleteFunc(ctr.Labels, func(k, _ string) bool { return identityLabel([]byte(k)) == "" })
+		maps.DeleteFunc(ctr.Labels, func(k, _ string) bool {
+			// The container's name label only where its metadata has none
+			// (the orphan's).
+			return identityLabel([]byte(k)) == "" || (k == labelContainerName && ctr.GetMetadata().GetName() != "")
+		})
 		if ctr.Image != nil {
 			ctr.Image = &runtimeapi.ImageSpec{Image: ctr.Image.Image, UserSpecifiedImage: ctr.Image.UserSpecifiedImage}
 		}

@@ -113,7 +113,11 @@ func TestRelistMetadata(t *testing.T) {
 		lookupMeta: func(uid string) *PodMeta { return cached[uid] },
 	}
 
-	pods := r.group(m.ListPodSandbox(nil), m.ListContainers(nil), now, nil)
+	group := func(at time.Time) map[string]*podObservation {
+		seenBad := map[string]bool{}
+		return r.group(r.viewSandboxes(m.ListPodSandbox(nil), at, seenBad), m.ListContainers(nil), at, nil, seenBad)
+	}
+	pods := group(now)
 
 	t.Run("a pod found through its sandbox has the sandbox's labels", func(t *testing.T) {
 		if got := pods["uid-1"].pod.Meta; !got.Equal(NewPodMeta(map[string]string{"app": "web"}, nil)) {
@@ -130,7 +134,7 @@ func TestRelistMetadata(t *testing.T) {
 	})
 	t.Run("a sandbox the cache took its metadata from is not read again", func(t *testing.T) {
 		cached["uid-1"] = pods["uid-1"].pod.Meta
-		again := r.group(m.ListPodSandbox(nil), m.ListContainers(nil), now.Add(time.Second), nil)
+		again := group(now.Add(time.Second))
 		if again["uid-1"].pod.Meta != cached["uid-1"] {
 			t.Error("a steady relist built new metadata for a sandbox the cache holds it of")
 		}

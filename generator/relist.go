@@ -69,19 +69,23 @@ func (r *relister) relist(ctx context.Context, scope *relistScope) (*batch, erro
 		sbFilter = &runtimeapi.PodSandboxFilter{Id: scope.sandboxID}
 		cFilter = &runtimeapi.ContainerFilter{PodSandboxId: scope.sandboxID}
 	}
-	var sandboxes []*runtimeapi.PodSandbox
+	seenBad := make(map[string]bool)
+	var sandboxes []sandboxView
 	if scope == nil || !scope.containersOnly {
-		var err error
-		if sandboxes, err = r.rt.ListPodSandbox(ctx, sbFilter); err != nil {
+		listed, err := r.rt.ListPodSandbox(ctx, sbFilter)
+		if err != nil {
 			return nil, err
 		}
+		// The listed sandboxes are left before the containers are listed:
+		// the containers' listing is the relist's memory peak.
+		sandboxes = r.viewSandboxes(listed, at, seenBad)
 	}
 	containers, err := r.rt.ListContainers(ctx, cFilter)
 	if err != nil {
 		return nil, err
 	}
 	b := &batch{source: SourceRelist, at: at, full: scope == nil}
-	pods := r.group(sandboxes, containers, at, scope)
+	pods := r.group(sandboxes, containers, at, scope, seenBad)
 	if scope != nil && scope.podUID != "" && pods[scope.podUID] == nil {
 		// The sandbox is gone with all its containers: an empty, complete
 		// view of it lets the merge declare them gone. (A sandbox whose pod
@@ -100,14 +104,41 @@ func (r *relister) relist(ctx context.Context, scope *relistScope) (*batch, erro
 	return b, nil
 }
 
-// group builds one complete observation per pod UID from the listings.
-// Sandbox metadata is the authority for a pod's identity; a container whose
-// sandbox is missing takes its identity from its labels; an object with no pod
-// UID at all is skipped, reported once and counted.
-func (r *relister) group(sandboxes []*runtimeapi.PodSandbox, containers []*runtimeapi.Container, at time.Time, scope *relistScope) map[string]*podObservation {
+// sandboxView is what a relist keeps of a listed sandbox while it lists
+// the containers: its pod, with its metadata, and its sighting.
+type sandboxView struct {
+	pod Pod
+	s   sighting
+}
+
+// viewSandboxes reads the listed sandboxes. Sandbox metadata is the
+// authority for a pod's identity; a sandbox with no pod UID is skipped,
+// reported once and counted (seenBad collects what a relist skipped).
+func (r *relister) viewSandboxes(sandboxes []*runtimeapi.PodSandbox, at time.Time, seenBad map[string]bool) []sandboxView {
+	views := make([]sandboxView, 0, len(sandboxes))
+	for _, sb := range sandboxes {
+		if sb == nil || sb.GetId() == "" {
+			r.reportSkipped(seenBad, "sandbox", "", "sandbox without ID")
+			continue
+		}
+		pod := sandboxPod(sb)
+		if pod.UID == "" {
+			r.reportSkipped(seenBad, "sandbox", sb.GetId(), "sandbox without pod UID in metadata or labels")
+			continue
+		}
+		pod.Meta = r.sandboxMeta(pod.UID, sb, at)
+		views = append(views, sandboxView{pod: pod, s: sandboxSighting(sb, at)})
+	}
+	return views
+}
+
+// group builds one complete observation per pod UID from the listings. A
+// container whose sandbox is missing takes its identity from its labels; a
+// container with no pod UID at all is skipped, reported once and counted.
+// seenBad holds what viewSandboxes skipped.
+func (r *relister) group(sandboxes []sandboxView, containers []*runtimeapi.Container, at time.Time, scope *relistScope, seenBad map[string]bool) map[string]*podObservation {
 	pods := make(map[string]*podObservation, len(sandboxes))
 	bySandbox := make(map[string]Pod, len(sandboxes))
-	seenBad := make(map[string]bool)
 	// Room for a pod's sandbox and its share of the containers, so that a
 	// pod's sightings are not copied as they grow: growing them was a
 	// third of what a steady relist of 1,000/5,000 allocated besides the
@@ -130,20 +161,10 @@ func (r *relister) group(sandboxes []*runtimeapi.PodSandbox, containers []*runti
 		}
 		return o
 	}
-	for _, sb := range sandboxes {
-		if sb == nil || sb.GetId() == "" {
-			r.reportSkipped(seenBad, "sandbox", "", "sandbox without ID")
-			continue
-		}
-		pod := sandboxPod(sb)
-		if pod.UID == "" {
-			r.reportSkipped(seenBad, "sandbox", sb.GetId(), "sandbox without pod UID in metadata or labels")
-			continue
-		}
-		pod.Meta = r.sandboxMeta(pod.UID, sb, at)
-		bySandbox[sb.GetId()] = pod
-		o := obsFor(pod)
-		o.containers = append(o.containers, sandboxSighting(sb, at))
+	for _, v := range sandboxes {
+		bySandbox[v.s.info.ID] = v.pod
+		o := obsFor(v.pod)
+		o.containers = append(o.containers, v.s)
 	}
 	if scope != nil && scope.containersOnly {
 		// The sandbox was not listed: its pod is the one the event named.
