@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
@@ -16,9 +17,16 @@ const (
 	// events: Go's own default.
 	DefaultGCPercent = 100
 	// DefaultGenericGCPercent is the steady target in generic mode, which
-	// lists the whole node every second.
+	// lists the whole node every second, on a node whose live heap after
+	// the first relist is at least genericBigHeap.
 	DefaultGenericGCPercent = 50
 )
+
+// genericBigHeap is the live heap from which generic mode takes
+// DefaultGenericGCPercent: about 2,500 pods and 10,000 containers. Below
+// it, the relist's garbage is small and a lower target would cost more
+// collections than it saves memory.
+const genericBigHeap = 24 << 20
 
 // startupGCLimit bounds how long the start-up target holds once the first
 // relist is merged, when its events cannot all be delivered (NATS down at
@@ -26,15 +34,25 @@ const (
 const startupGCLimit = 30 * time.Second
 
 // gcPercent returns the steady garbage collection target of o (defaults
-// applied).
-func (o Options) gcPercent() int {
+// applied) for a live heap of liveHeap bytes after the first relist.
+func (o Options) gcPercent(liveHeap uint64) int {
 	switch {
 	case o.GCPercent != 0:
 		return o.GCPercent
-	case o.Mode == generator.ModeGeneric:
+	case o.Mode == generator.ModeGeneric && liveHeap >= genericBigHeap:
 		return DefaultGenericGCPercent
 	}
 	return DefaultGCPercent
+}
+
+// liveHeap returns the heap the last garbage collection found live.
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // tuneGC sets the garbage collector's target (unless the GOGC environment
@@ -50,10 +68,12 @@ func (o Options) gcPercent() int {
 // GOGC=100 the heap grows to twice what is live at that moment: the peak
 // RSS was 64-77 MiB at 1,000/5,000 against a 64 MiB target, 58-59 MiB
 // with 25 for the start-up alone. Generic mode lists the whole node every
-// second, and at 100 its steady relists alone reached 65-66 MiB; at 50,
-// 59 MiB, for 0.58x the bare relist loop's CPU instead of 0.48x
-// (pleg-bench, BENCHMARKS.md). The modes that follow events keep 100:
-// under churn a lower target costs CPU on every transition.
+// second: on a big node (5,000/20,000) its steady relists at 100 reached
+// 184 MiB, and 126-157 MiB at 50; on a small one (110/330) 50 cost 1.2-1.6x
+// the bare relist loop's CPU, 100 0.8-0.9x (pleg-bench, BENCHMARKS.md), so
+// the live heap after the first relist decides. The modes that follow
+// events keep 100: under churn a lower target costs CPU on every
+// transition.
 func (p *pipeline) tuneGC(ctx context.Context) {
 	if os.Getenv("GOGC") != "" {
 		return
@@ -87,6 +107,6 @@ func (p *pipeline) tuneGC(ctx context.Context) {
 		}
 	}
 	t.Stop()
-	set(p.opts.gcPercent())
+	set(p.opts.gcPercent(liveHeap()))
 	<-ctx.Done()
 }

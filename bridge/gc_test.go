@@ -21,7 +21,7 @@ func TestTheGCTargetIsLowUntilTheFirstRelistIsAcked(t *testing.T) {
 		mode         generator.Mode
 		opts, steady int
 	}{
-		{generator.ModeGeneric, 0, bridge.DefaultGenericGCPercent},
+		{generator.ModeGeneric, 0, bridge.DefaultGCPercent}, // a small node's heap
 		{generator.ModeEvented, 0, bridge.DefaultGCPercent},
 		{generator.ModeGeneric, 61, 61},
 	} {
@@ -55,5 +55,27 @@ func TestTheGCTargetIsLowUntilTheFirstRelistIsAcked(t *testing.T) {
 				t.Errorf("steady target set at %+v: before the first relist's events were acked", got.status)
 			}
 		})
+	}
+}
+
+// TestGenericModeTakesALowerTargetOnABigNode: from a live heap of 24 MiB
+// after the first relist (about 2,500 pods), generic mode's relists every
+// second would double a big heap.
+func TestGenericModeTakesALowerTargetOnABigNode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode generator.Mode
+		opt  int
+		heap uint64
+		want int
+	}{
+		{generator.ModeGeneric, 0, 23 << 20, bridge.DefaultGCPercent},
+		{generator.ModeGeneric, 0, 24 << 20, bridge.DefaultGenericGCPercent},
+		{generator.ModeEvented, 0, 200 << 20, bridge.DefaultGCPercent},
+		{generator.ModeGeneric, 80, 200 << 20, 80},
+	} {
+		if got := bridge.SteadyGCPercent(bridge.Options{Mode: tc.mode, GCPercent: tc.opt}, tc.heap); got != tc.want {
+			t.Errorf("%s mode, GCPercent %d, live heap %d MiB: target %d, want %d", tc.mode, tc.opt, tc.heap>>20, got, tc.want)
+		}
 	}
 }
