@@ -31,7 +31,15 @@ type idleConfig struct {
 	memoryOnly bool
 	// bridgeEnv is added to the bridges' environment (GOGC=50, ...).
 	bridgeEnv []string
+	// cgroupLimit, if positive, runs the bridges of the peak RSS sizes each
+	// in a memory cgroup with this hard limit (the DaemonSet's), where the
+	// machine lets this process make one.
+	cgroupLimit int64
 }
+
+// daemonSetMemoryLimit is the DaemonSet's memory limit, 192 MiB
+// (deploy/kubernetes/daemonset.yaml).
+const daemonSetMemoryLimit = 192 << 20
 
 // withNATS runs f with the client URL of a JetStream server of its own, in
 // this process.
@@ -104,6 +112,20 @@ func measureNode(ctx context.Context, size nodeSize, natsURL string, cfg idleCon
 			err = fmt.Errorf("runtime %s: %w", size, cerr)
 		}
 	}()
+	// The peak RSS sizes' bridges run under the DaemonSet's memory limit,
+	// applied by the kernel, where this process may make memory cgroups.
+	var cgroups [2]*memCgroup // generic, evented
+	if !cpu && cfg.cgroupLimit > 0 {
+		for i, mode := range []generator.Mode{generator.ModeGeneric, generator.ModeEvented} {
+			cg, err := newMemCgroup(fmt.Sprintf("pleg-bench-%d-%s", os.Getpid(), mode), cfg.cgroupLimit)
+			if err != nil {
+				fmt.Fprintf(progress, "node %s: the %s bridge runs without a memory limit: %v\n", size, mode, err)
+				continue
+			}
+			cgroups[i] = cg
+			defer cg.remove() // after the bridge is stopped (deferred below)
+		}
+	}
 	// The bridges first, so that the others' start does not stand in the
 	// way of their first relist.
 	var generic, evented, bare, empty *child
@@ -112,11 +134,24 @@ func measureNode(ctx context.Context, size nodeSize, natsURL string, cfg idleCon
 			err = serr
 		}
 	}()
-	if generic, err = node.bridge(ctx, generator.ModeGeneric, daemonSetMemLimit); err != nil {
-		return nil, err
+	var limitRows []measurement
+	startBridge := func(i int, mode generator.Mode) (*child, error) {
+		c, err := node.bridgeIn(ctx, cgroups[i], mode, daemonSetMemLimit)
+		if cg := cgroups[i]; cg != nil {
+			row := limitRow(cg, mode, size, cfg.cgroupLimit, err == nil)
+			limitRows = append(limitRows, row)
+			if err != nil {
+				kills, _ := cg.oomKills()
+				err = fmt.Errorf("%w (in a memory cgroup limited to %d MiB: %d OOM kills, %s MiB at most)", err, cfg.cgroupLimit>>20, kills, row.unit.format(row.values[0]))
+			}
+		}
+		return c, err
 	}
-	if evented, err = node.bridge(ctx, generator.ModeEvented, daemonSetMemLimit); err != nil {
-		return nil, err
+	if generic, err = startBridge(0, generator.ModeGeneric); err != nil {
+		return limitRows, err
+	}
+	if evented, err = startBridge(1, generator.ModeEvented); err != nil {
+		return limitRows, err
 	}
 	if bare, err = node.bare(ctx); err != nil {
 		return nil, err
@@ -187,7 +222,22 @@ func measureNode(ctx context.Context, size nodeSize, natsURL string, cfg idleCon
 		return m
 	}
 	rows = append(rows, rssRow("generic", prev[0]), rssRow("evented", prev[1]))
-	return rows, nil
+	return append(rows, limitRows...), nil
+}
+
+// limitRow reports a bridge's first relist under a memory cgroup's limit:
+// the most the kernel charged to it (its anonymous memory and the page
+// cache of its files), and whether it got through (became ready, and was
+// not killed for want of memory).
+func limitRow(cg *memCgroup, mode generator.Mode, size nodeSize, limit int64, ready bool) measurement {
+	peak, err := cg.peak()
+	kills, kerr := cg.oomKills()
+	ok := ready && err == nil && kerr == nil && kills == 0
+	return measurement{
+		name: fmt.Sprintf("first relist in a %d MiB memory cgroup, %s, %s", limit>>20, mode, size), unit: mebibytes,
+		values: []float64{float64(peak) / (1 << 20)},
+		target: "no OOM kill", met: func(measurement) bool { return ok },
+	}
 }
 
 func statsOf(cs []*child) ([]childStats, error) {

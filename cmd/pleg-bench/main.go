@@ -76,6 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	window := fs.Duration("window", 30*time.Second, "idle CPU window; at least the evented safety-net relist period, so that each window holds one")
 	settle := fs.Duration("settle", 3*time.Second, "how long the processes run once ready before the first idle window")
 	memoryOnly := fs.Bool("memory-only", false, "run the measured bridges without a data directory (no checkpoint, no spool written through), to see what the durable state costs")
+	cgroupLimit := fs.Bool("cgroup-limit", true, "run the peak RSS sizes' bridges each in a memory cgroup limited to the DaemonSet's 192 MiB, where this process may make one, and report whether the first relist gets through")
 	bridgeEnv := fs.String("bridge-env", "", "environment variables added to the measured bridges' (after the DaemonSet's GOMEMLIMIT), space-separated, e.g. GOGC=50")
 	reps := fs.Int("reps", 2, "repetitions of each idle window, relist benchmark, throughput run and latency mode")
 	logLevel := fs.String("log-level", "warn", "log level of the bridge under test: debug, info, warn or error")
@@ -138,12 +139,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--window=%v: must be positive", *window)
 	}
 
+	var limit int64 // the peak RSS sizes' memory cgroup limit
+	if *cgroupLimit {
+		limit = daemonSetMemoryLimit
+	}
 	var rows []measurement
 	if *idle || *throughput {
 		err := withNATS(func(url string) error {
 			if *idle {
 				r, err := measureNodes(ctx, idleConfig{
 					sizes: sizes, window: *window, reps: *reps, settle: *settle, rssSizes: rssSizes, rssWindow: 10 * time.Second, memoryOnly: *memoryOnly, bridgeEnv: strings.Fields(*bridgeEnv),
+					cgroupLimit: limit,
 				}, url, stderr)
 				if err != nil {
 					return err

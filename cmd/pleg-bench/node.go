@@ -52,11 +52,19 @@ type child struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *bufio.Scanner
+	// cgroup is the memory cgroup the child runs in, nil for none.
+	cgroup *memCgroup
 }
 
 // startChild starts this executable as the child spec describes, with extra
 // environment variables, and waits until it is ready.
 func startChild(ctx context.Context, name string, spec childSpec, extraEnv ...string) (*child, error) {
+	return startChildIn(ctx, nil, name, spec, extraEnv...)
+}
+
+// startChildIn is startChild with the child in the memory cgroup cg (nil:
+// none) from its start.
+func startChildIn(ctx context.Context, cg *memCgroup, name string, spec childSpec, extraEnv ...string) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -66,6 +74,10 @@ func startChild(ctx context.Context, name string, spec childSpec, extraEnv ...st
 		return nil, err
 	}
 	cmd := exec.Command(exe)
+	if cg != nil {
+		path, args := cg.wrap(exe)
+		cmd = exec.Command(path, args...)
+	}
 	cmd.Env = append(append(os.Environ(), childEnv+"="+string(b)), extraEnv...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -79,7 +91,7 @@ func startChild(ctx context.Context, name string, spec childSpec, extraEnv ...st
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	c := &child{name: name, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	c := &child{name: name, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout), cgroup: cg}
 	ready := make(chan error, 1)
 	go func() {
 		if !c.out.Scan() {
@@ -165,6 +177,11 @@ func startNode(ctx context.Context, dir, natsURL string, size nodeSize, memoryOn
 // bridge starts a bridge in mode on the node, with a data directory of its
 // own, as the DaemonSet runs it.
 func (n *nodeRun) bridge(ctx context.Context, mode generator.Mode, extraEnv ...string) (*child, error) {
+	return n.bridgeIn(ctx, nil, mode, extraEnv...)
+}
+
+// bridgeIn is bridge in the memory cgroup cg (nil: none).
+func (n *nodeRun) bridgeIn(ctx context.Context, cg *memCgroup, mode generator.Mode, extraEnv ...string) (*child, error) {
 	n.nodes++
 	// The directory is unique: a node name is never used twice in a run,
 	// so the stream holds each bridge's messages apart.
@@ -173,7 +190,7 @@ func (n *nodeRun) bridge(ctx context.Context, mode generator.Mode, extraEnv ...s
 	if n.memoryOnly {
 		data = ""
 	}
-	c, err := startChild(ctx, string(mode)+" bridge", childSpec{
+	c, err := startChildIn(ctx, cg, string(mode)+" bridge", childSpec{
 		Role: roleBridge, Socket: n.socket, Mode: mode, NATSURL: n.natsURL, DataDir: data, Node: node,
 	}, append(extraEnv, n.bridgeEnv...)...)
 	if err != nil {
