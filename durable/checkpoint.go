@@ -22,7 +22,7 @@ import (
 // duplicate window.
 //
 // RecordAck only notes the ack in memory; the Store's Run writes the acks
-// noted since its last write, within 500 ms, in one transaction. Acks not
+// noted since its last write, within 100 ms, in one transaction. Acks not
 // yet written are lost by a crash; their messages were stored after the
 // sequence written last, so the restarted publisher finds them in the
 // stream and does not publish them again. Records are keyed by container
@@ -101,27 +101,25 @@ func (c *Checkpoint) waiting() bool {
 	return len(c.pending) > 0
 }
 
-// take returns, for a flush, the acks not yet written (if acks) with the
-// highest sequence recorded with them, and the containers removed more
-// than keepRemoved before now (if collect). It
-// takes them together: a collection writes the pending acks of the
-// containers it deletes in its own transaction, else they would be written
-// after it and stay in the file until a restart (the acks of events
-// delivered late, from the spool after a long outage, may be due for
-// collection when they come).
-func (c *Checkpoint) take(acks, collect bool, now time.Time) (map[string]record, uint64, []string) {
+// take returns, for a flush, the acks not yet written with the highest
+// sequence recorded with them, and the containers removed more than
+// keepRemoved before now (if collect). It takes them together: a
+// collection writes the pending acks of the containers it deletes in its
+// own transaction, else they would be written after it and stay in the
+// file until a restart (the acks of events delivered late, from the spool
+// after a long outage, may be due for collection when they come).
+func (c *Checkpoint) take(collect bool, now time.Time) (map[string]record, uint64, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var ids []string
 	if collect {
-		acks = true
 		for id, at := range c.removed {
 			if now.Sub(at) > keepRemoved {
 				ids = append(ids, id)
 			}
 		}
 	}
-	if !acks || len(c.pending) == 0 {
+	if len(c.pending) == 0 {
 		return nil, 0, ids
 	}
 	p, seq := c.pending, c.seq

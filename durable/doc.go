@@ -12,11 +12,9 @@
 // number; value: the same record).
 //
 // The users never wait on the disk: Checkpoint.RecordAck and Spool.Append
-// only note in memory, and Store.Run writes what was noted in one bbolt
-// transaction per flush (the spool's appends within 100 ms, the checkpoint
-// and the spool's removals, which go with their acks, within 500 ms), or a
-// few when the appends exceed a megabyte. The crash windows follow from
-// that:
+// only note in memory, and Store.Run writes what was noted within 100 ms,
+// in one bbolt transaction per flush (a few when there are more than 1,024
+// acks or a megabyte of appends). The crash windows follow from that:
 //
 //   - Acks not yet written are lost by a crash, and the sequence with
 //     them. Their messages were stored after the sequence last written
@@ -49,7 +47,7 @@
 //   - a flush of 100 new acks: 4.5-7.6 ms [10-15] where the journal took
 //     1.1-3.6 ms [3.2-8.7] with its compactions amortised (0.7-2.9 ms for
 //     the append alone): about 4 [1.6] times the journal, and still a
-//     sixtieth [thirtieth] of the 500 ms a flush must keep within;
+//     sixtieth [thirtieth] of the 500 ms a flush kept within then;
 //   - a flush that also collects removed containers: 6.5-12 ms [12-26];
 //     the journal collected only by rewriting its snapshot, 106-162 ms
 //     [171-388];

@@ -26,9 +26,9 @@ type SpoolEntry struct {
 //
 // Append only encodes the events and queues them in memory: it never waits
 // for the disk, because the generator's goroutine calls it. The Store's
-// Run writes the queued appends within 100 ms, and removes the entries
-// marked Done with the checkpoint's acks, within 500 ms: fsynced in
-// batches, as Vector's disk buffer is. An entry Done before it was written
+// Run writes the queued appends and removes the entries marked Done within
+// 100 ms, with the checkpoint's acks: fsynced in batches, as Vector's disk
+// buffer is. An entry Done before it was written
 // is never written (nor, for AppendTaken's copies, encoded). Take
 // reads entries back in order, from the file or from the queue of
 // unwritten appends. Only that queue is held in memory, with the size of
@@ -368,8 +368,7 @@ func delivered(ckpt *bolt.Bucket, r record) bool {
 
 // Done marks a taken entry delivered (acked) or given up: its bytes are
 // free at once, and it is removed from the file by the Store's next write
-// of the checkpoint (within 500 ms), or never written if no write took it
-// yet. Record the entry's ack (Checkpoint.RecordAck) before calling Done, so
+// (within 100 ms), or never written if no write took it yet. Record the entry's ack (Checkpoint.RecordAck) before calling Done, so
 // that they reach the disk in the same transaction. Done of an entry not
 // taken, or already Done, does nothing. It is safe for concurrent use.
 func (s *Spool) Done(seq uint64) {
@@ -488,17 +487,14 @@ const writeBudget = 1 << 20
 
 // writes returns what the next flush writes: the queued appends up to
 // about writeBudget bytes of them (encoding the entries appended taken),
-// and, if withDone, the entries Done since the last write that took them.
-// Removals wait for the checkpoint's writes, which carry their acks: an
-// entry Done stays in the file a little longer, and nothing is written
-// while every event is acked before the spool's next write.
-func (s *Spool) writes(withDone bool) spoolWrites {
+// and the entries Done since the last write that took them. Nothing is
+// written for an entry Done before a write took it, so nothing at all
+// while every event is acked before the next write.
+func (s *Spool) writes() spoolWrites {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var w spoolWrites
-	if withDone {
-		w.done, s.done = s.done, nil
-	}
+	w := spoolWrites{done: s.done}
+	s.done = nil
 	budget := writeBudget
 	n := 0
 	for ; n < len(s.queued) && budget > 0; n++ {

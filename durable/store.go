@@ -30,13 +30,15 @@ const (
 	// a bridge that is being replaced to exit, short enough that a second
 	// bridge on the same directory fails at start, not after a while.
 	lockTimeout = time.Second
-	// tick is how often Run looks for something to write: the spool's
-	// appends and removals are written within a tick.
+	// tick is how often Run looks for something to write: the
+	// checkpoint's acks and the spool's appends and removals are written
+	// within a tick. It bounds what a crash loses: the acks of the last
+	// tick, whose containers the restarted bridge knows of only if they
+	// still exist (a container started and acked, then removed while the
+	// bridge was down, is reported gone only if its ack was written).
+	// Writing the acks every 500 ms instead, to save fsyncs, lost such
+	// removals in the containerd 1.7 soak's bridge kill.
 	tick = 100 * time.Millisecond
-	// checkpointTicks makes the checkpoint's acks wait at most 500 ms when
-	// nothing else is written: within a second of the acks it records
-	// (the bridge's promise), with one fsync where a flush per tick would take five.
-	checkpointTicks = 5
 	// gcInterval is how often Run looks for removed containers to drop:
 	// once a minute. They are kept generator.DefaultTombstoneTTL, so a
 	// minute more or less changes nothing, and no flush pays for the search.
@@ -357,9 +359,8 @@ func (s *Store) Checkpoint() *Checkpoint { return s.ckpt }
 // Spool returns the store's spool, or nil when Options.SpoolMaxBytes is 0.
 func (s *Store) Spool() *Spool { return s.spool }
 
-// Run writes until ctx is done: the spool's appends and removals within
-// 100 ms, the checkpoint's acks within 500 ms (sooner when the spool is
-// written anyway: one transaction carries both), and once a minute drops
+// Run writes until ctx is done: the checkpoint's acks and the spool's
+// appends and removals within 100 ms, and once a minute drops
 // the containers removed more than generator.DefaultTombstoneTTL ago. Each
 // write is one bbolt transaction, fsynced when it commits; without
 // anything new it does no I/O, and it ticks only while something waits to
@@ -375,8 +376,8 @@ func (s *Store) Run(ctx context.Context) error {
 	// ticking is false while nothing waits: t's channel is then not waited
 	// on, which keeps it from firing (Go 1.23 and later).
 	ticking := true
-	flush := func(now time.Time, withCheckpoint, collect bool) {
-		err := s.flush(now, withCheckpoint, collect)
+	flush := func(now time.Time, collect bool) {
+		err := s.flush(now, collect)
 		switch {
 		case err != nil && !failing:
 			s.logger.Warn("cannot write durable state; retrying", "path", s.path, "err", err)
@@ -389,29 +390,28 @@ func (s *Store) Run(ctx context.Context) error {
 	// The first tick also collects: a restart may find containers whose
 	// time is up.
 	first := true
-	for n := 1; ; {
+	for {
 		var tc <-chan time.Time
 		if ticking || first {
 			tc = t.C
 		}
 		select {
 		case <-ctx.Done():
-			if err := s.flush(time.Now(), true, false); err != nil {
+			if err := s.flush(time.Now(), false); err != nil {
 				s.logger.Warn("write durable state at shutdown; what it missed will be re-published after the restart", "path", s.path, "err", err)
 			}
 			return nil
 		case <-s.wake:
 			if !ticking {
-				// The intervals start from the first thing to write.
-				ticking, n = true, 1
+				// The interval starts from the first thing to write.
+				ticking = true
 				t.Reset(tick)
 			}
 		case now := <-gc.C:
-			flush(now, true, true)
+			flush(now, true)
 		case now := <-tc:
-			flush(now, n%checkpointTicks == 0, first)
+			flush(now, first)
 			first = false
-			n++
 		}
 	}
 }
@@ -425,7 +425,7 @@ func (s *Store) waiting() bool {
 // Close writes what Run has not (nothing, after Run returned) and closes
 // the file. Call it once, after Run returned.
 func (s *Store) Close() error {
-	if err := s.flush(time.Now(), true, false); err != nil {
+	if err := s.flush(time.Now(), false); err != nil {
 		s.logger.Warn("write durable state at close", "path", s.path, "err", err)
 	}
 	if err := s.db.Close(); err != nil {
@@ -440,19 +440,18 @@ func (s *Store) Close() error {
 // only when withCheckpoint), and, when collect, deletes the containers
 // removed more than keepRemoved before now. It does nothing when there is nothing to
 // write. On failure everything it took is put back for the next flush.
-func (s *Store) flush(now time.Time, withCheckpoint, collect bool) error {
+func (s *Store) flush(now time.Time, collect bool) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	// The spool's changes first, then the acks: an entry's ack is recorded
 	// before its Done, so a Done this flush writes comes with its ack, and
 	// no crash finds an entry gone from the spool and missing from the
 	// checkpoint (that event would be published again as new).
-	withCheckpoint = withCheckpoint || collect
 	var w spoolWrites
 	if s.spool != nil {
-		w = s.spool.writes(withCheckpoint)
+		w = s.spool.writes()
 	}
-	acks, seq, expired := s.ckpt.take(withCheckpoint, collect, now)
+	acks, seq, expired := s.ckpt.take(collect, now)
 	keys := slices.Sorted(maps.Keys(acks))
 	for {
 		// The acks go in key order, ackBudget a transaction; the last
@@ -503,7 +502,7 @@ func (s *Store) flush(now time.Time, withCheckpoint, collect bool) error {
 			return nil
 		}
 		// The rest of the spool's appends, a transaction per budget.
-		w, acks, seq, expired = s.spool.writes(false), nil, 0, nil
+		w, acks, seq, expired = s.spool.writes(), nil, 0, nil
 	}
 }
 

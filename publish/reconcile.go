@@ -11,8 +11,8 @@ import (
 
 // Reconciliation with an earlier run, and the sequence OnAck reports.
 //
-// The checkpoint writes its acks every 500 ms, so a crash loses the acks of
-// the last half second or so, and of the messages in flight. The restarted
+// The checkpoint writes its acks every 100 ms, so a crash loses the acks of
+// the last tenth of a second or so, and of the messages in flight. The restarted
 // generator reports those events again, with the same ids; if the restart
 // comes after the stream's duplicate window, JetStream stores them a second
 // time. So before the first publish of a run, the Publisher reads back the

@@ -65,7 +65,7 @@ import (
 // Crash windows, after the duplicate window (within it, ids make any
 // re-send harmless):
 //
-//   - Acks not yet written by the checkpoint (500 ms of them), and messages
+//   - Acks not yet written by the checkpoint (100 ms of them), and messages
 //     in flight: their messages were stored after the sequence the
 //     checkpoint wrote, the read at the restart finds them, and the events
 //     the generator reports again are not published.
