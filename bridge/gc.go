@@ -12,7 +12,7 @@ import (
 
 // Defaults of Options.StartupGCPercent and Options.GCPercent.
 const (
-	DefaultStartupGCPercent = 25
+	DefaultStartupGCPercent = 10
 	// DefaultGCPercent is the steady target in the modes that follow
 	// events: Go's own default.
 	DefaultGCPercent = 100
@@ -23,10 +23,10 @@ const (
 )
 
 // genericBigHeap is the live heap from which generic mode takes
-// DefaultGenericGCPercent: about 2,500 pods and 10,000 containers. Below
-// it, the relist's garbage is small and a lower target would cost more
-// collections than it saves memory.
-const genericBigHeap = 24 << 20
+// DefaultGenericGCPercent: about 500 pods and 2,500 containers. Below it
+// (110/330 holds 3-5 MiB), the relist's garbage is small and a lower
+// target would cost more collections than it saves memory.
+const genericBigHeap = 8 << 20
 
 // startupGCLimit bounds how long the start-up target holds once the first
 // relist is merged, when its events cannot all be delivered (NATS down at
@@ -66,14 +66,14 @@ func liveHeap() uint64 {
 // 5,000 containers), asks every container's status, and publishes and
 // writes through an event for each, most of it garbage soon after. With
 // GOGC=100 the heap grows to twice what is live at that moment: the peak
-// RSS was 64-77 MiB at 1,000/5,000 against a 64 MiB target, 58-59 MiB
-// with 25 for the start-up alone. Generic mode lists the whole node every
-// second: on a big node (5,000/20,000) its steady relists at 100 reached
-// 184 MiB, and 126-157 MiB at 50; on a small one (110/330) 50 cost 1.2-1.6x
-// the bare relist loop's CPU, 100 0.8-0.9x (pleg-bench, BENCHMARKS.md), so
-// the live heap after the first relist decides. The modes that follow
-// events keep 100: under churn a lower target costs CPU on every
-// transition.
+// RSS was 64-77 MiB at 1,000/5,000 against a 64 MiB target; 55-77 with 25
+// for the start-up alone, 51-60 with 10. Generic mode lists the whole node
+// every second: on a big node (5,000/20,000) its steady relists at 100
+// reached 184 MiB, and 126-157 MiB at 50, and at 1,000/5,000 they made its
+// peak at 100 (up to 64 MiB); on a small one (110/330) 50 cost 1.2-1.6x the
+// bare relist loop's CPU, 100 0.8-0.9x (pleg-bench, BENCHMARKS.md), so the
+// live heap after the first relist decides. The modes that follow events
+// keep 100: under churn a lower target costs CPU on every transition.
 func (p *pipeline) tuneGC(ctx context.Context) {
 	if os.Getenv("GOGC") != "" {
 		return

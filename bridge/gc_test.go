@@ -58,8 +58,8 @@ func TestTheGCTargetIsLowUntilTheFirstRelistIsAcked(t *testing.T) {
 	}
 }
 
-// TestGenericModeTakesALowerTargetOnABigNode: from a live heap of 24 MiB
-// after the first relist (about 2,500 pods), generic mode's relists every
+// TestGenericModeTakesALowerTargetOnABigNode: from a live heap of 8 MiB
+// after the first relist (about 500 pods), generic mode's relists every
 // second would double a big heap.
 func TestGenericModeTakesALowerTargetOnABigNode(t *testing.T) {
 	t.Parallel()
@@ -69,8 +69,8 @@ func TestGenericModeTakesALowerTargetOnABigNode(t *testing.T) {
 		heap uint64
 		want int
 	}{
-		{generator.ModeGeneric, 0, 23 << 20, bridge.DefaultGCPercent},
-		{generator.ModeGeneric, 0, 24 << 20, bridge.DefaultGenericGCPercent},
+		{generator.ModeGeneric, 0, 8<<20 - 1, bridge.DefaultGCPercent},
+		{generator.ModeGeneric, 0, 8 << 20, bridge.DefaultGenericGCPercent},
 		{generator.ModeEvented, 0, 200 << 20, bridge.DefaultGCPercent},
 		{generator.ModeGeneric, 80, 200 << 20, 80},
 	} {
