@@ -181,25 +181,5 @@ func BenchmarkStreamEventDecode(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("protobuf", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(raw)))
-		for b.Loop() {
-			var m runtimeapi.ContainerEventResponse
-			if err := proto.Unmarshal(raw, &m); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("listCodec", func(b *testing.B) {
-		c := newListCodec(nil)
-		b.ReportAllocs()
-		b.SetBytes(int64(len(raw)))
-		for b.Loop() {
-			var m runtimeapi.ContainerEventResponse
-			if err := c.Unmarshal(pieces(raw, 16<<10), &m); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	benchmarkDecoders(b, raw, func() proto.Message { return &runtimeapi.ContainerEventResponse{} })
 }
