@@ -90,7 +90,7 @@ func encodeRecord(r record) ([]byte, error) {
 }
 
 // recordSize is room for r's JSON unless its strings need many escapes:
-// the field names, punctuation and times, and its strings.
+// the field names, punctuation and times (448 bytes), and its strings.
 func recordSize(r *record) int {
 	n := 448 + len(r.Type) + len(r.PodUID) + len(r.Namespace) + len(r.PodName) + len(r.ID) + len(r.Name) +
 		len(r.Image) + len(r.ImageRef) + len(r.State) + len(r.Reason) + len(r.Message) + len(r.DetectedBy)

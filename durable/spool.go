@@ -199,24 +199,13 @@ func (s *Spool) AppendTaken(ev *generator.Event) (seq uint64, ok bool) {
 }
 
 // recordSizeEstimate is about the encoded size of ev's record, from the
-// lengths of its strings and the fixed part of the encoding, without
-// encoding it: what an entry appended taken counts against the bound until
-// a write encodes it. Escapes make a record longer than the estimate, and
-// the write corrects it.
+// lengths of its strings (recordSize), without encoding it: what an entry
+// appended taken counts against the bound until a write encodes it.
+// Escapes make a record longer than the estimate, and the write corrects
+// it.
 func recordSizeEstimate(ev *generator.Event) int64 {
-	const fixed = 448 // field names, punctuation, four times, numbers
-	n := fixed + len(ev.Type) + len(ev.Pod.UID) + len(ev.Pod.Namespace) + len(ev.Pod.Name) +
-		len(ev.Container.ID) + len(ev.Container.Name) + len(ev.Container.Image) + len(ev.Container.ImageRef) +
-		len(ev.State) + len(ev.Reason) + len(ev.Message) + len(ev.DetectedBy)
-	if m := ev.Pod.Meta; m != nil {
-		for k, v := range m.Labels {
-			n += len(k) + len(v) + 6
-		}
-		for k, v := range m.Annotations {
-			n += len(k) + len(v) + 6
-		}
-	}
-	return int64(n)
+	r := toRecord(*ev)
+	return int64(recordSize(&r))
 }
 
 // encode encodes the longest prefix of events that fits room bytes.

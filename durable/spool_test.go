@@ -487,8 +487,14 @@ func TestSpoolWritesMoreThanAWriteBudgetInOneFlush(t *testing.T) {
 	if b := s.Spool().Bytes(); b < 4<<20 {
 		t.Fatalf("the events encode to %d bytes: too few to need several writes", b)
 	}
+	before := durable.CommittedTx(s)
 	if err := durable.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
+	}
+	// A transaction per megabyte, so that bbolt never holds all of them
+	// in memory at once.
+	if txs := durable.CommittedTx(s) - before; txs < 4 {
+		t.Errorf("one flush of %d bytes wrote %d transactions, want one per megabyte", s.Spool().Bytes(), txs)
 	}
 	s2, _ := open(t, crashImage(t, dir), opts)
 	defer closeStore(t, s2)

@@ -445,8 +445,12 @@ func TestFlushWritesManyAcksAndTheirSequence(t *testing.T) {
 		id := fmt.Sprintf("c%05d", (i*7919)%n)
 		s.Checkpoint().RecordAck(event("u", id, generator.ContainerStarted, t0), uint64(i+1))
 	}
+	before := durable.CommittedTx(s)
 	if err := durable.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
+	}
+	if txs := durable.CommittedTx(s) - before; txs != 3 {
+		t.Errorf("one flush of %d acks wrote %d transactions, want 3 of at most 1,024", n, txs)
 	}
 	s2, _ := open(t, crashImage(t, dir), durable.Options{})
 	defer closeStore(t, s2)
