@@ -143,6 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *cgroupLimit {
 		limit = daemonSetMemoryLimit
 	}
+	cpu0, cpuOK := readCPUTimes()
 	var rows []measurement
 	if *idle || *throughput {
 		err := withNATS(func(url string) error {
@@ -197,7 +198,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rows = append(rows, latencyRows(all)...)
 	}
 	if len(rows) > 0 {
-		fmt.Fprintf(stdout, "summary: %d repetitions; idle windows of %v; ratios are per repetition, against the baseline measured beside it\n\n", *reps, *window)
+		fmt.Fprintf(stdout, "summary: %d repetitions; idle windows of %v; ratios are per repetition, against the baseline measured beside it\n", *reps, *window)
+		if cpu1, ok := readCPUTimes(); ok && cpuOK {
+			if note := stealNote(cpu0, cpu1); note != "" {
+				fmt.Fprintln(stdout, note)
+			}
+		}
+		fmt.Fprintln(stdout)
 		if err := writeMeasurements(stdout, rows); err != nil {
 			return err
 		}

@@ -65,8 +65,10 @@ func measureThroughput(ctx context.Context, cfg throughputConfig, natsURL string
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(progress, "throughput: %d transitions in %v, %d missing; bridge %v, raw %v cpu per transition (raw acked %d)\n",
-			r.transitions, r.elapsed.Round(time.Millisecond), r.missing, r.bridgeCPU, r.rawCPU, r.rawAcked)
+		fmt.Fprintf(progress, "throughput: %d transitions in %v, %d missing; bridge %v, raw %v cpu per transition (raw acked %d); "+
+			"per transition: bridge %.2f read/write syscalls, %.2f context switches, %.1f KB allocated; raw %.2f, %.2f, %.1f KB\n",
+			r.transitions, r.elapsed.Round(time.Millisecond), r.missing, r.bridgeCPU, r.rawCPU, r.rawAcked,
+			r.bridgeSyscalls, r.bridgeSwitches, r.bridgeAlloc/1e3, r.rawSyscalls, r.rawSwitches, r.rawAlloc/1e3)
 		rates = append(rates, float64(r.transitions)/cfg.duration.Seconds())
 		lags = append(lags, float64(r.elapsed-cfg.duration)/float64(time.Millisecond))
 		missing = append(missing, float64(r.missing))
@@ -108,6 +110,11 @@ type throughputResult struct {
 	missing           int
 	bridgeCPU, rawCPU time.Duration // per transition; the raw publisher's per message it had acked
 	rawAcked          int
+	// Read and write syscalls and context switches per transition, the
+	// raw publisher's per message it had acked.
+	bridgeSyscalls, bridgeSwitches, rawSyscalls, rawSwitches float64
+	// Heap bytes allocated per transition; the raw publisher's per message.
+	bridgeAlloc, rawAlloc float64
 }
 
 func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL string, js jetstream.JetStream) (_ throughputResult, err error) {
@@ -226,6 +233,13 @@ func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL st
 		bridgeCPU:   (b1.CPU - b0.CPU) / time.Duration(n),
 		rawCPU:      (r1.CPU - r0.CPU) / time.Duration(max(1, r1.Events-r0.Events)),
 		rawAcked:    r1.Events - r0.Events,
+
+		bridgeSyscalls: float64(b1.Syscalls-b0.Syscalls) / float64(n),
+		bridgeSwitches: float64(b1.Switches-b0.Switches) / float64(n),
+		rawSyscalls:    float64(r1.Syscalls-r0.Syscalls) / float64(max(1, r1.Events-r0.Events)),
+		rawSwitches:    float64(r1.Switches-r0.Switches) / float64(max(1, r1.Events-r0.Events)),
+		bridgeAlloc:    float64(b1.Allocated-b0.Allocated) / float64(n),
+		rawAlloc:       float64(r1.Allocated-r0.Allocated) / float64(max(1, r1.Events-r0.Events)),
 	}, nil
 }
 
