@@ -1,6 +1,8 @@
 package durable
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +37,11 @@ type Checkpoint struct {
 
 	mu      sync.Mutex
 	pending map[string]record // guarded by mu; by ckptKey, acked but not yet written
+	// slots holds the slot of each container with a record in the file or
+	// pending (see ckptKey), and next the slot the next new container
+	// gets. Guarded by mu.
+	slots map[string]uint64
+	next  uint64
 	// seq is the highest sequence recorded with the pending acks; 0 with
 	// none. Guarded by mu.
 	seq uint64
@@ -46,8 +53,29 @@ type Checkpoint struct {
 	wake chan<- struct{}
 }
 
-func newCheckpoint(restored []generator.Event, seq uint64, removed map[string]time.Time) *Checkpoint {
-	return &Checkpoint{restored: restored, restoredSeq: seq, pending: map[string]record{}, removed: removed}
+func newCheckpoint(restored []generator.Event, seq uint64, removed map[string]time.Time, slots map[string]uint64, next uint64) *Checkpoint {
+	return &Checkpoint{restored: restored, restoredSeq: seq, pending: map[string]record{}, removed: removed,
+		slots: slots, next: max(next, 1)}
+}
+
+// keyLocked returns the key of the record of container id and type typ,
+// giving the container the next slot if it has none. The caller holds mu.
+func (c *Checkpoint) keyLocked(id string, typ generator.LifecycleEventType) string {
+	slot, ok := c.slots[id]
+	if !ok {
+		slot = c.next
+		c.next++
+		c.slots[id] = slot
+	}
+	return ckptKey(slot, id, typ)
+}
+
+// slot returns the slot of container id, if it has one.
+func (c *Checkpoint) slot(id string) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	slot, ok := c.slots[id]
+	return slot, ok
 }
 
 // Restored returns the events the checkpoint held at Open, one per
@@ -70,14 +98,13 @@ func (c *Checkpoint) RecordAck(ev generator.Event, seq uint64) {
 	// The checkpoint only tells the generator what was published; labels
 	// would multiply its size by a pod's labels for every container.
 	r.PodLabels, r.PodAnnotations = nil, nil
-	k := ckptKey(r.ID, r.Type)
 	at := r.ObservedAt
 	if r.Type == generator.ContainerRemoved && at.IsZero() {
 		at = time.Now() // see removedAt
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.pending[k] = r
+	c.pending[c.keyLocked(r.ID, r.Type)] = r
 	c.seq = max(c.seq, seq)
 	if r.Type == generator.ContainerRemoved {
 		c.removed[r.ID] = at
@@ -85,8 +112,8 @@ func (c *Checkpoint) RecordAck(ev generator.Event, seq uint64) {
 		// gone (see delivered for the spool). The acks of its earlier
 		// events that are not written yet need not be: under churn most
 		// containers start, die and are removed within one write.
-		delete(c.pending, ckptKey(r.ID, generator.ContainerStarted))
-		delete(c.pending, ckptKey(r.ID, generator.ContainerDied))
+		delete(c.pending, c.keyLocked(r.ID, generator.ContainerStarted))
+		delete(c.pending, c.keyLocked(r.ID, generator.ContainerDied))
 	}
 	select {
 	case c.wake <- struct{}{}:
@@ -118,6 +145,8 @@ func (c *Checkpoint) take(collect bool, now time.Time) (map[string]record, uint6
 				ids = append(ids, id)
 			}
 		}
+		// In slot order: the deletions walk the file from one end.
+		slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(c.slots[a], c.slots[b]) })
 	}
 	if len(c.pending) == 0 {
 		return nil, 0, ids
@@ -151,5 +180,20 @@ func (c *Checkpoint) collected(ids []string) {
 	defer c.mu.Unlock()
 	for _, id := range ids {
 		delete(c.removed, id)
+		delete(c.slots, id)
 	}
+}
+
+// prefixes returns the key prefixes (see ckptKey) of the records of the
+// containers ids; a container without a slot has no record.
+func (c *Checkpoint) prefixes(ids []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if slot, ok := c.slots[id]; ok {
+			out = append(out, ckptPrefix(slot, id))
+		}
+	}
+	return out
 }

@@ -7,9 +7,14 @@
 // NATS is back). Both live in one bbolt file, state.db, in three buckets:
 // meta (format version, node name, and the checkpoint's stream sequence,
 // up to which the publisher vouches that every message this node stored
-// was acked and recorded), checkpoint (key: container ID, NUL, event type;
-// value: the event record as JSON) and spool (key: big-endian sequence
-// number; value: the same record).
+// was acked and recorded), checkpoint (key: the container's slot, 8 bytes
+// big-endian, given in the order of the containers' first acks, then the
+// container ID, NUL, event type; value: the event record as JSON) and spool
+// (key: big-endian sequence number; value: the same record). A store of
+// format "1", whose checkpoint keys had no slot, is rewritten at Open; a
+// bridge of that format sets a store of this one aside as corrupt, and
+// re-publishes what it held (the event ids make that harmless within the
+// stream's duplicate window).
 //
 // The users never wait on the disk: Checkpoint.RecordAck and Spool.Append
 // only note in memory, and Store.Run writes what was noted within 100 ms,

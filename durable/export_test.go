@@ -21,3 +21,10 @@ func CommittedTx(s *Store) int {
 	})
 	return id
 }
+
+// PagesWritten returns the pages the store's write transactions have
+// written to the file so far (one write system call each).
+func PagesWritten(s *Store) int64 {
+	st := s.db.Stats()
+	return st.TxStats.GetWrite()
+}

@@ -57,6 +57,9 @@ type Spool struct {
 	// earlier is the first sequence number of this process: lower entries
 	// were found at Open. Never modified.
 	earlier uint64
+	// slotOf returns the slot of a container's checkpoint records
+	// (Checkpoint.slot), to look for an entry's ack. Never modified.
+	slotOf func(id string) (uint64, bool)
 
 	// takeMu serialises Take, which holds it while it reads the file: only
 	// another Take waits on it, never Append, Done or a flush.
@@ -133,9 +136,9 @@ func readSpoolExtent(tx *bolt.Tx, path string) (spoolExtent, error) {
 	return e, nil
 }
 
-func newSpool(db *bolt.DB, maxBytes int64, e spoolExtent, logger *slog.Logger) *Spool {
+func newSpool(db *bolt.DB, maxBytes int64, e spoolExtent, slotOf func(string) (uint64, bool), logger *slog.Logger) *Spool {
 	return &Spool{
-		db: db, max: maxBytes, logger: logger, earlier: e.next,
+		db: db, max: maxBytes, logger: logger, earlier: e.next, slotOf: slotOf,
 		next: e.next, takeNext: e.first, inFile: e.next, writing: e.next,
 		untaken: e.count, bytes: e.bytes, taken: map[uint64]int64{},
 	}
@@ -303,7 +306,7 @@ func (s *Spool) readFile(out []SpoolEntry, max int, from, inFile uint64) (_ []Sp
 				badBytes += int64(len(v))
 				continue
 			}
-			if seq < s.earlier && delivered(ckpt, r) {
+			if seq < s.earlier && delivered(ckpt, s.slotOf, r) {
 				dropped++
 				bad = append(bad, seq)
 				badBytes += int64(len(v))
@@ -346,13 +349,17 @@ func (s *Spool) readFile(out []SpoolEntry, max int, from, inFile uint64) (_ []Sp
 // publisher's read of the stream at start covers only the messages stored
 // after the checkpoint's sequence, and the sequence written with this
 // entry's ack may be past its message.
-func delivered(ckpt *bolt.Bucket, r record) bool {
+func delivered(ckpt *bolt.Bucket, slotOf func(string) (uint64, bool), r record) bool {
+	slot, ok := slotOf(r.ID)
+	if !ok {
+		return false // no record of the container
+	}
 	// The publisher delivers a pod's events in order, each once the one
 	// before it is acked (or given up): an acked ContainerRemoved means
 	// the container's earlier events were, and the checkpoint may keep
 	// only that (Checkpoint.RecordAck).
-	return ckpt.Get([]byte(ckptKey(r.ID, r.Type))) != nil ||
-		ckpt.Get([]byte(ckptKey(r.ID, generator.ContainerRemoved))) != nil
+	return ckpt.Get([]byte(ckptKey(slot, r.ID, r.Type))) != nil ||
+		ckpt.Get([]byte(ckptKey(slot, r.ID, generator.ContainerRemoved))) != nil
 }
 
 // Done marks a taken entry delivered (acked) or given up: its bytes are
@@ -432,7 +439,7 @@ func (s *Spool) Restored() []generator.Event {
 		c := tx.Bucket([]byte(bucketSpool)).Cursor()
 		for k, v := c.First(); k != nil && binary.BigEndian.Uint64(k) < s.earlier; k, v = c.Next() {
 			r, err := decodeRecord(v)
-			if err != nil || delivered(ckpt, r) {
+			if err != nil || delivered(ckpt, s.slotOf, r) {
 				continue // Take drops it
 			}
 			evs = append(evs, r.event())
