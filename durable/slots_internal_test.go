@@ -140,33 +140,29 @@ func TestOpenRekeysAFormatV1Store(t *testing.T) {
 		if err := meta.Put([]byte(keySequence), binary.BigEndian.AppendUint64(nil, 42)); err != nil {
 			return err
 		}
-		ck, err := tx.CreateBucket([]byte(bucketCheckpoint))
-		if err != nil {
-			return err
-		}
-		for _, ev := range acked {
-			data, err := encodeRecord(toRecord(ev))
+		// put writes ev's record into a new bucket under key(i, ev).
+		put := func(bucket string, evs []generator.Event, key func(int, generator.Event) []byte) error {
+			b, err := tx.CreateBucket([]byte(bucket))
 			if err != nil {
 				return err
 			}
-			if err := ck.Put([]byte(ev.Container.ID+"\x00"+string(ev.Type)), data); err != nil {
-				return err
+			for i, ev := range evs {
+				data, err := encodeRecord(toRecord(ev))
+				if err != nil {
+					return err
+				}
+				if err := b.Put(key(i, ev), data); err != nil {
+					return err
+				}
 			}
+			return nil
 		}
-		sp, err := tx.CreateBucket([]byte(bucketSpool))
-		if err != nil {
+		if err := put(bucketCheckpoint, acked, func(_ int, ev generator.Event) []byte {
+			return []byte(ev.Container.ID + "\x00" + string(ev.Type))
+		}); err != nil {
 			return err
 		}
-		for i, ev := range spooled {
-			data, err := encodeRecord(toRecord(ev))
-			if err != nil {
-				return err
-			}
-			if err := sp.Put(seqKey(uint64(i+1)), data); err != nil {
-				return err
-			}
-		}
-		return nil
+		return put(bucketSpool, spooled, func(i int, _ generator.Event) []byte { return seqKey(uint64(i + 1)) })
 	})
 	if err != nil {
 		t.Fatal(err)
