@@ -407,15 +407,28 @@ func (s *Store) Run(ctx context.Context) error {
 			s.logger.Info("durable state written again", "path", s.path)
 		}
 		failing = err != nil
+		// Wakes that came while ticking are stale: taken before waiting
+		// looks, so that one for what came after is not lost.
+		select {
+		case <-s.wake:
+		default:
+		}
 		ticking = failing || s.waiting()
 	}
 	// The first tick also collects: a restart may find containers whose
 	// time is up.
 	first := true
 	for {
+		// While ticking, wake is not waited on: every ack and spool
+		// change sends on it, and a wake for each, under churn, was a
+		// goroutine woken for nothing, with its thread, per transition.
 		var tc <-chan time.Time
+		wake := s.wake
 		if ticking || first {
 			tc = t.C
+		}
+		if ticking {
+			wake = nil
 		}
 		select {
 		case <-ctx.Done():
@@ -423,12 +436,10 @@ func (s *Store) Run(ctx context.Context) error {
 				s.logger.Warn("write durable state at shutdown; what it missed will be re-published after the restart", "path", s.path, "err", err)
 			}
 			return nil
-		case <-s.wake:
-			if !ticking {
-				// The interval starts from the first thing to write.
-				ticking = true
-				t.Reset(tick)
-			}
+		case <-wake:
+			// The interval starts from the first thing to write.
+			ticking = true
+			t.Reset(tick)
 		case now := <-gc.C:
 			flush(now, true)
 		case now := <-tc:
