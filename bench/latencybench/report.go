@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// TargetRatio is the issue's target: evented p99 within this many times the
-// raw JetStream p99 of the same run.
-const TargetRatio = 3
+// TargetRatio is the target: evented p99 within this many times the raw
+// JetStream p99 of the same run (issue 13; 3 before it). pleg-bench's
+// table judges by it too.
+const TargetRatio = 2
 
 // Summary is the distribution of a set of latencies.
 type Summary struct {

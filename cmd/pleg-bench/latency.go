@@ -43,7 +43,7 @@ func latencyRows(results []latencybench.Result) []measurement {
 				}
 			}
 			if q.name == "p99" && mode == latencybench.ModeEvented && m.baseName != "" {
-				m.target, m.met = "≤2×", medianRatioAtMost(2)
+				m.target, m.met = fmt.Sprintf("≤%d×", latencybench.TargetRatio), medianRatioAtMost(latencybench.TargetRatio)
 			}
 			rows = append(rows, m)
 		}
