@@ -1,7 +1,6 @@
 package durable
 
 import (
-	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -37,11 +36,9 @@ type Checkpoint struct {
 
 	mu      sync.Mutex
 	pending map[string]record // guarded by mu; by ckptKey, acked but not yet written
-	// slots holds the slot of each container with a record in the file or
-	// pending (see ckptKey), and next the slot the next new container
-	// gets. Guarded by mu.
-	slots map[string]uint64
-	next  uint64
+	// slots gives the slot of each container with a record in the file
+	// or pending (see ckptKey). Guarded by mu.
+	slots slots
 	// seq is the highest sequence recorded with the pending acks; 0 with
 	// none. Guarded by mu.
 	seq uint64
@@ -53,28 +50,47 @@ type Checkpoint struct {
 	wake chan<- struct{}
 }
 
-func newCheckpoint(restored []generator.Event, seq uint64, removed map[string]time.Time, slots map[string]uint64, next uint64) *Checkpoint {
-	return &Checkpoint{restored: restored, restoredSeq: seq, pending: map[string]record{}, removed: removed,
-		slots: slots, next: max(next, 1)}
+func newCheckpoint(restored []generator.Event, seq uint64, removed map[string]time.Time, slots slots) *Checkpoint {
+	return &Checkpoint{restored: restored, restoredSeq: seq, pending: map[string]record{}, removed: removed, slots: slots}
+}
+
+// slots gives containers their slots (see ckptKey): each the next of a
+// counter, at the container's first record.
+type slots struct {
+	of   map[string]uint64
+	next uint64 // the next slot given; slots start at 1
+}
+
+func newSlots() slots { return slots{of: map[string]uint64{}, next: 1} }
+
+// get returns the slot of container id, giving it the next if it has none.
+func (s *slots) get(id string) uint64 {
+	slot, ok := s.of[id]
+	if !ok {
+		slot = s.next
+		s.next++
+		s.of[id] = slot
+	}
+	return slot
+}
+
+// found records that container id has slot, as read from the file.
+func (s *slots) found(id string, slot uint64) {
+	s.of[id] = slot
+	s.next = max(s.next, slot+1)
 }
 
 // keyLocked returns the key of the record of container id and type typ,
 // giving the container the next slot if it has none. The caller holds mu.
 func (c *Checkpoint) keyLocked(id string, typ generator.LifecycleEventType) string {
-	slot, ok := c.slots[id]
-	if !ok {
-		slot = c.next
-		c.next++
-		c.slots[id] = slot
-	}
-	return ckptKey(slot, id, typ)
+	return ckptKey(c.slots.get(id), id, typ)
 }
 
 // slot returns the slot of container id, if it has one.
 func (c *Checkpoint) slot(id string) (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	slot, ok := c.slots[id]
+	slot, ok := c.slots.of[id]
 	return slot, ok
 }
 
@@ -145,8 +161,6 @@ func (c *Checkpoint) take(collect bool, now time.Time) (map[string]record, uint6
 				ids = append(ids, id)
 			}
 		}
-		// In slot order: the deletions walk the file from one end.
-		slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(c.slots[a], c.slots[b]) })
 	}
 	if len(c.pending) == 0 {
 		return nil, 0, ids
@@ -180,20 +194,22 @@ func (c *Checkpoint) collected(ids []string) {
 	defer c.mu.Unlock()
 	for _, id := range ids {
 		delete(c.removed, id)
-		delete(c.slots, id)
+		delete(c.slots.of, id)
 	}
 }
 
 // prefixes returns the key prefixes (see ckptKey) of the records of the
-// containers ids; a container without a slot has no record.
+// containers ids, sorted, so that their deletion walks the file from one
+// end; a container without a slot has no record.
 func (c *Checkpoint) prefixes(ids []string) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
-		if slot, ok := c.slots[id]; ok {
+		if slot, ok := c.slots.of[id]; ok {
 			out = append(out, ckptPrefix(slot, id))
 		}
 	}
+	slices.Sort(out)
 	return out
 }

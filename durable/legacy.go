@@ -96,20 +96,13 @@ func importLegacy(db *bolt.DB, dir, node string, logger *slog.Logger, now time.T
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte(bucketCheckpoint))
-		next := nextSlot(b)
-		slots := map[string]uint64{}
+		slots := slotsAfter(b)
 		for _, r := range recs {
 			data, err := encodeRecord(r)
 			if err != nil {
 				return err
 			}
-			slot, ok := slots[r.ID]
-			if !ok {
-				slot = next
-				next++
-				slots[r.ID] = slot
-			}
-			if err := b.Put([]byte(ckptKey(slot, r.ID, r.Type)), data); err != nil {
+			if err := b.Put([]byte(ckptKey(slots.get(r.ID), r.ID, r.Type)), data); err != nil {
 				return fmt.Errorf("put checkpoint record: %w", err)
 			}
 		}

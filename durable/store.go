@@ -151,7 +151,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			l, err = s.load(db, dir, opts, now)
 			if err == nil {
 				s.db = db
-				s.ckpt = newCheckpoint(l.checkpoint, l.sequence, l.removed, l.slots, l.nextSlot)
+				s.ckpt = newCheckpoint(l.checkpoint, l.sequence, l.removed, l.slots)
 				s.ckpt.wake = s.wake
 				if opts.SpoolMaxBytes > 0 {
 					s.spool = newSpool(db, opts.SpoolMaxBytes, l.spool, s.ckpt.slot, logger)
@@ -243,8 +243,7 @@ type loaded struct {
 	checkpoint []generator.Event
 	sequence   uint64
 	removed    map[string]time.Time
-	slots      map[string]uint64 // by container: the slot of its records' keys
-	nextSlot   uint64
+	slots      slots // the slots of the containers' records' keys
 	containers int
 	spool      spoolExtent
 }
@@ -268,7 +267,7 @@ func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l lo
 		return l, err
 	}
 	l.removed = map[string]time.Time{}
-	l.slots = map[string]uint64{}
+	l.slots = newSlots()
 	err = db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket([]byte(bucketMeta)).Get([]byte(keySequence)); v != nil {
 			if len(v) != 8 {
@@ -289,8 +288,7 @@ func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l lo
 			if r.ID != last {
 				l.containers++
 				last = r.ID
-				l.slots[r.ID] = slot
-				l.nextSlot = max(l.nextSlot, slot+1)
+				l.slots.found(r.ID, slot)
 			}
 			if r.Type == generator.ContainerRemoved {
 				l.removed[r.ID] = removedAt(r, now)
@@ -594,18 +592,13 @@ func rekeyV1(tx *bolt.Tx) error {
 	}
 	type kv struct{ k, v []byte }
 	var recs []kv
-	slots := map[string]uint64{}
+	slots := newSlots()
 	err := old.ForEach(func(k, v []byte) error {
 		id, typ, ok := strings.Cut(string(k), "\x00")
 		if !ok {
 			return corrupt(fmt.Errorf("%s checkpoint key %q has no NUL", tx.DB().Path(), k))
 		}
-		slot, ok := slots[id]
-		if !ok {
-			slot = uint64(len(slots) + 1)
-			slots[id] = slot
-		}
-		recs = append(recs, kv{[]byte(ckptKey(slot, id, generator.LifecycleEventType(typ))), bytes.Clone(v)})
+		recs = append(recs, kv{[]byte(ckptKey(slots.get(id), id, generator.LifecycleEventType(typ))), bytes.Clone(v)})
 		return nil
 	})
 	if err != nil {
@@ -626,14 +619,14 @@ func rekeyV1(tx *bolt.Tx) error {
 	return nil
 }
 
-// nextSlot returns the slot after the highest in the checkpoint bucket b:
-// its last key's, as keys sort by slot first.
-func nextSlot(b *bolt.Bucket) uint64 {
-	k, _ := b.Cursor().Last()
-	if len(k) < 8 {
-		return 1
+// slotsAfter returns slots that give slots after the highest in the
+// checkpoint bucket b: its last key's, as keys sort by slot first.
+func slotsAfter(b *bolt.Bucket) slots {
+	s := newSlots()
+	if k, _ := b.Cursor().Last(); len(k) >= 8 {
+		s.next = binary.BigEndian.Uint64(k) + 1
 	}
-	return binary.BigEndian.Uint64(k) + 1
+	return s
 }
 
 // ackBudget bounds the acks of one transaction. bbolt holds a page buffer
