@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -31,5 +33,25 @@ func TestReadCPUTimes(t *testing.T) {
 	}
 	if !ok || c.total == 0 || c.steal > c.total {
 		t.Fatalf("readCPUTimes() = %+v, %v", c, ok)
+	}
+}
+
+func TestIOSyscallsCountsAWrite(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc/self/io is Linux's")
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := ioSyscalls()
+	for range 10 {
+		if _, err := f.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := ioSyscalls(); before <= 0 || after-before < 10 {
+		t.Fatalf("ioSyscalls() went from %d to %d over 10 writes", before, after)
 	}
 }
