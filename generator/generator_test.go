@@ -477,7 +477,10 @@ func TestAStopAsksForATargetedRelistThatFindsTheRemoval(t *testing.T) {
 		const delay = time.Second
 		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour, TargetedRelistDelay: delay})
 		stop := f.start(t)
-		synctest.Wait()
+		// Past the relist the connection asks for once the replay is over:
+		// run beside the changes below, it could list them before the stream
+		// reports them, and the events would say "relist".
+		advance(2 * time.Second)
 		m := f.rt.Model()
 		sb := must(m.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
 		c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
