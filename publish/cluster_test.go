@@ -222,28 +222,55 @@ func (cf *clusterFixture) failover(t *testing.T, fault, recover func()) {
 
 type streamTally struct{ stored, missing, duplicated, outOfOrder int }
 
+// readIDs reads the whole stream PLEG with an ordered consumer and returns
+// the Nats-Msg-Id of each message, in stream order.
+func readIDs(ctx context.Context, js jetstream.JetStream, deadline time.Time) ([]string, error) {
+	s, err := js.Stream(ctx, "PLEG")
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := js.OrderedConsumer(ctx, "PLEG", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for uint64(len(ids)) < info.State.Msgs && time.Now().Before(deadline) {
+		batch, err := cons.Fetch(int(info.State.Msgs)-len(ids), jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return nil, err
+		}
+		for m := range batch.Messages() {
+			ids = append(ids, m.Headers().Get(jetstream.MsgIDHeader))
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, err
+		}
+	}
+	if uint64(len(ids)) != info.State.Msgs {
+		return nil, fmt.Errorf("read %d of the stream's %d messages", len(ids), info.State.Msgs)
+	}
+	return ids, nil
+}
+
 // tally reads the whole stream and counts, by Nats-Msg-Id, the events of
 // sent stored, missing and stored more than once, and the pods whose
 // events are not in Send order.
 func tally(t *testing.T, js jetstream.JetStream, sent []generator.Event) streamTally {
 	t.Helper()
-	ctx := t.Context()
-	var (
-		info *jetstream.StreamInfo
-		cons jetstream.Consumer
-	)
 	// Right after a server's restart, the client may be connected to it
-	// before its JetStream answers: "no responders" then means "not yet".
+	// before its JetStream answers: "no responders" then means "not yet",
+	// and the reading starts over.
 	retry := time.NewTicker(50 * time.Millisecond)
 	defer retry.Stop()
-	for deadline := time.Now().Add(waitTimeout); ; {
-		s, err := js.Stream(ctx, "PLEG")
-		if err == nil {
-			info, err = s.Info(ctx)
-		}
-		if err == nil {
-			cons, err = js.OrderedConsumer(ctx, "PLEG", jetstream.OrderedConsumerConfig{})
-		}
+	deadline := time.Now().Add(waitTimeout)
+	var ids []string
+	for {
+		var err error
+		ids, err = readIDs(t.Context(), js, deadline)
 		if err == nil {
 			break
 		}
@@ -251,23 +278,6 @@ func tally(t *testing.T, js jetstream.JetStream, sent []generator.Event) streamT
 			t.Fatalf("read the stream back: %v", err)
 		}
 		<-retry.C
-	}
-	var ids []string
-	deadline := time.Now().Add(waitTimeout)
-	for uint64(len(ids)) < info.State.Msgs && time.Now().Before(deadline) {
-		batch, err := cons.Fetch(int(info.State.Msgs)-len(ids), jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range batch.Messages() {
-			ids = append(ids, m.Headers().Get(jetstream.MsgIDHeader))
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			t.Fatal(err)
-		}
-	}
-	if uint64(len(ids)) != info.State.Msgs {
-		t.Fatalf("read %d of the stream's %d messages", len(ids), info.State.Msgs)
 	}
 
 	byID := map[string]generator.Event{}
