@@ -115,12 +115,16 @@ type CRIOptions struct {
 // (see listCodec): containers without annotations and with only the
 // kubelet's identity labels, sandboxes with their labels and the
 // annotations in CRIOptions.PodAnnotations. The items of one listing share
-// strings and label maps: they are read-only.
+// strings and label maps, and an item that did not change since the last
+// full listing is that listing's (listMemo): they are read-only.
 type CRIClient struct {
 	conn    *grpc.ClientConn
 	client  runtimeapi.RuntimeServiceClient
 	timeout time.Duration
-	lists   grpc.CallOption // decodes a listing, and a stream message, with listCodec
+	lists   grpc.CallOption // decodes a filtered listing, and a stream message, with listCodec
+	// fullLists decodes a full listing (no filter), which may replace the
+	// memos that both read (see listMemo).
+	fullLists grpc.CallOption
 }
 
 var _ Runtime = (*CRIClient)(nil)
@@ -152,8 +156,11 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create CRI client for %q: %w", endpoint, err)
 	}
+	codec, memos := newListCodec(opts.PodAnnotations), &listMemos{}
 	return &CRIClient{conn: conn, client: runtimeapi.NewRuntimeServiceClient(conn), timeout: opts.Timeout,
-		lists: grpc.ForceCodecV2(newListCodec(opts.PodAnnotations))}, nil
+		lists:     grpc.ForceCodecV2(codec.withMemos(memos, false)),
+		fullLists: grpc.ForceCodecV2(codec.withMemos(memos, true)),
+	}, nil
 }
 
 // Close closes the connection.
@@ -174,18 +181,26 @@ func (c *CRIClient) Version(ctx context.Context) (*runtimeapi.VersionResponse, e
 func (c *CRIClient) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	resp, err := c.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter}, c.lists)
+	resp, err := c.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter}, c.listing(filter == nil))
 	if err != nil {
 		return nil, fmt.Errorf("list pod sandboxes: %w", err)
 	}
 	return resp.GetItems(), nil
 }
 
+// listing returns the codec option of a listing, full or filtered.
+func (c *CRIClient) listing(full bool) grpc.CallOption {
+	if full {
+		return c.fullLists
+	}
+	return c.lists
+}
+
 // ListContainers implements Runtime.
 func (c *CRIClient) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	resp, err := c.client.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: filter}, c.lists)
+	resp, err := c.client.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: filter}, c.listing(filter == nil))
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}

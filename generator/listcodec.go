@@ -32,13 +32,38 @@ import (
 // of the bridge's CPU at 10,000 transitions a second, and its largest
 // source of garbage (BenchmarkStreamEventDecode, pleg-bench's throughput
 // rows).
+//
+// With memos, a listing reads its items through them (see listMemo): full
+// says the listing has no filter, and may replace them.
 type listCodec struct {
 	annotations []string // sandbox annotations kept; a handful at most
 	proto       encoding.CodecV2
+	memos       *listMemos
+	full        bool
 }
 
 func newListCodec(annotations []string) listCodec {
 	return listCodec{annotations: slices.Clone(annotations), proto: encoding.GetCodecV2("proto")}
+}
+
+// withMemos returns c reading listings through memos, full or filtered.
+func (c listCodec) withMemos(memos *listMemos, full bool) listCodec {
+	c.memos, c.full = memos, full
+	return c
+}
+
+func (c listCodec) containerMemo() *listMemo[*runtimeapi.Container] {
+	if c.memos == nil {
+		return nil
+	}
+	return &c.memos.containers
+}
+
+func (c listCodec) sandboxMemo() *listMemo[*runtimeapi.PodSandbox] {
+	if c.memos == nil {
+		return nil
+	}
+	return &c.memos.sandboxes
 }
 
 // Name is the content-subtype of the calls: the runtime sees protobuf.
@@ -50,24 +75,43 @@ func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *runtimeapi.ListContainersResponse:
 		l := newListDecoder()
-		return eachItem(data, func(b []byte) error {
-			ctr, err := l.decodeContainer(b)
+		memo := beginListing(c.containerMemo(), c.full)
+		err := eachItem(data, func(b []byte) error {
+			id, k, err := containerKey(b)
+			var ctr *runtimeapi.Container
+			if err == nil {
+				ctr, err = memo.item(id, k, b, l.decodeContainer)
+			}
 			if err != nil {
 				return fmt.Errorf("decode container %d: %w", len(m.Containers), err)
 			}
 			m.Containers = append(m.Containers, ctr)
 			return nil
 		})
+		if err == nil {
+			memo.done()
+		}
+		return err
 	case *runtimeapi.ListPodSandboxResponse:
 		l := newListDecoder()
-		return eachItem(data, func(b []byte) error {
-			sb, err := c.decodeSandbox(l, b, listedSandboxFields)
+		memo := beginListing(c.sandboxMemo(), c.full)
+		decode := func(b []byte) (*runtimeapi.PodSandbox, error) { return c.decodeSandbox(l, b, listedSandboxFields) }
+		err := eachItem(data, func(b []byte) error {
+			id, k, err := sandboxKey(b)
+			var sb *runtimeapi.PodSandbox
+			if err == nil {
+				sb, err = memo.item(id, k, b, decode)
+			}
 			if err != nil {
 				return fmt.Errorf("decode pod sandbox %d: %w", len(m.Items), err)
 			}
 			m.Items = append(m.Items, sb)
 			return nil
 		})
+		if err == nil {
+			memo.done()
+		}
+		return err
 	case *runtimeapi.ContainerEventResponse:
 		// A message of a few KB, in a pooled buffer: the decoding copies
 		// what it keeps.

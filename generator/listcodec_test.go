@@ -139,7 +139,9 @@ func TestListCodecDecodesOtherMessagesAsProtobufDoes(t *testing.T) {
 }
 
 // BenchmarkListDecode compares the decoding of one ListContainers response
-// of 5,000 kubelet containers by protobuf and by listCodec.
+// of 5,000 kubelet containers by protobuf and by listCodec, and by
+// listCodec through its memo when nothing changed since the last full
+// listing (listCodec/steady: a steady relist).
 func BenchmarkListDecode(b *testing.B) {
 	_, ctrs := kubeletNode(b, 1000, 5000)
 	raw, err := proto.Marshal(ctrs)
@@ -147,6 +149,21 @@ func BenchmarkListDecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchmarkDecoders(b, raw, func() proto.Message { return &runtimeapi.ListContainersResponse{} })
+	b.Run("listCodec/steady", func(b *testing.B) {
+		c := newListCodec(nil).withMemos(&listMemos{}, true)
+		for range 2 { // the first arms the memo, the second fills it
+			if err := c.Unmarshal(pieces(raw, 16<<10), &runtimeapi.ListContainersResponse{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		b.SetBytes(int64(len(raw)))
+		for b.Loop() {
+			if err := c.Unmarshal(pieces(raw, 16<<10), &runtimeapi.ListContainersResponse{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // benchmarkDecoders compares the decoding of raw, a message of newMsg's

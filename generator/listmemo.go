@@ -1,0 +1,150 @@
+package generator
+
+import (
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// listMemo remembers the items of the last full listing (no filter) by ID,
+// with the state and creation time they were listed in, so that the next
+// listing decodes only the items that changed: an item listed again with
+// the same ID, state and creation time is the remembered one.
+//
+// Why: a steady relist lists every container and sandbox of the node again,
+// and almost none has changed. Decoding each anew (its metadata, image and
+// labels) was most of a steady relist's CPU in the bridge and of the bytes
+// it allocated, which makes the evented mode's safety-net relist its idle
+// cost (BenchmarkListDecode's steady case, pleg-bench's idle rows; see
+// BENCHMARKS.md). What the generator reads of an item besides its state is
+// fixed when the runtime creates it (CRI has no call that changes a
+// container's or a sandbox's metadata, image, labels or annotations), and
+// the creation time tells a recreated ID apart.
+//
+// A full listing replaces the memo with what it listed, so an item that is
+// gone is forgotten by the next one; a filtered listing (a targeted relist
+// of one sandbox) reads it and leaves it. A listing that fails leaves it as
+// it was. The first full listing only arms it: it is the bridge's memory
+// peak (every container's status is read and its event published after
+// it), and the memo would keep its items alive through that; the second
+// fills it and the ones after reuse it. Items are read-only, as those of
+// one listing are (see CRIClient), so sharing them between listings is
+// safe. Safe for concurrent use.
+type listMemo[T any] struct {
+	mu    sync.Mutex
+	armed bool
+	items map[string]memoItem[T] // replaced whole, never modified once set
+}
+
+type memoItem[T any] struct {
+	id   string // the map's key, kept for the next map
+	key  itemKey
+	item T
+}
+
+// itemKey is what tells a listed item changed: its state and creation time.
+type itemKey struct {
+	state     int32
+	createdAt int64
+}
+
+// snapshot returns the remembered items (nil if none), to be read without
+// the lock: a map is never modified once it is the memo's.
+func (m *listMemo[T]) snapshot() map[string]memoItem[T] {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.items
+}
+
+// replace makes items, the complete result of a full listing, the memo,
+// unless this is the first full listing (see listMemo).
+func (m *listMemo[T]) replace(items map[string]memoItem[T]) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.armed {
+		m.armed = true
+		return
+	}
+	m.items = items
+}
+
+// listingMemo reads listed items through a memo, for one listing: the
+// items it finds unchanged come from the memo, the others are decoded and
+// remembered for the next memo if the listing is full.
+type listingMemo[T any] struct {
+	memo *listMemo[T]
+	old  map[string]memoItem[T]
+	next map[string]memoItem[T] // nil: a filtered listing, or no memo
+}
+
+// begin starts a listing through m (nil: no memo, everything is decoded).
+func beginListing[T any](m *listMemo[T], full bool) *listingMemo[T] {
+	l := &listingMemo[T]{memo: m, old: m.snapshot()}
+	if m != nil && full {
+		l.next = make(map[string]memoItem[T], len(l.old))
+	}
+	return l
+}
+
+// item returns the item whose wire form is b, identified by id and k: the
+// remembered one if it was listed with the same key, else decode(b).
+func (l *listingMemo[T]) item(id []byte, k itemKey, b []byte, decode func([]byte) (T, error)) (T, error) {
+	if e, ok := l.old[string(id)]; ok && e.key == k {
+		if l.next != nil {
+			l.next[e.id] = e
+		}
+		return e.item, nil
+	}
+	v, err := decode(b)
+	if err == nil && l.next != nil && len(id) > 0 {
+		s := string(id)
+		l.next[s] = memoItem[T]{id: s, key: k, item: v}
+	}
+	return v, err
+}
+
+// done ends a listing that read every item without error.
+func (l *listingMemo[T]) done() {
+	if l.next != nil {
+		l.memo.replace(l.next)
+	}
+}
+
+// listMemos are the CRI client's memos of its two listings.
+type listMemos struct {
+	containers listMemo[*runtimeapi.Container]
+	sandboxes  listMemo[*runtimeapi.PodSandbox]
+}
+
+// containerKey reads a listed container's ID, state and creation time,
+// without decoding anything else.
+func containerKey(b []byte) (id []byte, k itemKey, err error) {
+	return scanKey(b, 1, 6, 7)
+}
+
+// sandboxKey is containerKey for a listed sandbox.
+func sandboxKey(b []byte) (id []byte, k itemKey, err error) {
+	return scanKey(b, 1, 3, 4)
+}
+
+// scanKey reads the ID (field idNum), state (stateNum) and creation time
+// (createdNum) of a listed item. Fields that protobuf would merge (an ID
+// sent twice) end as the last one on the wire, as protobuf decodes them.
+func scanKey(b []byte, idNum, stateNum, createdNum protowire.Number) (id []byte, k itemKey, err error) {
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+		switch {
+		case num == idNum && typ == protowire.BytesType:
+			id = v
+		case num == stateNum && typ == protowire.VarintType:
+			k.state = int32(x)
+		case num == createdNum && typ == protowire.VarintType:
+			k.createdAt = int64(x)
+		}
+		return nil
+	})
+	return id, k, err
+}
