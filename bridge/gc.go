@@ -59,7 +59,9 @@ func liveHeap() uint64 {
 // variable chose one): Options.StartupGCPercent until the first relist is
 // merged and its events are acked, then Options.GCPercent, and the
 // process's own once ctx is done. A negative option leaves the target
-// alone in its phase.
+// alone in its phase. At the end of the start-up it also lets the CRI
+// client reuse its listings (CRIClient.ReuseListings), which must not
+// happen earlier for the same reason.
 //
 // Why: the first relist is the bridge's memory peak. It lists the whole
 // node (the listing's frames and items, about 10 MB at 1,000 pods and
@@ -75,11 +77,9 @@ func liveHeap() uint64 {
 // live heap after the first relist decides. The modes that follow events
 // keep 100: under churn a lower target costs CPU on every transition.
 func (p *pipeline) tuneGC(ctx context.Context) {
-	if os.Getenv("GOGC") != "" {
-		return
-	}
+	tune := os.Getenv("GOGC") == ""
 	set := func(percent int) {
-		if percent <= 0 {
+		if !tune || percent <= 0 {
 			return
 		}
 		debug.SetGCPercent(percent)
@@ -88,14 +88,30 @@ func (p *pipeline) tuneGC(ctx context.Context) {
 		}
 	}
 	set(p.opts.StartupGCPercent)
-	defer debug.SetGCPercent(DefaultGCPercent) // Go's own, GOGC being unset
+	if tune {
+		defer debug.SetGCPercent(DefaultGCPercent) // Go's own, GOGC being unset
+	}
+	if !p.waitStartup(ctx) {
+		return
+	}
+	// Past the peak, the CRI client may keep what makes a steady relist
+	// cheap (see CRIClient.ReuseListings), GOGC set or not.
+	p.cri.ReuseListings()
+	set(p.opts.gcPercent(liveHeap()))
+	<-ctx.Done()
+}
+
+// waitStartup returns true once the first relist is merged and its events
+// are acked (or startupGCLimit after the merge), false if ctx is done
+// first.
+func (p *pipeline) waitStartup(ctx context.Context) bool {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	var synced time.Time
-	for done := false; !done; {
+	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case now := <-t.C:
 			if !p.gen.Synced() {
 				continue
@@ -103,10 +119,9 @@ func (p *pipeline) tuneGC(ctx context.Context) {
 			if synced.IsZero() {
 				synced = now
 			}
-			done = p.pub.Pending() == 0 || now.Sub(synced) > startupGCLimit
+			if p.pub.Pending() == 0 || now.Sub(synced) > startupGCLimit {
+				return true
+			}
 		}
 	}
-	t.Stop()
-	set(p.opts.gcPercent(liveHeap()))
-	<-ctx.Done()
 }

@@ -125,6 +125,8 @@ type CRIClient struct {
 	// fullLists decodes a full listing (no filter), which may replace the
 	// memos that both read (see listMemo).
 	fullLists grpc.CallOption
+	frames    *framePool // the connection's receive buffers
+	memos     *listMemos
 }
 
 var _ Runtime = (*CRIClient)(nil)
@@ -142,6 +144,7 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultCRITimeout
 	}
+	pool := &framePool{}
 	bo := backoff.DefaultConfig
 	bo.BaseDelay, bo.MaxDelay = criBaseBackoff, criMaxBackoff
 	conn, err := grpc.NewClient("unix://"+path,
@@ -151,16 +154,27 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 		grpc.WithChainUnaryInterceptor(readOnlyUnary),
 		grpc.WithChainStreamInterceptor(readOnlyStream),
 		// A bounded pool: see framePool.
-		experimental.WithBufferPool(&framePool{}),
+		experimental.WithBufferPool(pool),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("create CRI client for %q: %w", endpoint, err)
 	}
 	codec, memos := newListCodec(opts.PodAnnotations), &listMemos{}
-	return &CRIClient{conn: conn, client: runtimeapi.NewRuntimeServiceClient(conn), timeout: opts.Timeout,
+	return &CRIClient{conn: conn, client: runtimeapi.NewRuntimeServiceClient(conn), timeout: opts.Timeout, frames: pool, memos: memos,
 		lists:     grpc.ForceCodecV2(codec.withMemos(memos, false)),
 		fullLists: grpc.ForceCodecV2(codec.withMemos(memos, true)),
 	}, nil
+}
+
+// ReuseListings makes the listings from now on reuse what the last full
+// listing decoded (listMemo) and the buffers it was read into (framePool):
+// a steady relist then decodes and allocates little. Both cost memory that
+// lives on (about 1 KB a container, and up to 8 MiB of buffers), which the
+// bridge should not carry through its first relist, its memory peak: it
+// calls this once that relist's events are acked.
+func (c *CRIClient) ReuseListings() {
+	c.memos.arm()
+	c.frames.grow()
 }
 
 // Close closes the connection.

@@ -8,8 +8,11 @@ import "sync"
 // message it belongs to is decoded.
 const (
 	frameBufSize = 16 << 10
-	// framePoolMax bounds the buffers framePool keeps: 512 KB.
+	// framePoolMax bounds the buffers framePool keeps until grow: 512 KB.
 	framePoolMax = 32
+	// framePoolListingMax bounds them after grow: 8 MiB, the frames of a
+	// listing of some 7,500 kubelet containers.
+	framePoolListingMax = 512
 )
 
 // framePool reuses a bounded number of frame buffers. gRPC's own pool (a
@@ -20,14 +23,33 @@ const (
 // the event stream, which under churn carries one or more messages a
 // transition: 12 % of the bridge's heap allocation (pleg-bench at 2,600
 // transitions/s, heap profile). framePool keeps at most framePoolMax
-// buffers: a listing's frames beyond them are garbage once decoded, as
-// without a pool, and the stream's, a few at a time, are reused.
+// buffers until it is grown (CRIClient.ReuseListings, once the bridge's
+// first relist's events are acked): a listing's frames beyond them are
+// garbage once decoded, as without a pool, so that they are not kept
+// through the bridge's memory peak (the first relist, its status calls and
+// its events), and the stream's, a few at a time, are reused.
+//
+// Grown, it keeps up to framePoolListingMax, so that each
+// later relist reads its listings into the buffers of the one before. A
+// steady relist of 1,000 pods and 5,000 containers allocated some 7 MB of
+// frames, most of what it allocated once its items came from the memo
+// (listMemo): garbage that made the collector mark the whole cache every
+// few relists. Keeping them took a quarter of the idle bridge's CPU at
+// that size, and cost it no peak RSS (pleg-bench; see BENCHMARKS.md).
 //
 // It is safe for concurrent use: the transport's reader gets buffers, the
-// decoding goroutines put them back.
+// decoding goroutines put them back, and the CRI client grows it.
 type framePool struct {
-	mu   sync.Mutex
-	free []*[]byte // each of capacity frameBufSize
+	mu    sync.Mutex
+	free  []*[]byte // each of capacity frameBufSize
+	grown bool
+}
+
+// grow raises the bound to framePoolListingMax.
+func (p *framePool) grow() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.grown = true
 }
 
 // Get returns a buffer of length n, of capacity frameBufSize if n fits.
@@ -57,7 +79,11 @@ func (p *framePool) Put(b *[]byte) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.free) < framePoolMax {
+	limit := framePoolMax
+	if p.grown {
+		limit = framePoolListingMax
+	}
+	if len(p.free) < limit {
 		p.free = append(p.free, b)
 	}
 }

@@ -38,6 +38,37 @@ func TestFramePoolReusesABoundedNumberOfBuffers(t *testing.T) {
 	}
 }
 
+// TestFramePoolKeepsAListingOnceGrown: after grow, a listing's frames are
+// kept, up to framePoolListingMax, and the next listing allocates none.
+func TestFramePoolKeepsAListingOnceGrown(t *testing.T) {
+	var p framePool
+	listing := func(frames int) {
+		out := make([]*[]byte, frames)
+		for i := range out {
+			out[i] = p.Get(frameBufSize)
+		}
+		for _, b := range out {
+			p.Put(b)
+		}
+	}
+	listing(300)
+	if n := len(p.free); n != framePoolMax {
+		t.Fatalf("kept %d buffers before grow, want %d", n, framePoolMax)
+	}
+	p.grow()
+	listing(300)
+	if n := len(p.free); n != 300 {
+		t.Fatalf("kept %d buffers of a 300-frame listing after grow, want 300", n)
+	}
+	if n := testing.AllocsPerRun(5, func() { listing(300) }); n > 1 {
+		t.Fatalf("%v allocations per 300-frame listing once grown, want at most the slice of frames", n)
+	}
+	listing(2 * framePoolListingMax)
+	if n := len(p.free); n != framePoolListingMax {
+		t.Fatalf("kept %d buffers, want the bound %d", n, framePoolListingMax)
+	}
+}
+
 func TestFramePoolAllocatesNothingInSteadyUse(t *testing.T) {
 	var p framePool
 	p.Put(p.Get(100))

@@ -25,12 +25,15 @@ import (
 // A full listing replaces the memo with what it listed, so an item that is
 // gone is forgotten by the next one; a filtered listing (a targeted relist
 // of one sandbox) reads it and leaves it. A listing that fails leaves it as
-// it was. The first full listing only arms it: it is the bridge's memory
-// peak (every container's status is read and its event published after
-// it), and the memo would keep its items alive through that; the second
-// fills it and the ones after reuse it. Items are read-only, as those of
-// one listing are (see CRIClient), so sharing them between listings is
-// safe. Safe for concurrent use.
+// it was. Nothing is remembered until the memo is armed
+// (CRIClient.ReuseListings): the bridge arms it once its first relist's
+// events are acked, so that the memo does not keep that relist's items
+// alive through its memory peak (every container's status is read and its
+// event published after it). The memo holds about 1 KB a container of a
+// kubelet's node (5 MB at 1,000 pods and 5,000 containers), most of it the
+// sandboxes' label maps. Items are read-only, as those of one listing are
+// (see CRIClient), so sharing them between listings is safe. Safe for
+// concurrent use.
 type listMemo[T any] struct {
 	mu    sync.Mutex
 	armed bool
@@ -60,16 +63,21 @@ func (m *listMemo[T]) snapshot() map[string]memoItem[T] {
 	return m.items
 }
 
+// arm makes full listings fill the memo from now on.
+func (m *listMemo[T]) arm() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.armed = true
+}
+
 // replace makes items, the complete result of a full listing, the memo,
-// unless this is the first full listing (see listMemo).
+// if it is armed.
 func (m *listMemo[T]) replace(items map[string]memoItem[T]) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.armed {
-		m.armed = true
-		return
+	if m.armed {
+		m.items = items
 	}
-	m.items = items
 }
 
 // listingMemo reads listed items through a memo, for one listing: the
@@ -81,10 +89,18 @@ type listingMemo[T any] struct {
 	next map[string]memoItem[T] // nil: a filtered listing, or no memo
 }
 
-// begin starts a listing through m (nil: no memo, everything is decoded).
+// beginListing starts a listing through m (nil: no memo, everything is
+// decoded).
 func beginListing[T any](m *listMemo[T], full bool) *listingMemo[T] {
-	l := &listingMemo[T]{memo: m, old: m.snapshot()}
-	if m != nil && full {
+	l := &listingMemo[T]{memo: m}
+	if m == nil {
+		return l
+	}
+	m.mu.Lock()
+	l.old = m.items
+	armed := m.armed
+	m.mu.Unlock()
+	if armed && full {
 		l.next = make(map[string]memoItem[T], len(l.old))
 	}
 	return l
@@ -118,6 +134,11 @@ func (l *listingMemo[T]) done() {
 type listMemos struct {
 	containers listMemo[*runtimeapi.Container]
 	sandboxes  listMemo[*runtimeapi.PodSandbox]
+}
+
+func (m *listMemos) arm() {
+	m.containers.arm()
+	m.sandboxes.arm()
 }
 
 // containerKey reads a listed container's ID, state and creation time,

@@ -81,9 +81,13 @@ func TestListMemoReusesWhatDidNotChange(t *testing.T) {
 	t.Parallel()
 	n := newMemoNode(t)
 	first, firstSbs := n.list(t, "")
+	if _, sbs := n.list(t, ""); reused(firstSbs, sbs) != 0 || len(n.memos.containers.snapshot()) != 0 {
+		t.Fatal("a listing reused items, or the memo holds some, before it was armed")
+	}
+	n.memos.arm()
 	second, secondSbs := n.list(t, "")
 	if r := reused(first, second) + reused(firstSbs, secondSbs); r != 0 {
-		t.Fatalf("second full listing reused %d items; the first only arms the memo", r)
+		t.Fatalf("the first full listing once armed reused %d items; it only fills the memo", r)
 	}
 	third, thirdSbs := n.list(t, "")
 	if r := reused(second, third); r != len(third) {
@@ -163,7 +167,9 @@ func TestListMemoReusesWhatDidNotChange(t *testing.T) {
 // the same state but another creation time: it is decoded anew.
 func TestListMemoTellsARecreatedIDApart(t *testing.T) {
 	t.Parallel()
-	c := newListCodec(nil).withMemos(&listMemos{}, true)
+	memos := &listMemos{}
+	memos.arm()
+	c := newListCodec(nil).withMemos(memos, true)
 	listing := func(created int64, image string) *runtimeapi.Container {
 		resp := &runtimeapi.ListContainersResponse{Containers: []*runtimeapi.Container{{
 			Id: "c1", PodSandboxId: "sb", State: runtimeapi.ContainerState_CONTAINER_RUNNING, CreatedAt: created,
@@ -188,6 +194,7 @@ func TestListMemoTellsARecreatedIDApart(t *testing.T) {
 func TestListMemoSurvivesAFailedListing(t *testing.T) {
 	t.Parallel()
 	n := newMemoNode(t)
+	n.memos.arm()
 	n.list(t, "")
 	before, _ := n.list(t, "")
 	raw, err := proto.Marshal(&runtimeapi.ListContainersResponse{Containers: n.rt.ListContainers(nil)})
