@@ -41,20 +41,12 @@ func (n *memoNode) list(t *testing.T, sandboxID string) (map[string]*runtimeapi.
 	full := sandboxID == ""
 	memoized := n.codec.withMemos(n.memos, full)
 
-	ctrs := &runtimeapi.ListContainersResponse{Containers: n.rt.ListContainers(cFilter)}
-	var got, want runtimeapi.ListContainersResponse
-	decodeWith(t, memoized, ctrs, &got)
-	decodeWith(t, n.codec, ctrs, &want)
-	if diff := cmp.Diff(&want, &got, protocmp.Transform()); diff != "" {
-		t.Fatalf("containers through the memo (-without +with):\n%s", diff)
-	}
-	sbs := &runtimeapi.ListPodSandboxResponse{Items: n.rt.ListPodSandbox(sbFilter)}
-	var gotSbs, wantSbs runtimeapi.ListPodSandboxResponse
-	decodeWith(t, memoized, sbs, &gotSbs)
-	decodeWith(t, n.codec, sbs, &wantSbs)
-	if diff := cmp.Diff(&wantSbs, &gotSbs, protocmp.Transform()); diff != "" {
-		t.Fatalf("sandboxes through the memo (-without +with):\n%s", diff)
-	}
+	var got runtimeapi.ListContainersResponse
+	n.decodeBoth(t, memoized, &runtimeapi.ListContainersResponse{Containers: n.rt.ListContainers(cFilter)},
+		&got, &runtimeapi.ListContainersResponse{})
+	var gotSbs runtimeapi.ListPodSandboxResponse
+	n.decodeBoth(t, memoized, &runtimeapi.ListPodSandboxResponse{Items: n.rt.ListPodSandbox(sbFilter)},
+		&gotSbs, &runtimeapi.ListPodSandboxResponse{})
 	byID := map[string]*runtimeapi.Container{}
 	for _, c := range got.Containers {
 		byID[c.GetId()] = c
@@ -64,6 +56,17 @@ func (n *memoNode) list(t *testing.T, sandboxID string) (map[string]*runtimeapi.
 		sbByID[sb.GetId()] = sb
 	}
 	return byID, sbByID
+}
+
+// decodeBoth decodes listing m into got through memoized, and into want
+// without a memo, and fails the test if they differ.
+func (n *memoNode) decodeBoth(t *testing.T, memoized listCodec, m, got, want proto.Message) {
+	t.Helper()
+	decodeWith(t, memoized, m, got)
+	decodeWith(t, n.codec, m, want)
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		t.Fatalf("%T through the memo (-without +with):\n%s", m, diff)
+	}
 }
 
 // reused counts the items of now that are the very items of before.
