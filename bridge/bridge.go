@@ -191,6 +191,9 @@ func build(opts Options) (_ *pipeline, err error) {
 	if p.cri, err = generator.NewCRIClient(opts.CRIEndpoint, criOpts); err != nil {
 		return nil, err
 	}
+	if err := registerListedItems(p.reg, p.cri); err != nil {
+		return nil, err
+	}
 	warnMissingSocket(opts.CRIEndpoint, log)
 	var tasks generator.TaskEventSource = p.cri
 	if opts.ContainerdEndpoint != "" && opts.ContainerdEndpoint != opts.CRIEndpoint {

@@ -177,6 +177,13 @@ func (c *CRIClient) ReuseListings() {
 	c.frames.grow()
 }
 
+// ListedItems returns how many items (containers and sandboxes) the
+// listings decoded, and how many they took unchanged from the last full
+// listing (see ReuseListings), since the client was made.
+func (c *CRIClient) ListedItems() (decoded, reused uint64) {
+	return c.memos.counts.decoded.Load(), c.memos.counts.reused.Load()
+}
+
 // Close closes the connection.
 func (c *CRIClient) Close() error { return c.conn.Close() }
 

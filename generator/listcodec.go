@@ -59,6 +59,13 @@ func (c listCodec) containerMemo() *listMemo[*runtimeapi.Container] {
 	return &c.memos.containers
 }
 
+func (c listCodec) counts() *listCounts {
+	if c.memos == nil {
+		return nil
+	}
+	return &c.memos.counts
+}
+
 func (c listCodec) sandboxMemo() *listMemo[*runtimeapi.PodSandbox] {
 	if c.memos == nil {
 		return nil
@@ -88,9 +95,7 @@ func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error {
 			m.Containers = append(m.Containers, ctr)
 			return nil
 		})
-		if err == nil {
-			memo.done()
-		}
+		memo.end(err == nil, c.counts())
 		return err
 	case *runtimeapi.ListPodSandboxResponse:
 		l := newListDecoder()
@@ -108,9 +113,7 @@ func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error {
 			m.Items = append(m.Items, sb)
 			return nil
 		})
-		if err == nil {
-			memo.done()
-		}
+		memo.end(err == nil, c.counts())
 		return err
 	case *runtimeapi.ContainerEventResponse:
 		// A message of a few KB, in a pooled buffer: the decoding copies

@@ -2,6 +2,7 @@ package generator
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -87,6 +88,8 @@ type listingMemo[T any] struct {
 	memo *listMemo[T]
 	old  map[string]memoItem[T]
 	next map[string]memoItem[T] // nil: a filtered listing, or no memo
+	// decoded and reused count the listing's items.
+	decoded, reused uint64
 }
 
 // beginListing starts a listing through m (nil: no memo, everything is
@@ -113,8 +116,10 @@ func (l *listingMemo[T]) item(id []byte, k itemKey, b []byte, decode func([]byte
 		if l.next != nil {
 			l.next[e.id] = e
 		}
+		l.reused++
 		return e.item, nil
 	}
+	l.decoded++
 	v, err := decode(b)
 	if err == nil && l.next != nil && len(id) > 0 {
 		s := string(id)
@@ -123,17 +128,26 @@ func (l *listingMemo[T]) item(id []byte, k itemKey, b []byte, decode func([]byte
 	return v, err
 }
 
-// done ends a listing that read every item without error.
-func (l *listingMemo[T]) done() {
-	if l.next != nil {
+// end ends a listing, counting its items into counts (if not nil); one
+// that read every item without error (ok) may replace the memo.
+func (l *listingMemo[T]) end(ok bool, counts *listCounts) {
+	if ok && l.next != nil {
 		l.memo.replace(l.next)
 	}
+	if counts != nil {
+		counts.decoded.Add(l.decoded)
+		counts.reused.Add(l.reused)
+	}
 }
+
+// listCounts count the items the listings decoded and took from a memo.
+type listCounts struct{ decoded, reused atomic.Uint64 }
 
 // listMemos are the CRI client's memos of its two listings.
 type listMemos struct {
 	containers listMemo[*runtimeapi.Container]
 	sandboxes  listMemo[*runtimeapi.PodSandbox]
+	counts     listCounts
 }
 
 func (m *listMemos) arm() {
