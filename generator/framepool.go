@@ -35,7 +35,8 @@ const (
 // frames, most of what it allocated once its items came from the memo
 // (listMemo): garbage that made the collector mark the whole cache every
 // few relists. Keeping them took a quarter of the idle bridge's CPU at
-// that size, and cost it no peak RSS (pleg-bench; see BENCHMARKS.md).
+// that size without raising its peak RSS; generic mode's at 5,000/20,000
+// rose by some 10 MiB with the memo (pleg-bench; see BENCHMARKS.md).
 //
 // It is safe for concurrent use: the transport's reader gets buffers, the
 // decoding goroutines put them back, and the CRI client grows it.
