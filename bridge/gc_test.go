@@ -1,6 +1,7 @@
 package bridge_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
@@ -8,9 +9,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 )
 
 // TestTheGCTargetIsLowUntilTheFirstRelistIsAcked: the start-up target
@@ -85,29 +88,6 @@ func TestGenericModeTakesALowerTargetOnABigNode(t *testing.T) {
 	}
 }
 
-// listedItems returns pleg_bridge_listed_items_total{how} in reg.
-func listedItems(t *testing.T, reg *prometheus.Registry, how string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range families {
-		if mf.GetName() != "pleg_bridge_listed_items_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "how" && l.GetValue() == how {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no pleg_bridge_listed_items_total{how=%q}", how)
-	return 0
-}
-
 // TestListingsAreReusedOnceTheStartUpIsOver: the CRI client reuses what a
 // full listing decoded only from the end of the start-up (the first
 // relist's events acked), and then every steady relist does.
@@ -120,33 +100,60 @@ func TestListingsAreReusedOnceTheStartUpIsOver(t *testing.T) {
 	n.startPod(t, "app", "sidecar")
 	opts := testOptions(n.endpoint, n.url, t.TempDir())
 	opts.Registry = prometheus.NewRegistry()
+	listed := func(how string) float64 {
+		return metricstest.Value(t, opts.Registry, "pleg_bridge_listed_items_total", map[string]string{"how": how})
+	}
 	steady := make(chan float64, 1)
 	calls := 0
 	opts.Hooks.OnGCPercent = func(int) {
 		// Called at the start, then at the end of the start-up, right
 		// after the client was told to reuse listings.
 		if calls++; calls == 2 {
-			steady <- listedItems(t, opts.Registry, "reused")
+			steady <- listed("reused")
 		}
 	}
+	full := make(chan struct{}, 64)
+	opts.Hooks.WrapRuntime = func(rt generator.Runtime) generator.Runtime { return fullListings{rt, full} }
 	runBridge(t, opts)
 	if reused := <-steady; reused != 0 {
 		t.Fatalf("%v items reused before the end of the start-up, want none", reused)
 	}
-	// Relists every 100 ms: the next full one fills the memo, the one after
-	// reuses the pod's sandbox and two containers.
+	// Relists every 100 ms: one may have begun before the end of the
+	// start-up, the next fills the memo, the one after reuses the pod's
+	// sandbox and two containers.
+	for len(full) > 0 {
+		<-full
+	}
 	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for listedItems(t, opts.Registry, "reused") < 3 {
+	for i := range 3 {
 		select {
-		case <-tick.C:
+		case <-full:
 		case <-deadline:
-			t.Fatalf("after 10 s of relists, %v items reused, %v decoded; want the pod's 3 reused",
-				listedItems(t, opts.Registry, "reused"), listedItems(t, opts.Registry, "decoded"))
+			t.Fatalf("%d full relists within 10 s of the end of the start-up, want 3", i)
 		}
+	}
+	if reused := listed("reused"); reused < 3 {
+		t.Errorf("%v items reused (%v decoded) after three full relists, want at least the pod's 3", reused, listed("decoded"))
 	}
 	if problems, err := testutil.GatherAndLint(opts.Registry, "pleg_bridge_listed_items_total"); err != nil || len(problems) > 0 {
 		t.Errorf("lint pleg_bridge_listed_items_total: %v %v", problems, err)
 	}
+}
+
+// fullListings signals on done after each full container listing (no
+// filter) that returned.
+type fullListings struct {
+	generator.Runtime
+	done chan<- struct{}
+}
+
+func (f fullListings) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	cs, err := f.Runtime.ListContainers(ctx, filter)
+	if filter == nil && err == nil {
+		select {
+		case f.done <- struct{}{}:
+		default:
+		}
+	}
+	return cs, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/generator/generatortest"
+	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -77,7 +78,7 @@ func TestAContainerThatLivedWhileTheSinkWasFullIsBackfilledInOrder(t *testing.T)
 		if n := len(f.rec.Events()); n != 1 {
 			t.Fatalf("a full sink recorded %d events, want the sandbox's 1", n)
 		}
-		if got := gaugeValue(t, f.reg, "pleg_bridge_events_unsent"); got != 3 {
+		if got := metricstest.Value(t, f.reg, "pleg_bridge_events_unsent", nil); got != 3 {
 			t.Errorf("pleg_bridge_events_unsent = %v, want 3", got)
 		}
 
@@ -97,7 +98,7 @@ func TestAContainerThatLivedWhileTheSinkWasFullIsBackfilledInOrder(t *testing.T)
 		if died.Reason != "Error" || died.Message != "boom" || died.FinishedAt.IsZero() || !died.Time.Equal(died.FinishedAt) {
 			t.Errorf("backfilled Died = %+v, want the runtime's reason, message and finished_at", died)
 		}
-		if got := gaugeValue(t, f.reg, "pleg_bridge_events_unsent"); got != 0 {
+		if got := metricstest.Value(t, f.reg, "pleg_bridge_events_unsent", nil); got != 0 {
 			t.Errorf("after the backfill pleg_bridge_events_unsent = %v, want 0", got)
 		}
 
@@ -178,7 +179,7 @@ func TestRelistingGoesOnWhileTheSinkIsFull(t *testing.T) {
 		}
 		// Each pod: the sandbox's and the container's Started, the
 		// container's Died.
-		if got := gaugeValue(t, f.reg, "pleg_bridge_events_unsent"); got != float64(3*pods) {
+		if got := metricstest.Value(t, f.reg, "pleg_bridge_events_unsent", nil); got != float64(3*pods) {
 			t.Errorf("pleg_bridge_events_unsent = %v, want %d", got, 3*pods)
 		}
 		if !strings.Contains(logs.String(), "sink full: recording state only, will backfill") {
@@ -250,7 +251,7 @@ pleg_bridge_events_unreported_total{event_type="ContainerStarted"} 1
 		if diff := cmp.Diff([]string{"ContainerStarted sb running - relist", "ContainerStarted c2 running - relist"}, got); diff != "" {
 			t.Errorf("events (-want +got):\n%s", diff)
 		}
-		if got := gaugeValue(t, f.reg, "pleg_bridge_events_unsent"); got != 0 {
+		if got := metricstest.Value(t, f.reg, "pleg_bridge_events_unsent", nil); got != 0 {
 			t.Errorf("pleg_bridge_events_unsent = %v, want 0", got)
 		}
 		if !strings.Contains(logs.String(), "unreported=3") {

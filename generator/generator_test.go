@@ -50,22 +50,6 @@ func newFixture(t *testing.T, mopts crisim.Options, gopts generator.Options) *fi
 	return f
 }
 
-// gaugeValue returns the value of the unlabelled gauge name in reg.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range families {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s in the registry", name)
-	return 0
-}
-
 func (f *fixture) relist(t *testing.T) {
 	t.Helper()
 	if err := f.gen.Relist(t.Context()); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -215,7 +216,7 @@ func (cf *clusterFixture) failover(t *testing.T, fault, recover func()) {
 	if got.stored != len(sent) || got.missing != 0 || got.duplicated != 0 || got.outOfOrder != 0 {
 		t.Errorf("stream: %+v for %d events sent, want each stored once, in per-pod order", got, len(sent))
 	}
-	if got := metricValue(t, cf.reg, "pleg_bridge_events_dropped_total", nil); got != 0 {
+	if got := metricstest.Value(t, cf.reg, "pleg_bridge_events_dropped_total", nil); got != 0 {
 		t.Errorf("pleg_bridge_events_dropped_total = %v, want 0", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -366,39 +367,10 @@ func TestPublisherRetriesUntilTheStreamExistsAndKeepsPerPodOrder(t *testing.T) {
 		t.Errorf("recovery logged at %v, want INFO", r.Level)
 	}
 
-	failed := metricValue(t, f.reg, "pleg_bridge_publish_total", map[string]string{"result": "error"})
+	failed := metricstest.Value(t, f.reg, "pleg_bridge_publish_total", map[string]string{"result": "error"})
 	if failed < 1 {
 		t.Errorf("pleg_bridge_publish_total{result=\"error\"} = %v, want at least 1", failed)
 	}
-}
-
-// metricValue returns the value of the counter or gauge name whose labels
-// include labels, as reg exposes it.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue series
-				}
-			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s%v", name, labels)
-	return 0
 }
 
 func TestPublisherRecoversFromAServerRestartInOrder(t *testing.T) {
@@ -433,7 +405,7 @@ func TestPublisherRecoversFromAServerRestartInOrder(t *testing.T) {
 	publishtest.StartServer(t, natsembed.Options{DataDir: dir, Port: port})
 	f.waitAcks(t, len(after))
 	checkPerPodOrder(t, fetchAll(t, f.js, len(before)+len(after)), append(before, after...))
-	if got := metricValue(t, f.reg, "pleg_bridge_events_dropped_total", nil); got != 0 {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_events_dropped_total", nil); got != 0 {
 		t.Errorf("pleg_bridge_events_dropped_total = %v, want 0", got)
 	}
 }
@@ -529,7 +501,7 @@ func TestSendRefusesWhatDoesNotFitInMemoryWithoutASpool(t *testing.T) {
 	if got := f.pub.Pending(); got != 2 {
 		t.Errorf("Pending() = %d, want 2", got)
 	}
-	if got := metricValue(t, f.reg, "pleg_bridge_events_refused_total", nil); got != 2 {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_events_refused_total", nil); got != 2 {
 		t.Errorf("pleg_bridge_events_refused_total = %v, want 2", got)
 	}
 	if r := f.waitLog(t, "outbox full and no spool"); r.Level != slog.LevelWarn {
@@ -576,7 +548,7 @@ func TestSendDropsAnEventItCannotEncodeAndGoesOn(t *testing.T) {
 
 	f.waitAcks(t, 2)
 	fetchAll(t, f.js, 2)
-	if got := metricValue(t, f.reg, "pleg_bridge_events_dropped_total", nil); got != 1 {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_events_dropped_total", nil); got != 1 {
 		t.Errorf("pleg_bridge_events_dropped_total = %v, want 1", got)
 	}
 	r := f.waitLog(t, "drop event")
@@ -705,7 +677,7 @@ func TestRunFailsWhenTheConnectionIsClosedUnderIt(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("Run did not return after the connection was closed")
 	}
-	if got := metricValue(t, f.reg, "pleg_bridge_events_dropped_total", nil); got != 2 {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_events_dropped_total", nil); got != 2 {
 		t.Errorf("pleg_bridge_events_dropped_total = %v, want 2", got)
 	}
 	if got := f.pub.Pending(); got != 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
@@ -97,11 +98,11 @@ func TestARestartAfterTheDuplicateWindowDoesNotStoreWhatTheCrashForgot(t *testin
 	}
 	checkPerPodOrder(t, mine, all)
 	for result, want := range map[string]float64{"reconciled": 3, "stored": 0, "missing": 0} {
-		if got := metricValue(t, second.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": result}); got != want {
+		if got := metricstest.Value(t, second.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": result}); got != want {
 			t.Errorf("pleg_bridge_publish_checks_total{result=%q} = %v, want %v", result, got, want)
 		}
 	}
-	if got := metricValue(t, second.reg, "pleg_bridge_publish_total", map[string]string{"result": "acked"}); got != 2 {
+	if got := metricstest.Value(t, second.reg, "pleg_bridge_publish_total", map[string]string{"result": "acked"}); got != 2 {
 		t.Errorf("pleg_bridge_publish_total{result=\"acked\"} = %v, want 2: only the new events published", got)
 	}
 	// The watermark never goes back, and stays at the checkpoint while
@@ -156,7 +157,7 @@ func TestSpoolEntriesOfACrashedRunAreRecognisedInTheStream(t *testing.T) {
 	f.waitAcks(t, 3)
 	checkPerPodOrder(t, fetchAll(t, js, 4), []generator.Event{recorded, landed[0], landed[1], notLanded})
 	for result, want := range map[string]float64{"reconciled": 2, "stored": 0, "missing": 0} {
-		if got := metricValue(t, f.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": result}); got != want {
+		if got := metricstest.Value(t, f.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": result}); got != want {
 			t.Errorf("pleg_bridge_publish_checks_total{result=%q} = %v, want %v", result, got, want)
 		}
 	}
@@ -190,7 +191,7 @@ func TestNothingIsPublishedBeforeTheStreamIsReadBack(t *testing.T) {
 		"pleg_bridge_publish_in_flight": nil,
 		"pleg_bridge_publish_total":     {"result": "error"},
 	} {
-		if got := metricValue(t, f.reg, name, labels); got != 0 {
+		if got := metricstest.Value(t, f.reg, name, labels); got != 0 {
 			t.Errorf("before the stream exists: %s%v = %v, want 0", name, labels, got)
 		}
 	}
@@ -224,7 +225,7 @@ func TestRunReturnsWhileTheReadIsRetried(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatalf("Run did not return within %s of its ctx being done", waitTimeout)
 	}
-	if got := metricValue(t, f.reg, "pleg_bridge_events_dropped_total", nil); got != 1 {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_events_dropped_total", nil); got != 1 {
 		t.Errorf("pleg_bridge_events_dropped_total = %v, want 1", got)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -147,7 +148,7 @@ func TestPublisherSpoolsWhileNATSIsDownAndDeliversEverythingInOrder(t *testing.T
 		t.Errorf("spilling logged at %v, want WARN", r.Level)
 	}
 	// 8 in memory, the rest on disk.
-	if got := metricValue(t, f.reg, "pleg_bridge_events_spooled_total", nil); got != float64(len(sent)-8) {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_events_spooled_total", nil); got != float64(len(sent)-8) {
 		t.Errorf("pleg_bridge_events_spooled_total = %v, want %d", got, len(sent)-8)
 	}
 	if got := f.pub.Pending(); got != len(sent) {
@@ -161,7 +162,7 @@ func TestPublisherSpoolsWhileNATSIsDownAndDeliversEverythingInOrder(t *testing.T
 		t.Errorf("spool emptied logged at %v, want INFO", r.Level)
 	}
 	for _, name := range []string{"pleg_bridge_spool_events", "pleg_bridge_spool_bytes", "pleg_bridge_events_dropped_total", "pleg_bridge_events_refused_total"} {
-		if got := metricValue(t, f.reg, name, nil); got != 0 {
+		if got := metricstest.Value(t, f.reg, name, nil); got != 0 {
 			t.Errorf("%s = %v after delivery, want 0", name, got)
 		}
 	}
@@ -170,7 +171,7 @@ func TestPublisherSpoolsWhileNATSIsDownAndDeliversEverythingInOrder(t *testing.T
 	after := churn(3, 1, 100)
 	f.send(t, after...)
 	f.waitAcks(t, len(after))
-	if got := metricValue(t, f.reg, "pleg_bridge_events_spooled_total", nil); got != float64(len(sent)-8) {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_events_spooled_total", nil); got != float64(len(sent)-8) {
 		t.Errorf("pleg_bridge_events_spooled_total = %v after the spool emptied, want it unchanged at %d", got, len(sent)-8)
 	}
 }
@@ -226,7 +227,7 @@ func TestPublisherDeliversWhatAnEarlierPublisherLeftBeforeNewerEvents(t *testing
 			before := churn(40, 5, 0)
 			sendWithin(t, first.pub, before)
 			stopFirst()
-			if got := metricValue(t, first.reg, "pleg_bridge_events_dropped_total", nil); got != float64(tc.givenUp) {
+			if got := metricstest.Value(t, first.reg, "pleg_bridge_events_dropped_total", nil); got != float64(tc.givenUp) {
 				t.Errorf("first publisher dropped %v events, want %d", got, tc.givenUp)
 			}
 			closeStore()
@@ -247,7 +248,7 @@ func TestPublisherDeliversWhatAnEarlierPublisherLeftBeforeNewerEvents(t *testing
 			want := append(kept, after...)
 			second.waitAcks(t, len(want))
 			checkPerPodOrder(t, fetchAll(t, js, len(want)), want)
-			if got := metricValue(t, second.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": "missing"}); got != float64(len(kept)) {
+			if got := metricstest.Value(t, second.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": "missing"}); got != float64(len(kept)) {
 				t.Errorf("pleg_bridge_publish_checks_total{result=\"missing\"} = %v, want %d", got, len(kept))
 			}
 			second.waitLog(t, "spool empty: every spooled event is delivered")
@@ -270,11 +271,11 @@ func TestSendRefusesWhatFitsNeitherTheOutboxNorTheSpool(t *testing.T) {
 	if !errors.As(err, &full) {
 		t.Fatalf("Send of %d events: error = %v, want a SinkFullError", len(sent), err)
 	}
-	spooled := int(metricValue(t, f.reg, "pleg_bridge_events_spooled_total", nil))
+	spooled := int(metricstest.Value(t, f.reg, "pleg_bridge_events_spooled_total", nil))
 	if spooled == 0 || full.Recorded != 2+spooled || full.Recorded >= len(sent) {
 		t.Fatalf("Recorded = %d with %d spooled, want 2 in memory plus the spooled, fewer than %d", full.Recorded, spooled, len(sent))
 	}
-	if got := metricValue(t, f.reg, "pleg_bridge_events_refused_total", nil); got != float64(len(sent)-full.Recorded) {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_events_refused_total", nil); got != float64(len(sent)-full.Recorded) {
 		t.Errorf("pleg_bridge_events_refused_total = %v, want %d", got, len(sent)-full.Recorded)
 	}
 	if r := f.waitLog(t, "outbox and spool full"); r.Level != slog.LevelWarn {

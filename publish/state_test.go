@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
@@ -381,27 +382,11 @@ func TestStateWriterForgetsDeletesPastItsBoundAndReconcilesInstead(t *testing.T)
 	for _, id := range ids[:4] {
 		second.Record(stateEvent(generator.ContainerRemoved, "u1", id))
 	}
-	if n := counterValue(t, reg, "pleg_bridge_state_deletes_forgotten_total"); n == 0 {
+	if n := metricstest.Value(t, reg, "pleg_bridge_state_deletes_forgotten_total", nil); n == 0 {
 		t.Error("no delete was forgotten past MaxDeletes")
 	}
 	runStateWriter(t, second)
 	b.until(t, map[string]string{stateKeyOf("u1", "c4"): schemas.TypeContainerStarted})
-}
-
-// counterValue returns the value of the counter name in reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
 }
 
 // TestStateWriterWritesWhatIsDirtyWhenStopped stops the writer right after

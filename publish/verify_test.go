@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
@@ -158,7 +159,7 @@ func TestARetryAfterTheDuplicateWindowDoesNotStoreAStoredEventTwice(t *testing.T
 	f.send(t, next)
 	f.waitAcks(t, 1)
 	checkPerPodOrder(t, fetchAll(t, direct, 2), []generator.Event{ev, next})
-	if got := metricValue(t, f.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": "stored"}); got != 1 {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": "stored"}); got != 1 {
 		t.Errorf("pleg_bridge_publish_checks_total{result=\"stored\"} = %v, want 1", got)
 	}
 }
@@ -196,15 +197,15 @@ func TestASpoolEntryOfAnEarlierRunThatLandedIsNotPublishedAgain(t *testing.T) {
 	f.waitAcks(t, 3)
 	checkPerPodOrder(t, fetchAll(t, js, 3), []generator.Event{landed, notLanded, later})
 	for result, want := range map[string]float64{"stored": 1, "missing": 1} {
-		if got := metricValue(t, f.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": result}); got != want {
+		if got := metricstest.Value(t, f.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": result}); got != want {
 			t.Errorf("pleg_bridge_publish_checks_total{result=%q} = %v, want %v", result, got, want)
 		}
 	}
 	// The landed entry was not published again: 2 publishes, no duplicate.
-	if got := metricValue(t, f.reg, "pleg_bridge_publish_total", map[string]string{"result": "acked"}); got != 2 {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_publish_total", map[string]string{"result": "acked"}); got != 2 {
 		t.Errorf("pleg_bridge_publish_total{result=\"acked\"} = %v, want 2", got)
 	}
-	if got := metricValue(t, f.reg, "pleg_bridge_publish_total", map[string]string{"result": "duplicate"}); got != 0 {
+	if got := metricstest.Value(t, f.reg, "pleg_bridge_publish_total", map[string]string{"result": "duplicate"}); got != 0 {
 		t.Errorf("pleg_bridge_publish_total{result=\"duplicate\"} = %v, want 0", got)
 	}
 	if got := st.Spool().Len(); got != 0 {
