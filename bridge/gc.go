@@ -2,13 +2,10 @@ package bridge
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
@@ -127,29 +124,4 @@ func (p *pipeline) waitStartup(ctx context.Context) bool {
 			}
 		}
 	}
-}
-
-// registerListedItems registers pleg_bridge_listed_items_total, which
-// shows whether the steady relists reuse what the last one decoded (see
-// CRIClient.ReuseListings): from the end of the start-up on, "reused"
-// should grow by about the node's containers and sandboxes each full
-// relist, and "decoded" by what changed.
-func registerListedItems(reg prometheus.Registerer, cri *generator.CRIClient) error {
-	for _, how := range []string{"decoded", "reused"} {
-		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "pleg_bridge_listed_items_total",
-			Help:        "Containers and sandboxes the CRI listings returned, by how they were read: decoded, or reused unchanged from the last full listing.",
-			ConstLabels: prometheus.Labels{"how": how},
-		}, func() float64 {
-			decoded, reused := cri.ListedItems()
-			if how == "decoded" {
-				return float64(decoded)
-			}
-			return float64(reused)
-		})
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register listing metrics: %w", err)
-		}
-	}
-	return nil
 }

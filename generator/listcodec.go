@@ -52,27 +52,6 @@ func (c listCodec) withMemos(memos *listMemos, full bool) listCodec {
 	return c
 }
 
-func (c listCodec) containerMemo() *listMemo[*runtimeapi.Container] {
-	if c.memos == nil {
-		return nil
-	}
-	return &c.memos.containers
-}
-
-func (c listCodec) counts() *listCounts {
-	if c.memos == nil {
-		return nil
-	}
-	return &c.memos.counts
-}
-
-func (c listCodec) sandboxMemo() *listMemo[*runtimeapi.PodSandbox] {
-	if c.memos == nil {
-		return nil
-	}
-	return &c.memos.sandboxes
-}
-
 // Name is the content-subtype of the calls: the runtime sees protobuf.
 func (listCodec) Name() string { return "proto" }
 
@@ -82,39 +61,11 @@ func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *runtimeapi.ListContainersResponse:
 		l := newListDecoder()
-		memo := beginListing(c.containerMemo(), c.full)
-		err := eachItem(data, func(b []byte) error {
-			id, k, err := containerKey(b)
-			var ctr *runtimeapi.Container
-			if err == nil {
-				ctr, err = memo.item(id, k, b, l.decodeContainer)
-			}
-			if err != nil {
-				return fmt.Errorf("decode container %d: %w", len(m.Containers), err)
-			}
-			m.Containers = append(m.Containers, ctr)
-			return nil
-		})
-		memo.end(err == nil, c.counts())
-		return err
+		return readListing(data, &m.Containers, "container", c.memos.containerListing(c.full), l.decodeContainer)
 	case *runtimeapi.ListPodSandboxResponse:
 		l := newListDecoder()
-		memo := beginListing(c.sandboxMemo(), c.full)
-		decode := func(b []byte) (*runtimeapi.PodSandbox, error) { return c.decodeSandbox(l, b, listedSandboxFields) }
-		err := eachItem(data, func(b []byte) error {
-			id, k, err := sandboxKey(b)
-			var sb *runtimeapi.PodSandbox
-			if err == nil {
-				sb, err = memo.item(id, k, b, decode)
-			}
-			if err != nil {
-				return fmt.Errorf("decode pod sandbox %d: %w", len(m.Items), err)
-			}
-			m.Items = append(m.Items, sb)
-			return nil
-		})
-		memo.end(err == nil, c.counts())
-		return err
+		return readListing(data, &m.Items, "pod sandbox", c.memos.sandboxListing(c.full),
+			func(b []byte) (*runtimeapi.PodSandbox, error) { return c.decodeSandbox(l, b, listedSandboxFields) })
 	case *runtimeapi.ContainerEventResponse:
 		// A message of a few KB, in a pooled buffer: the decoding copies
 		// what it keeps.

@@ -1,9 +1,11 @@
 package generator
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -53,15 +55,13 @@ type itemKey struct {
 	createdAt int64
 }
 
-// snapshot returns the remembered items (nil if none), to be read without
-// the lock: a map is never modified once it is the memo's.
-func (m *listMemo[T]) snapshot() map[string]memoItem[T] {
-	if m == nil {
-		return nil
-	}
+// snapshot returns the remembered items (nil if none), which are read
+// without the lock (a map is never modified once it is the memo's), and
+// whether the memo is armed.
+func (m *listMemo[T]) snapshot() (map[string]memoItem[T], bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.items
+	return m.items, m.armed
 }
 
 // arm makes full listings fill the memo from now on.
@@ -85,33 +85,43 @@ func (m *listMemo[T]) replace(items map[string]memoItem[T]) {
 // items it finds unchanged come from the memo, the others are decoded and
 // remembered for the next memo if the listing is full.
 type listingMemo[T any] struct {
-	memo *listMemo[T]
+	memo *listMemo[T] // nil: no memo, every item is decoded
+	key  func(b []byte) (id []byte, k itemKey, err error)
 	old  map[string]memoItem[T]
-	next map[string]memoItem[T] // nil: a filtered listing, or no memo
-	// decoded and reused count the listing's items.
+	next map[string]memoItem[T] // nil: a filtered listing, or not armed
+	// decoded and reused count the listing's items into counts, if set.
 	decoded, reused uint64
+	counts          *listCounts
 }
 
-// beginListing starts a listing through m (nil: no memo, everything is
-// decoded).
-func beginListing[T any](m *listMemo[T], full bool) *listingMemo[T] {
-	l := &listingMemo[T]{memo: m}
+// beginListing starts a listing through m (nil: no memo), whose items key
+// identifies.
+func beginListing[T any](m *listMemo[T], full bool, key func([]byte) ([]byte, itemKey, error), counts *listCounts) *listingMemo[T] {
+	l := &listingMemo[T]{memo: m, key: key, counts: counts}
 	if m == nil {
 		return l
 	}
-	m.mu.Lock()
-	l.old = m.items
-	armed := m.armed
-	m.mu.Unlock()
+	old, armed := m.snapshot()
+	l.old = old
 	if armed && full {
-		l.next = make(map[string]memoItem[T], len(l.old))
+		l.next = make(map[string]memoItem[T], len(old))
 	}
 	return l
 }
 
-// item returns the item whose wire form is b, identified by id and k: the
-// remembered one if it was listed with the same key, else decode(b).
-func (l *listingMemo[T]) item(id []byte, k itemKey, b []byte, decode func([]byte) (T, error)) (T, error) {
+// item returns the item whose wire form is b: the remembered one if it was
+// listed with the same ID and key, else decode(b). Without a memo to read
+// or to fill it only decodes: nothing to look the key up for.
+func (l *listingMemo[T]) item(b []byte, decode func([]byte) (T, error)) (T, error) {
+	if l.old == nil && l.next == nil {
+		l.decoded++
+		return decode(b)
+	}
+	id, k, err := l.key(b)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
 	if e, ok := l.old[string(id)]; ok && e.key == k {
 		if l.next != nil {
 			l.next[e.id] = e
@@ -128,16 +138,32 @@ func (l *listingMemo[T]) item(id []byte, k itemKey, b []byte, decode func([]byte
 	return v, err
 }
 
-// end ends a listing, counting its items into counts (if not nil); one
-// that read every item without error (ok) may replace the memo.
-func (l *listingMemo[T]) end(ok bool, counts *listCounts) {
+// end ends a listing and counts its items; one that read every item
+// without error (ok) replaces the memo if it is full and armed.
+func (l *listingMemo[T]) end(ok bool) {
 	if ok && l.next != nil {
 		l.memo.replace(l.next)
 	}
-	if counts != nil {
-		counts.decoded.Add(l.decoded)
-		counts.reused.Add(l.reused)
+	if l.counts != nil {
+		l.counts.decoded.Add(l.decoded)
+		l.counts.reused.Add(l.reused)
 	}
+}
+
+// readListing appends the items of listing data to *into, each read through
+// l (decoded by decode where it must be), and ends l. what names an item
+// in errors.
+func readListing[T any](data mem.BufferSlice, into *[]T, what string, l *listingMemo[T], decode func([]byte) (T, error)) error {
+	err := eachItem(data, func(b []byte) error {
+		v, err := l.item(b, decode)
+		if err != nil {
+			return fmt.Errorf("decode %s %d: %w", what, len(*into), err)
+		}
+		*into = append(*into, v)
+		return nil
+	})
+	l.end(err == nil)
+	return err
 }
 
 // listCounts count the items the listings decoded and took from a memo.
@@ -153,6 +179,22 @@ type listMemos struct {
 func (m *listMemos) arm() {
 	m.containers.arm()
 	m.sandboxes.arm()
+}
+
+// containerListing starts a container listing through m (nil: no memo).
+func (m *listMemos) containerListing(full bool) *listingMemo[*runtimeapi.Container] {
+	if m == nil {
+		return beginListing[*runtimeapi.Container](nil, full, containerKey, nil)
+	}
+	return beginListing(&m.containers, full, containerKey, &m.counts)
+}
+
+// sandboxListing is containerListing for a sandbox listing.
+func (m *listMemos) sandboxListing(full bool) *listingMemo[*runtimeapi.PodSandbox] {
+	if m == nil {
+		return beginListing[*runtimeapi.PodSandbox](nil, full, sandboxKey, nil)
+	}
+	return beginListing(&m.sandboxes, full, sandboxKey, &m.counts)
 }
 
 // containerKey reads a listed container's ID, state and creation time,

@@ -69,6 +69,12 @@ func (n *memoNode) decodeBoth(t *testing.T, memoized listCodec, m, got, want pro
 	}
 }
 
+// remembered returns the items m holds.
+func remembered[T any](m *listMemo[T]) map[string]memoItem[T] {
+	items, _ := m.snapshot()
+	return items
+}
+
 // reused counts the items of now that are the very items of before.
 func reused[T comparable](before, now map[string]T) int {
 	n := 0
@@ -84,7 +90,7 @@ func TestListMemoReusesWhatDidNotChange(t *testing.T) {
 	t.Parallel()
 	n := newMemoNode(t)
 	first, firstSbs := n.list(t, "")
-	if _, sbs := n.list(t, ""); reused(firstSbs, sbs) != 0 || len(n.memos.containers.snapshot()) != 0 {
+	if _, sbs := n.list(t, ""); reused(firstSbs, sbs) != 0 || len(remembered(&n.memos.containers)) != 0 {
 		t.Fatal("a listing reused items, or the memo holds some, before it was armed")
 	}
 	n.memos.arm()
@@ -158,10 +164,10 @@ func TestListMemoReusesWhatDidNotChange(t *testing.T) {
 		t.Errorf("fourth full listing reused %d sandboxes, want %d", r, want)
 	}
 	// The memo forgets what the last full listing did not list.
-	if _, ok := n.memos.containers.snapshot()[removed]; ok {
+	if _, ok := remembered(&n.memos.containers)[removed]; ok {
 		t.Errorf("memo still holds removed container %s", removed)
 	}
-	if got, want := len(n.memos.containers.snapshot()), len(fourth); got != want {
+	if got, want := len(remembered(&n.memos.containers)), len(fourth); got != want {
 		t.Errorf("memo holds %d containers, want the %d of the last full listing", got, want)
 	}
 }
@@ -208,7 +214,7 @@ func TestListMemoSurvivesAFailedListing(t *testing.T) {
 	if err := n.codec.withMemos(n.memos, true).Unmarshal(pieces(raw[:len(raw)-3], 97), &got); err == nil {
 		t.Fatal("a truncated listing decoded without error")
 	}
-	if got, want := len(n.memos.containers.snapshot()), len(before); got != want {
+	if got, want := len(remembered(&n.memos.containers)), len(before); got != want {
 		t.Fatalf("memo holds %d containers after a failed listing, want %d", got, want)
 	}
 	after, _ := n.list(t, "")
