@@ -133,10 +133,14 @@ type Generator struct {
 	mode           atomic.Value // string: the active Mode, evented or generic
 	stream         *streamSupervisor
 
-	lastRelist  atomic.Int64 // unix ns of the start of the last good relist
-	lastGC      time.Time    // used by the merge goroutine only
-	held        heldState    // used by the merge goroutine only; see backfill.go
-	relistStart time.Time    // used by the relist loop only
+	lastRelist atomic.Int64 // unix ns of the start of the last good relist
+	lastGC     time.Time    // used by the merge goroutine only
+	// lastFull is the last full relist merged; lastOther is when the merge
+	// goroutine, the only one to use it, last merged anything else.
+	lastFull    lastFullMerge
+	lastOther   time.Time
+	held        heldState // used by the merge goroutine only; see backfill.go
+	relistStart time.Time // used by the relist loop only
 }
 
 type mergeRequest struct {
@@ -220,6 +224,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		lookup:            g.lookup,
 		lookupMeta:        g.lookupMeta,
 		meta:              g.meta,
+		last:              &g.lastFull,
 	}
 	g.stream = &streamSupervisor{
 		rt:             rt,
@@ -322,13 +327,9 @@ func (g *Generator) requestRelist() {
 // events to the sink (or holding them, while the sink is full, for a backfill
 // that only Run does). It must not be called while Run is running.
 func (g *Generator) Relist(ctx context.Context) error {
-	b, err := g.relister.relist(ctx, nil)
+	b, err := g.relistFull(ctx, func() {}, g.apply)
 	if err != nil {
-		g.metrics.relists.WithLabelValues("full", "error").Inc()
 		return fmt.Errorf("relist: %w", err)
-	}
-	if err := g.apply(ctx, b); err != nil {
-		return err
 	}
 	g.relistSucceeded(b.at)
 	return nil
@@ -455,13 +456,8 @@ func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration)
 // the runtime answered, before the merge.
 func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 	start := time.Now()
-	b, err := g.relister.relist(ctx, nil)
+	b, err := g.relistFull(ctx, listed, g.submit)
 	if err != nil {
-		g.metrics.relists.WithLabelValues("full", "error").Inc()
-		return err
-	}
-	listed()
-	if err := g.submit(ctx, b); err != nil {
 		return err
 	}
 	g.triggers.confirmAll()
@@ -474,6 +470,27 @@ func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 	g.relistStart = start
 	g.relistSucceeded(b.at)
 	return nil
+}
+
+// relistFull takes one full relist, calls listed once the runtime
+// answered, and has merge merge it. A relist that came back unchanged but
+// found stale by the merge (something else was merged before its turn) is
+// taken again, whole.
+func (g *Generator) relistFull(ctx context.Context, listed func(), merge func(context.Context, *batch) error) (*batch, error) {
+	b, err := g.relister.relist(ctx, nil)
+	if err != nil {
+		g.metrics.relists.WithLabelValues("full", "error").Inc()
+		return nil, err
+	}
+	listed()
+	if err := merge(ctx, b); err != nil || !b.stale {
+		return b, err
+	}
+	if b, err = g.relister.take(ctx, nil, false); err != nil {
+		g.metrics.relists.WithLabelValues("full", "error").Inc()
+		return nil, err
+	}
+	return b, merge(ctx, b)
 }
 
 // logFirstRelist says at Info, once, what the first full relist found: a
@@ -506,6 +523,16 @@ func (g *Generator) relistSucceeded(at time.Time) {
 // apply merges one batch into the cache and sends the events it produced.
 // Only the merge goroutine (or Relist, when Run is not running) calls it.
 func (g *Generator) apply(ctx context.Context, b *batch) error {
+	if b.unchanged {
+		g.applyUnchanged(ctx, b)
+		return nil
+	}
+	// Until this batch is merged, and for good if it is not a full relist,
+	// the last full relist no longer tells what the cache holds.
+	g.lastFull.invalidate()
+	if !b.full {
+		g.lastOther = time.Now()
+	}
 	var events []Event
 	var touched map[string]bool
 	if b.full {
@@ -560,10 +587,34 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 				"pod_uid", ev.Pod.UID, "sandbox", ev.Container.Sandbox, "source", ev.DetectedBy, "full_relist", b.full)
 		}
 	}
-	if len(events) == 0 {
-		return nil
+	if len(events) > 0 {
+		if err := g.send(ctx, events); err != nil {
+			return err
+		}
 	}
-	return g.send(ctx, events)
+	if b.full {
+		g.lastFull.set(b, !g.lastOther.After(b.at))
+	}
+	return nil
+}
+
+// applyUnchanged merges a full relist that listed what the last one merged
+// did, with nothing else merged since (see lastFullMerge): only the cache's
+// time moves, as the merge of its pods would have moved nothing else. One
+// that something else was merged before (a stream message the relist was
+// held for) is marked stale, and not applied.
+func (g *Generator) applyUnchanged(ctx context.Context, b *batch) {
+	if !g.lastFull.unchanged(b.version) {
+		b.stale = true
+		return
+	}
+	g.cache.UpdateTime(b.at)
+	g.collectGarbage(b.at)
+	g.stream.checkMissed(b, nil)
+	g.metrics.relistsUnchanged.Inc()
+	if g.logger.Enabled(ctx, slog.LevelDebug) {
+		g.logger.Debug("relist merged", "at", b.at, "full", b.full, "unchanged", true)
+	}
 }
 
 // podOf finds the cached pod that holds the first of the sightings'

@@ -87,6 +87,7 @@ func (m *listMemo[T]) replace(items map[string]memoItem[T]) {
 type listingMemo[T any] struct {
 	memo *listMemo[T] // nil: no memo, every item is decoded
 	key  func(b []byte) (id []byte, k itemKey, err error)
+	full bool
 	old  map[string]memoItem[T]
 	next map[string]memoItem[T] // nil: a filtered listing, or not armed
 	// decoded and reused count the listing's items into counts, if set.
@@ -97,7 +98,7 @@ type listingMemo[T any] struct {
 // beginListing starts a listing through m (nil: no memo), whose items key
 // identifies.
 func beginListing[T any](m *listMemo[T], full bool, key func([]byte) ([]byte, itemKey, error), counts *listCounts) *listingMemo[T] {
-	l := &listingMemo[T]{memo: m, key: key, counts: counts}
+	l := &listingMemo[T]{memo: m, key: key, full: full, counts: counts}
 	if m == nil {
 		return l
 	}
@@ -139,7 +140,9 @@ func (l *listingMemo[T]) item(b []byte, decode func([]byte) (T, error)) (T, erro
 }
 
 // end ends a listing and counts its items; one that read every item
-// without error (ok) replaces the memo if it is full and armed.
+// without error (ok) replaces the memo if it is full and armed. A full
+// listing that did not list exactly what the memo held (or that had no
+// armed memo to compare with) counts a change.
 func (l *listingMemo[T]) end(ok bool) {
 	if ok && l.next != nil {
 		l.memo.replace(l.next)
@@ -147,6 +150,12 @@ func (l *listingMemo[T]) end(ok bool) {
 	if l.counts != nil {
 		l.counts.decoded.Add(l.decoded)
 		l.counts.reused.Add(l.reused)
+		// next holds each item listed once, all of them from old when
+		// nothing was decoded: the same set if it is as large.
+		same := ok && l.next != nil && l.old != nil && l.decoded == 0 && len(l.next) == len(l.old)
+		if l.full && !same {
+			l.counts.changes.Add(1)
+		}
 	}
 }
 
@@ -166,8 +175,10 @@ func readListing[T any](data mem.BufferSlice, into *[]T, what string, l *listing
 	return err
 }
 
-// listCounts count the items the listings decoded and took from a memo.
-type listCounts struct{ decoded, reused atomic.Uint64 }
+// listCounts count the items the listings decoded and took from a memo,
+// and the full listings that changed what a memo holds (see
+// listMemos.version).
+type listCounts struct{ decoded, reused, changes atomic.Uint64 }
 
 // listMemos are the CRI client's memos of its two listings.
 type listMemos struct {
@@ -179,6 +190,16 @@ type listMemos struct {
 func (m *listMemos) arm() {
 	m.containers.arm()
 	m.sandboxes.arm()
+}
+
+// version returns a number that stays the same for as long as every full
+// listing lists exactly what the one before it did (the same items, by ID,
+// state and creation time), and whether the memos are armed: before, no
+// listing is compared, and the number means nothing. A full listing that
+// differs, fails or finds no memo to compare with changes it.
+func (m *listMemos) version() (uint64, bool) {
+	_, armed := m.containers.snapshot()
+	return m.counts.changes.Load(), armed
 }
 
 // containerListing starts a container listing through m (nil: no memo).

@@ -222,3 +222,69 @@ func TestListMemoSurvivesAFailedListing(t *testing.T) {
 		t.Errorf("after a failed listing, %d of %d containers reused, want all", r, len(after))
 	}
 }
+
+// TestListMemoVersionMovesWhenAFullListingDiffers: the memos' version
+// stays put while full listings list exactly what the one before did, and
+// moves on any other full listing: an item changed, gone or new, a failed
+// listing, the first one once armed. Filtered listings leave it.
+func TestListMemoVersionMovesWhenAFullListingDiffers(t *testing.T) {
+	t.Parallel()
+	n := newMemoNode(t)
+	if _, ok := n.memos.version(); ok {
+		t.Fatal("version reported before the memos were armed")
+	}
+	n.memos.arm()
+	version := func() uint64 {
+		t.Helper()
+		v, ok := n.memos.version()
+		if !ok {
+			t.Fatal("no version once armed")
+		}
+		return v
+	}
+	step := func(what string, change func(), list func(), wantMoved bool) {
+		t.Helper()
+		change()
+		before := version()
+		list()
+		if moved := version() != before; moved != wantMoved {
+			t.Errorf("%s: version moved %v, want %v", what, moved, wantMoved)
+		}
+	}
+	full := func() { n.list(t, "") }
+	nothing := func() {}
+	step("the first full listing once armed", nothing, full, true)
+	step("the same listing again", nothing, full, false)
+	containers, sandboxes := n.list(t, "")
+	var ids, sbIDs []string
+	for id := range containers {
+		ids = append(ids, id)
+	}
+	for id := range sandboxes {
+		sbIDs = append(sbIDs, id)
+	}
+	m := n.rt
+	step("a filtered listing", func() { must(0, m.StopContainer(ids[0], 1, "Error", "")) },
+		func() { n.list(t, sbIDs[0]) }, false)
+	step("a container stopped", nothing, full, true)
+	step("nothing since", nothing, full, false)
+	step("a container removed", func() {
+		must(0, m.StopContainer(ids[1], 0, "Completed", ""))
+		n.list(t, "")
+		must(0, m.RemoveContainer(ids[1]))
+	}, full, true)
+	step("a container created", func() { must(m.CreateContainer(sbIDs[0], crisim.ContainerConfig{Name: "late"})) }, full, true)
+	step("a sandbox stopped", func() { must(0, m.StopPodSandbox(sbIDs[1])) }, full, true)
+	step("nothing since", nothing, full, false)
+	step("a listing cut short", nothing, func() {
+		raw, err := proto.Marshal(&runtimeapi.ListContainersResponse{Containers: m.ListContainers(nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got runtimeapi.ListContainersResponse
+		if err := n.codec.withMemos(n.memos, true).Unmarshal(pieces(raw[:len(raw)-3], 97), &got); err == nil {
+			t.Fatal("a truncated listing decoded without error")
+		}
+	}, true)
+	step("the same listing as before the cut", nothing, full, false)
+}

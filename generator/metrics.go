@@ -16,6 +16,7 @@ type Metrics struct {
 	relistInterval   prometheus.Histogram
 	lastRelist       prometheus.Gauge
 	relists          *prometheus.CounterVec
+	relistsUnchanged prometheus.Counter
 	events           *prometheus.CounterVec
 	skipped          *prometheus.CounterVec
 	criRequests      *prometheus.CounterVec
@@ -75,6 +76,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "pleg_bridge_relists_total",
 			Help: "Relists by kind (full, targeted) and result (ok, error).",
 		}, []string{"kind", "result"}),
+		relistsUnchanged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pleg_bridge_relists_unchanged_total",
+			Help: "Full relists that listed exactly what the last merged one did, with nothing else merged since: nothing to merge, so nothing was (counted in pleg_bridge_relists_total too).",
+		}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pleg_bridge_events_total",
 			Help: "Lifecycle events generated, by type and by the source that detected them.",
@@ -155,7 +160,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.unreported.WithLabelValues(string(t))
 	}
 	if reg != nil {
-		reg.MustRegister(m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.events,
+		reg.MustRegister(m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.relistsUnchanged, m.events,
 			m.skipped, m.criRequests, m.criDuration, m.streamReconnects, m.streamEvents,
 			m.missedByStream, m.mode, m.suppressed, m.streamConnected, m.targetedPending,
 			m.unsent, m.unreported, m.taskReconnects, m.taskEvents, m.taskConnected, m.triggers, m.eventSource)
@@ -211,6 +216,14 @@ func (i *instrumented) ContainerStatus(ctx context.Context, id string) (*runtime
 	v, err := i.rt.ContainerStatus(ctx, id)
 	i.observe("ContainerStatus", start, err)
 	return v, err
+}
+
+// listingVersion forwards to the runtime's, if it has one.
+func (i *instrumented) listingVersion() (uint64, bool) {
+	if v, ok := i.rt.(listingVersioner); ok {
+		return v.listingVersion()
+	}
+	return 0, false
 }
 
 func (i *instrumented) WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error {

@@ -1,0 +1,313 @@
+package generator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
+	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
+)
+
+// unchangedNode is a simulated runtime served over CRI, and a generator
+// reading it through a CRI client that reuses its listings, as the bridge's
+// does once its start-up is over: its full relists can come back unchanged.
+type unchangedNode struct {
+	model *crisim.Runtime
+	srv   *crisim.Server
+	reg   *prometheus.Registry
+	sink  *sliceSink
+	g     *Generator
+}
+
+// newUnchangedNode serves model and builds a generator over it, reusing
+// listings if reuse.
+func newUnchangedNode(t *testing.T, model *crisim.Runtime, reuse bool) *unchangedNode {
+	t.Helper()
+	srv, endpoint := crisimtest.Serve(t, model)
+	cli, err := NewCRIClient(endpoint, CRIOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	if reuse {
+		cli.ReuseListings()
+	}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	n := &unchangedNode{model: model, srv: srv, reg: reg, sink: &sliceSink{}}
+	n.g = New(InstrumentRuntime(cli, m), n.sink, Options{Logger: slog.New(slog.DiscardHandler), Metrics: m})
+	return n
+}
+
+// relist takes one full relist and returns the events it sent, each as
+// "type container state exit".
+func (n *unchangedNode) relist(t *testing.T) []string {
+	t.Helper()
+	from := len(n.sink.events)
+	if err := n.g.Relist(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range n.sink.events[from:] {
+		exit := "-"
+		if ev.ExitCode != nil {
+			exit = fmt.Sprint(*ev.ExitCode)
+		}
+		out = append(out, fmt.Sprintf("%s %s %s %s", ev.Type, ev.Container.ID, ev.State, exit))
+	}
+	return out
+}
+
+func (n *unchangedNode) unchanged(t *testing.T) float64 {
+	t.Helper()
+	return metricstest.Value(t, n.reg, "pleg_bridge_relists_unchanged_total", nil)
+}
+
+// TestAnUnchangedRelistSendsWhatAFullMergeWould runs a node through random
+// steps, many of which change nothing, and relists it after each with two
+// generators: one whose relists come back unchanged when nothing changed,
+// and one that merges every pod every time. They must send the same events
+// at every step.
+func TestAnUnchangedRelistSendsWhatAFullMergeWould(t *testing.T) {
+	t.Parallel()
+	model := crisim.NewRuntime(crisim.Options{})
+	if err := model.PopulateKubelet(4, 12); err != nil {
+		t.Fatal(err)
+	}
+	fast := newUnchangedNode(t, model, true)
+	full := newUnchangedNode(t, model, false)
+	rng := rand.New(rand.NewPCG(13, 1))
+	pods := 0
+	states := func() (running, exited []*runtimeapi.Container, ready, notReady []string) {
+		for _, c := range model.ListContainers(nil) {
+			switch c.GetState() {
+			case runtimeapi.ContainerState_CONTAINER_RUNNING:
+				running = append(running, c)
+			case runtimeapi.ContainerState_CONTAINER_EXITED:
+				exited = append(exited, c)
+			}
+		}
+		for _, sb := range model.ListPodSandbox(nil) {
+			if sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
+				ready = append(ready, sb.GetId())
+			} else {
+				notReady = append(notReady, sb.GetId())
+			}
+		}
+		return running, exited, ready, notReady
+	}
+	changes := 0
+	for step := range 80 {
+		running, exited, ready, notReady := states()
+		what := "nothing"
+		switch op := rng.IntN(10); {
+		case op < 5:
+		case op == 5 && len(running) > 0:
+			c := running[rng.IntN(len(running))]
+			must(0, model.StopContainer(c.GetId(), rng.Int32N(3), "Error", ""))
+			what = "stop " + c.GetId()
+		case op == 6 && len(exited) > 0:
+			c := exited[rng.IntN(len(exited))]
+			must(0, model.RemoveContainer(c.GetId()))
+			what = "remove " + c.GetId()
+		case op == 7 && len(ready) > 0:
+			id := must(model.CreateContainer(ready[rng.IntN(len(ready))], crisim.ContainerConfig{Name: fmt.Sprint("c", step)}))
+			must(0, model.StartContainer(id))
+			what = "start " + id
+		case op == 8:
+			pods++
+			sb := must(model.RunPodSandbox(crisim.PodConfig{Name: fmt.Sprint("p", pods), Namespace: "default", UID: fmt.Sprint("uid-", pods)}))
+			what = "run pod " + sb
+		case op == 9 && len(ready) > 0:
+			sb := ready[rng.IntN(len(ready))]
+			must(0, model.StopPodSandbox(sb))
+			what = "stop pod " + sb
+		case len(notReady) > 0:
+			sb := notReady[rng.IntN(len(notReady))]
+			for _, c := range model.ListContainers(&runtimeapi.ContainerFilter{PodSandboxId: sb}) {
+				must(0, model.RemoveContainer(c.GetId()))
+			}
+			must(0, model.RemovePodSandbox(sb))
+			what = "remove pod " + sb
+		}
+		if what != "nothing" {
+			changes++
+		}
+		// A relist's events are in order for each container, not across.
+		got, want := byContainer(fast.relist(t)), byContainer(full.relist(t))
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("step %d (%s): events (-merged every pod, +unchanged relists):\n%s", step, what, diff)
+		}
+	}
+	if n := fast.unchanged(t); n == 0 || changes < 20 {
+		t.Fatalf("%d unchanged relists, %d steps that changed something: the test exercised too little", int(n), changes)
+	}
+	if n := full.unchanged(t); n != 0 {
+		t.Fatalf("a client that does not reuse listings had %d unchanged relists", int(n))
+	}
+}
+
+// byContainer groups events as unchangedNode.relist returns them by
+// container, in order.
+func byContainer(events []string) map[string][]string {
+	out := map[string][]string{}
+	for _, e := range events {
+		id := strings.Fields(e)[1]
+		out[id] = append(out[id], e)
+	}
+	return out
+}
+
+// TestARelistAfterAFailedStatusCallIsNotUnchanged: a status call that fails
+// leaves the container at its cached state for the next relist to see the
+// change again. That relist lists what the one before did, and must merge
+// it all the same.
+func TestARelistAfterAFailedStatusCallIsNotUnchanged(t *testing.T) {
+	t.Parallel()
+	model := crisim.NewRuntime(crisim.Options{})
+	sb := must(model.RunPodSandbox(crisim.PodConfig{Name: "web", Namespace: "default", UID: "uid-web"}))
+	c := must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"}))
+	must(0, model.StartContainer(c))
+	n := newUnchangedNode(t, model, true)
+	n.relist(t) // fills the memo
+	if got := n.relist(t); len(got) != 0 || n.unchanged(t) != 1 {
+		t.Fatalf("a relist of a node that did not change: events %v, %v unchanged relists; want none, 1", got, n.unchanged(t))
+	}
+
+	must(0, model.StopContainer(c, 3, "Error", ""))
+	n.srv.FailNext("ContainerStatus", codes.Unavailable)
+	if got := n.relist(t); len(got) != 0 {
+		t.Fatalf("a relist whose status call failed sent %v; want nothing until the status is read", got)
+	}
+	want := []string{"ContainerDied " + c + " exited 3"}
+	if got := n.relist(t); !slices.Equal(got, want) {
+		t.Fatalf("the relist after the failed status call sent %v, want %v", got, want)
+	}
+	if got := n.relist(t); len(got) != 0 || n.unchanged(t) != 2 {
+		t.Fatalf("then nothing changed: events %v, %v unchanged relists; want none, 2", got, n.unchanged(t))
+	}
+}
+
+// TestARelistAfterATargetedOneIsNotUnchanged: a container a targeted relist
+// found, and gone before the next full relist, leaves the full listings as
+// they were. The full relist must still declare it gone.
+func TestARelistAfterATargetedOneIsNotUnchanged(t *testing.T) {
+	t.Parallel()
+	model := crisim.NewRuntime(crisim.Options{})
+	sb := must(model.RunPodSandbox(crisim.PodConfig{Name: "web", Namespace: "default", UID: "uid-web"}))
+	n := newUnchangedNode(t, model, true)
+	n.relist(t)
+	n.relist(t) // unchanged
+
+	c := must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "job"}))
+	must(0, model.StartContainer(c))
+	ctx := t.Context()
+	b, err := n.g.relister.relist(ctx, &relistScope{podUID: "uid-web", sandboxID: sb, containersOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.g.apply(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	must(0, model.StopContainer(c, 0, "Completed", ""))
+	must(0, model.RemoveContainer(c))
+
+	want := []string{"ContainerDied " + c + " unknown -", "ContainerRemoved " + c + " removed -"}
+	if got := n.relist(t); !slices.Equal(got, want) {
+		t.Fatalf("full relist after the container went: %v, want %v", got, want)
+	}
+	if n.unchanged(t) != 1 {
+		t.Fatalf("%v unchanged relists, want only the one before the targeted relist", n.unchanged(t))
+	}
+}
+
+// TestAnUnchangedRelistOvertakenByAMergeIsTakenAgain: something merged
+// between an unchanged relist's listing and its turn at the merge makes it
+// stale; it is not applied, and the relist is taken again, pods and all.
+func TestAnUnchangedRelistOvertakenByAMergeIsTakenAgain(t *testing.T) {
+	t.Parallel()
+	model := crisim.NewRuntime(crisim.Options{})
+	sb := must(model.RunPodSandbox(crisim.PodConfig{Name: "web", Namespace: "default", UID: "uid-web"}))
+	n := newUnchangedNode(t, model, true)
+	n.relist(t)
+	n.relist(t) // unchanged
+	ctx := t.Context()
+	var first *batch
+	b, err := n.g.relistFull(ctx, func() {
+		// A targeted relist merged after the full relist listed.
+		tb, err := n.g.relister.relist(ctx, &relistScope{podUID: "uid-web", sandboxID: sb})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.g.apply(ctx, tb); err != nil {
+			t.Fatal(err)
+		}
+	}, func(ctx context.Context, b *batch) error {
+		if first == nil {
+			first = b
+		}
+		return n.g.apply(ctx, b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first == nil || !first.unchanged || !first.stale {
+		t.Fatalf("first batch merged: %+v; want an unchanged relist found stale", first)
+	}
+	if b.unchanged || len(b.pods) != 1 {
+		t.Fatalf("the relist taken again: unchanged %v, %d pods; want the pod merged", b.unchanged, len(b.pods))
+	}
+	if n.unchanged(t) != 1 {
+		t.Fatalf("%v unchanged relists counted, want only the one before", n.unchanged(t))
+	}
+}
+
+// TestAFullRelistRacedByATargetedOneLeavesNoUnchangedRelist: a container a
+// targeted relist found after a full relist listed is kept by that full
+// relist (it was seen after the listing). Gone before the next full relist,
+// which lists what that one did, it must still be declared gone there.
+func TestAFullRelistRacedByATargetedOneLeavesNoUnchangedRelist(t *testing.T) {
+	t.Parallel()
+	model := crisim.NewRuntime(crisim.Options{})
+	sb := must(model.RunPodSandbox(crisim.PodConfig{Name: "web", Namespace: "default", UID: "uid-web"}))
+	n := newUnchangedNode(t, model, true)
+	n.relist(t)
+	n.relist(t) // unchanged
+
+	app := must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"}))
+	must(0, model.StartContainer(app))
+	var job string
+	ctx := t.Context()
+	_, err := n.g.relistFull(ctx, func() {
+		job = must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "job"}))
+		must(0, model.StartContainer(job))
+		tb, err := n.g.relister.relist(ctx, &relistScope{podUID: "uid-web", sandboxID: sb, containersOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.g.apply(ctx, tb); err != nil {
+			t.Fatal(err)
+		}
+	}, n.g.apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(0, model.StopContainer(job, 0, "Completed", ""))
+	must(0, model.RemoveContainer(job))
+
+	want := []string{"ContainerDied " + job + " unknown -", "ContainerRemoved " + job + " removed -"}
+	if got := n.relist(t); !slices.Equal(got, want) {
+		t.Fatalf("full relist after the job went: %v, want %v", got, want)
+	}
+}
