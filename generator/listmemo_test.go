@@ -288,3 +288,37 @@ func TestListMemoVersionMovesWhenAFullListingDiffers(t *testing.T) {
 	}, true)
 	step("the same listing as before the cut", nothing, full, false)
 }
+
+// TestListMemoAnItemListedTwiceIsNotTheSameListing: a listing that names
+// one remembered item twice and leaves another out lists as many items as
+// the memo holds, all of them remembered; it is still a change.
+func TestListMemoAnItemListedTwiceIsNotTheSameListing(t *testing.T) {
+	t.Parallel()
+	memos := &listMemos{}
+	memos.arm()
+	c := newListCodec(nil).withMemos(memos, true)
+	item := func(id string) *runtimeapi.Container {
+		return &runtimeapi.Container{Id: id, PodSandboxId: "sb", State: runtimeapi.ContainerState_CONTAINER_RUNNING, CreatedAt: 1}
+	}
+	moved := func(ids ...string) bool {
+		t.Helper()
+		before, _ := memos.version()
+		resp := &runtimeapi.ListContainersResponse{}
+		for _, id := range ids {
+			resp.Containers = append(resp.Containers, item(id))
+		}
+		var got runtimeapi.ListContainersResponse
+		decodeWith(t, c, resp, &got)
+		after, _ := memos.version()
+		return after != before
+	}
+	if !moved("c1", "c2") || moved("c1", "c2") || moved("c2", "c1") {
+		t.Fatal("want: the first listing moves the version, the same items again (in any order) do not")
+	}
+	if !moved("c1", "c1") {
+		t.Error("c1 listed twice and c2 left out did not move the version")
+	}
+	if moved("c1") {
+		t.Error("c1 alone after c1 twice moved the version; the memo should hold c1 only")
+	}
+}
