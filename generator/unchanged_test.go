@@ -74,6 +74,34 @@ func (n *unchangedNode) unchanged(t *testing.T) float64 {
 	return metricstest.Value(t, n.reg, "pleg_bridge_relists_unchanged_total", nil)
 }
 
+// newQuietPod returns a node of one pod sandbox, "web" (UID uid-web), with
+// no container, relisted twice: the second relist came back unchanged.
+func newQuietPod(t *testing.T) (*unchangedNode, *crisim.Runtime, string) {
+	t.Helper()
+	model := crisim.NewRuntime(crisim.Options{})
+	sb := must(model.RunPodSandbox(crisim.PodConfig{Name: "web", Namespace: "default", UID: "uid-web"}))
+	n := newUnchangedNode(t, model, true)
+	n.relist(t)
+	n.relist(t)
+	if n.unchanged(t) != 1 {
+		t.Fatalf("%v unchanged relists of a quiet node, want 1", n.unchanged(t))
+	}
+	return n, model, sb
+}
+
+// mergeTargeted takes a targeted relist of pod uid-web's sandbox sb (of its
+// containers only, if containersOnly) and merges it.
+func (n *unchangedNode) mergeTargeted(t *testing.T, sb string, containersOnly bool) {
+	t.Helper()
+	b, err := n.g.relister.relist(t.Context(), &relistScope{podUID: "uid-web", sandboxID: sb, containersOnly: containersOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.g.apply(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAnUnchangedRelistSendsWhatAFullMergeWould runs a node through random
 // steps, many of which change nothing, and relists it after each with two
 // generators: one whose relists come back unchanged when nothing changed,
@@ -204,22 +232,11 @@ func TestARelistAfterAFailedStatusCallIsNotUnchanged(t *testing.T) {
 // they were. The full relist must still declare it gone.
 func TestARelistAfterATargetedOneIsNotUnchanged(t *testing.T) {
 	t.Parallel()
-	model := crisim.NewRuntime(crisim.Options{})
-	sb := must(model.RunPodSandbox(crisim.PodConfig{Name: "web", Namespace: "default", UID: "uid-web"}))
-	n := newUnchangedNode(t, model, true)
-	n.relist(t)
-	n.relist(t) // unchanged
+	n, model, sb := newQuietPod(t)
 
 	c := must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "job"}))
 	must(0, model.StartContainer(c))
-	ctx := t.Context()
-	b, err := n.g.relister.relist(ctx, &relistScope{podUID: "uid-web", sandboxID: sb, containersOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.g.apply(ctx, b); err != nil {
-		t.Fatal(err)
-	}
+	n.mergeTargeted(t, sb, true)
 	must(0, model.StopContainer(c, 0, "Completed", ""))
 	must(0, model.RemoveContainer(c))
 
@@ -237,22 +254,11 @@ func TestARelistAfterATargetedOneIsNotUnchanged(t *testing.T) {
 // stale; it is not applied, and the relist is taken again, pods and all.
 func TestAnUnchangedRelistOvertakenByAMergeIsTakenAgain(t *testing.T) {
 	t.Parallel()
-	model := crisim.NewRuntime(crisim.Options{})
-	sb := must(model.RunPodSandbox(crisim.PodConfig{Name: "web", Namespace: "default", UID: "uid-web"}))
-	n := newUnchangedNode(t, model, true)
-	n.relist(t)
-	n.relist(t) // unchanged
+	n, _, sb := newQuietPod(t)
 	ctx := t.Context()
 	var first *batch
 	b, err := n.g.relistFull(ctx, func() {
-		// A targeted relist merged after the full relist listed.
-		tb, err := n.g.relister.relist(ctx, &relistScope{podUID: "uid-web", sandboxID: sb})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.g.apply(ctx, tb); err != nil {
-			t.Fatal(err)
-		}
+		n.mergeTargeted(t, sb, false) // after the full relist listed
 	}, func(ctx context.Context, b *batch) error {
 		if first == nil {
 			first = b
@@ -279,11 +285,7 @@ func TestAnUnchangedRelistOvertakenByAMergeIsTakenAgain(t *testing.T) {
 // which lists what that one did, it must still be declared gone there.
 func TestAFullRelistRacedByATargetedOneLeavesNoUnchangedRelist(t *testing.T) {
 	t.Parallel()
-	model := crisim.NewRuntime(crisim.Options{})
-	sb := must(model.RunPodSandbox(crisim.PodConfig{Name: "web", Namespace: "default", UID: "uid-web"}))
-	n := newUnchangedNode(t, model, true)
-	n.relist(t)
-	n.relist(t) // unchanged
+	n, model, sb := newQuietPod(t)
 
 	app := must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"}))
 	must(0, model.StartContainer(app))
@@ -292,13 +294,7 @@ func TestAFullRelistRacedByATargetedOneLeavesNoUnchangedRelist(t *testing.T) {
 	_, err := n.g.relistFull(ctx, func() {
 		job = must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "job"}))
 		must(0, model.StartContainer(job))
-		tb, err := n.g.relister.relist(ctx, &relistScope{podUID: "uid-web", sandboxID: sb, containersOnly: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.g.apply(ctx, tb); err != nil {
-			t.Fatal(err)
-		}
+		n.mergeTargeted(t, sb, true)
 	}, n.g.apply)
 	if err != nil {
 		t.Fatal(err)
