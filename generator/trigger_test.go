@@ -415,8 +415,14 @@ func TestABurstOverManyPodsIsTakenAsOneFullRelist(t *testing.T) {
 		fulls := fullRelists(f) - full
 		targets := len(f.rt.ListCalls("ListContainers")) - fullRelists(f) - targeted
 		t.Logf("40 exits: %d full relists, %d targeted listings", fulls, targets)
-		if fulls < 1 || fulls > 3 || targets > 10 {
-			t.Errorf("40 exits took %d full relists and %d targeted listings; want 1 to 3 full relists and few targeted ones", fulls, targets)
+		// synctest fixes the clock, not the interleaving: how many of the
+		// exits the trigger goroutine has queued when the targeted one
+		// takes the first decides how many are listed one by one before
+		// the rest are coalesced. Under load (three copies of the package's
+		// tests at once) that was 6 to 14 targeted listings and 1 to 4 full
+		// relists; without coalescing it is one per pod, 40 or more.
+		if fulls < 1 || fulls > 4 || targets > 20 {
+			t.Errorf("40 exits took %d full relists and %d targeted listings; want 1 to 4 full relists and at most half as many targeted ones as pods", fulls, targets)
 		}
 		if n := len(f.rec.Events()); n != 120 {
 			t.Errorf("%d events, want 120 (each once)", n)
