@@ -384,7 +384,7 @@ func (p *pipeline) runComponents(ctx context.Context) error {
 	defer stopStore()
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.Go(func() error {
-		p.tuneGC(gctx)
+		p.endStartup(gctx)
 		return nil
 	})
 	if p.opts.Stream.Manage {

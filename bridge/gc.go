@@ -55,7 +55,8 @@ func liveHeap() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// tuneGC sets the garbage collector's target (unless the GOGC environment
+// endStartup marks the end of the bridge's start-up, its memory peak. It
+// sets the garbage collector's target (unless the GOGC environment
 // variable chose one): Options.StartupGCPercent until the first relist is
 // merged and its events are acked, then Options.GCPercent, and the
 // process's own once ctx is done. A negative option leaves the target
@@ -76,7 +77,7 @@ func liveHeap() uint64 {
 // bare relist loop's CPU, 100 0.8-0.9x (pleg-bench, BENCHMARKS.md), so the
 // live heap after the first relist decides. The modes that follow events
 // keep 100: under churn a lower target costs CPU on every transition.
-func (p *pipeline) tuneGC(ctx context.Context) {
+func (p *pipeline) endStartup(ctx context.Context) {
 	tune := os.Getenv("GOGC") == ""
 	set := func(percent int) {
 		if !tune || percent <= 0 {

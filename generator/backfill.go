@@ -133,8 +133,7 @@ func (g *Generator) hold(events []Event) {
 // only if the sink failed for a reason other than being full.
 func (g *Generator) backfill(ctx context.Context) error {
 	g.held.due = nil
-	g.lastFull.invalidate() // it rewrites records
-	g.lastOther = time.Now()
+	g.mergingOther() // it rewrites records
 	for len(g.held.queue) > 0 {
 		events := make([]Event, 0, min(len(g.held.queue), backfillChunk))
 		var from []int // the queue index of each event

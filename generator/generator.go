@@ -527,11 +527,12 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 		g.applyUnchanged(ctx, b)
 		return nil
 	}
-	// Until this batch is merged, and for good if it is not a full relist,
-	// the last full relist no longer tells what the cache holds.
-	g.lastFull.invalidate()
-	if !b.full {
-		g.lastOther = time.Now()
+	if b.full {
+		// Until it is merged, the last full relist no longer tells what
+		// the cache holds.
+		g.lastFull.invalidate()
+	} else {
+		g.mergingOther()
 	}
 	var events []Event
 	var touched map[string]bool
@@ -596,6 +597,14 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 		g.lastFull.set(b, !g.lastOther.After(b.at))
 	}
 	return nil
+}
+
+// mergingOther records, in the merge goroutine, that something other than
+// a full relist is about to change the cache: the last full relist merged
+// no longer tells what it holds (see lastFullMerge).
+func (g *Generator) mergingOther() {
+	g.lastFull.invalidate()
+	g.lastOther = time.Now()
 }
 
 // applyUnchanged merges a full relist that listed what the last one merged

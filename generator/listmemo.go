@@ -71,14 +71,12 @@ func (m *listMemo[T]) arm() {
 	m.armed = true
 }
 
-// replace makes items, the complete result of a full listing, the memo,
-// if it is armed.
+// replace makes items, the complete result of a full listing begun once
+// the memo was armed, the memo.
 func (m *listMemo[T]) replace(items map[string]memoItem[T]) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.armed {
-		m.items = items
-	}
+	m.items = items
 }
 
 // listingMemo reads listed items through a memo, for one listing: the
@@ -118,7 +116,9 @@ func beginListing[T any](m *listMemo[T], full bool, key func([]byte) ([]byte, it
 	old, armed := m.snapshot()
 	l.old = old
 	l.fill = armed && full
-	if old != nil {
+	if l.fill && old != nil {
+		// Only a listing that may replace the memo asks whether it listed
+		// exactly what the memo holds: a targeted relist's does not.
 		l.seen = make([]uint64, (len(old)+63)/64)
 	}
 	return l
@@ -138,11 +138,11 @@ func (l *listingMemo[T]) item(b []byte, decode func([]byte) (T, error)) (T, erro
 		return zero, err
 	}
 	if e, ok := l.old[string(id)]; ok && e.key == k {
-		word, bit := e.idx/64, uint64(1)<<(e.idx%64)
-		if l.seen[word]&bit != 0 {
-			l.twice = true
+		if l.seen != nil {
+			word, bit := e.idx/64, uint64(1)<<(e.idx%64)
+			l.twice = l.twice || l.seen[word]&bit != 0
+			l.seen[word] |= bit
 		}
-		l.seen[word] |= bit
 		l.reused++
 		return e.item, nil
 	}

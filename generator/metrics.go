@@ -219,12 +219,7 @@ func (i *instrumented) ContainerStatus(ctx context.Context, id string) (*runtime
 }
 
 // listingVersion forwards to the runtime's, if it has one.
-func (i *instrumented) listingVersion() (uint64, bool) {
-	if v, ok := i.rt.(listingVersioner); ok {
-		return v.listingVersion()
-	}
-	return 0, false
-}
+func (i *instrumented) listingVersion() (uint64, bool) { return listingVersion(i.rt) }
 
 func (i *instrumented) WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error {
 	start := time.Now()

@@ -75,40 +75,31 @@ func listingVersion(rt Runtime) (uint64, bool) {
 // targeted relist or backfill: what the cache holds is what that relist
 // left) and that relist left nothing to reinspect (a failed status call
 // kept a container at its cached state, for the next relist to see the
-// change again). valid says all of that held when the full relist was
-// merged and since.
+// change again).
 type lastFullMerge struct {
-	mu      sync.Mutex
-	valid   bool
-	version uint64
+	// valid holds the listings' version of the last full relist merged,
+	// plus one, while all of the above holds; 0 otherwise.
+	valid atomic.Uint64
 }
 
 // unchanged reports whether a full relist whose listings have version has
 // nothing to merge. Safe for concurrent use.
 func (l *lastFullMerge) unchanged(version uint64) bool {
-	if l == nil {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.valid && l.version == version
+	return l != nil && l.valid.Load() == version+1
 }
 
 // set records the full relist b was just merged (valid: nothing else was
 // merged since b began).
 func (l *lastFullMerge) set(b *batch, valid bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.valid = valid && b.versioned && !b.reinspect
-	l.version = b.version
+	if valid && b.versioned && !b.reinspect {
+		l.valid.Store(b.version + 1)
+	} else {
+		l.valid.Store(0)
+	}
 }
 
 // invalidate records that something other than a full relist was merged.
-func (l *lastFullMerge) invalidate() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.valid = false
-}
+func (l *lastFullMerge) invalidate() { l.valid.Store(0) }
 
 // relistScope restricts a relist to one pod sandbox (nil: the whole node).
 type relistScope struct {
