@@ -159,7 +159,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			if *throughput {
 				r, err := measureThroughput(ctx, throughputConfig{
-					rate: *throughputRate, duration: *throughputFor, reps: *reps, memoryOnly: *memoryOnly,
+					rate: *throughputRate, duration: *throughputFor, reps: *reps, memoryOnly: *memoryOnly, bridgeEnv: strings.Fields(*bridgeEnv),
 				}, url, stderr)
 				if err != nil {
 					return err

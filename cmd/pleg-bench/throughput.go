@@ -39,6 +39,8 @@ type throughputConfig struct {
 	reps     int
 	// memoryOnly runs the bridge without a data directory (see nodeRun).
 	memoryOnly bool
+	// bridgeEnv is added to the bridge's environment (GOGC=50, ...).
+	bridgeEnv []string
 }
 
 // measureThroughput measures, reps times, the bridge in evented mode as the
@@ -140,7 +142,7 @@ func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL st
 	if err != nil {
 		return throughputResult{}, err
 	}
-	node := &nodeRun{dir: dir, runtime: rt, socket: dir + "/cri.sock", natsURL: natsURL, memoryOnly: cfg.memoryOnly}
+	node := &nodeRun{dir: dir, runtime: rt, socket: dir + "/cri.sock", natsURL: natsURL, memoryOnly: cfg.memoryOnly, bridgeEnv: cfg.bridgeEnv}
 	var bridge, raw *child
 	defer func() {
 		if serr := stopAll(bridge, raw, rt); err == nil {
