@@ -99,10 +99,11 @@ func applyStatus(s *sighting, st *runtimeapi.ContainerStatus, now time.Time) {
 }
 
 // streamBatch converts one GetContainerEvents message into a partial view of
-// its pod, with the pod's metadata as meta reads it from the sandbox
-// status, and the sandbox to relist if the event calls for confirmation. now
-// stands in for a missing or absurd timestamp.
-func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time, meta metaFilter) (*batch, *relistScope, error) {
+// its pod, with the pod's metadata as meta reads it from the sandbox status
+// (or as known holds it, see metaFilter.sandboxMeta), and the sandbox to
+// relist if the event calls for confirmation. now stands in for a missing
+// or absurd timestamp.
+func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time, meta metaFilter, known func(podUID string) *PodMeta) (*batch, *relistScope, error) {
 	if ev.GetContainerId() == "" {
 		return nil, nil, fmt.Errorf("event %s has no container ID", ev.GetContainerEventType())
 	}
@@ -128,7 +129,7 @@ func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time, meta meta
 	}
 	sbID := sbs.GetId()
 	if sbID != "" {
-		pod.Meta = meta.podMeta(sbs, now)
+		pod.Meta = meta.sandboxMeta(known, pod.UID, sbs, now)
 	}
 	// Room for the sandbox, every status and the event's own container.
 	obs := podObservation{pod: pod, containers: make([]sighting, 0, len(ev.GetContainersStatuses())+2)}

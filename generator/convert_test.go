@@ -32,7 +32,7 @@ func TestBothSourcesSeeAContainerAlike(t *testing.T) {
 	if stopped == nil {
 		t.Fatal("the model emitted no STOPPED event")
 	}
-	b, _, err := streamBatch(stopped, now, metaFilter{})
+	b, _, err := streamBatch(stopped, now, metaFilter{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestStreamEventsAskForTargetedRelists(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ev := &runtimeapi.ContainerEventResponse{ContainerId: tt.container, ContainerEventType: tt.typ, PodSandboxStatus: tt.sandbox}
-			_, got, err := streamBatch(ev, time.Now(), metaFilter{})
+			_, got, err := streamBatch(ev, time.Now(), metaFilter{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

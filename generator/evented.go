@@ -511,7 +511,7 @@ func (s *streamSupervisor) checkMissed(b *batch, events []Event) {
 // applyStreamEvent merges one stream message, in the merge goroutine, and
 // asks for a targeted relist of a stopped or deleted container's pod.
 func (g *Generator) applyStreamEvent(ctx context.Context, ev *runtimeapi.ContainerEventResponse) error {
-	b, scope, err := streamBatch(ev, time.Now(), g.meta)
+	b, scope, err := streamBatch(ev, time.Now(), g.meta, g.lookupMeta)
 	if err != nil {
 		g.metrics.streamEvents.WithLabelValues("invalid").Inc()
 		g.logger.Warn("skipping malformed container event, relisting instead", "err", err)

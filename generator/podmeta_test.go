@@ -158,7 +158,7 @@ func TestStreamCarriesTheSandboxMetadata(t *testing.T) {
 	n := 0
 	for len(sub.Events()) > 0 {
 		ev := <-sub.Events()
-		b, _, err := streamBatch(ev, now, metaFilter{annotations: []string{"team"}})
+		b, _, err := streamBatch(ev, now, metaFilter{annotations: []string{"team"}}, nil)
 		if err != nil {
 			t.Fatalf("streamBatch(%v): %v", ev, err)
 		}
@@ -169,5 +169,41 @@ func TestStreamCarriesTheSandboxMetadata(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("the model emitted no events")
+	}
+}
+
+// TestStreamTakesTheCachedMetadataOfItsSandbox: a stream message of a
+// sandbox the cache read the pod's metadata from carries that metadata, not
+// a copy read again; one of another sandbox of the pod (its next one) is
+// read from the message.
+func TestStreamTakesTheCachedMetadataOfItsSandbox(t *testing.T) {
+	t.Parallel()
+	m := crisim.NewRuntime(crisim.Containerd24Options())
+	sub := m.Subscribe(t.Context())
+	sb := must(m.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1", Labels: map[string]string{"app": "web"}}))
+	c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: "app"}))
+	must(0, m.StartContainer(c))
+	ev := <-sub.Events()
+	now := time.Now()
+	cached := &PodMeta{Labels: map[string]string{"app": "web"}, sandboxID: sb}
+	known := func(uid string) *PodMeta {
+		if uid == "uid-1" {
+			return cached
+		}
+		return nil
+	}
+	b, _, err := streamBatch(ev, now, metaFilter{}, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.pods[0].pod.Meta; got != cached {
+		t.Errorf("meta %p %+v, want the cached %p", got, got, cached)
+	}
+	cached = &PodMeta{Labels: map[string]string{"app": "old"}, sandboxID: "an-earlier-sandbox"}
+	if b, _, err = streamBatch(ev, now, metaFilter{}, known); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.pods[0].pod.Meta; got == cached || !got.Equal(NewPodMeta(map[string]string{"app": "web"}, nil)) || got.sandboxID != sb {
+		t.Errorf("meta of a message from another sandbox than the cached one's = %+v, want the message's", got)
 	}
 }

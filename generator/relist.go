@@ -217,7 +217,7 @@ func (r *relister) viewSandboxes(sandboxes []*runtimeapi.PodSandbox, at time.Tim
 			r.reportSkipped(seenBad, "sandbox", sb.GetId(), "sandbox without pod UID in metadata or labels")
 			continue
 		}
-		pod.Meta = r.sandboxMeta(pod.UID, sb, at)
+		pod.Meta = r.meta.sandboxMeta(r.lookupMeta, pod.UID, sb, at)
 		views = append(views, sandboxView{pod: pod, s: sandboxSighting(sb, at)})
 	}
 	return views
@@ -283,17 +283,6 @@ func (r *relister) group(sandboxes []sandboxView, containers []*runtimeapi.Conta
 	}
 	r.mu.Unlock()
 	return pods
-}
-
-// sandboxMeta returns the metadata of sandbox sb of pod podUID: the cached
-// one if the cache took it from sb, else read from sb.
-func (r *relister) sandboxMeta(podUID string, sb *runtimeapi.PodSandbox, at time.Time) *PodMeta {
-	if r.lookupMeta != nil {
-		if m := r.lookupMeta(podUID); m != nil && m.sandboxID == sb.GetId() {
-			return m
-		}
-	}
-	return r.meta.podMeta(sb, at)
 }
 
 // reportSkipped logs a malformed object at Warn and counts it, once for as
