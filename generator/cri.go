@@ -121,7 +121,8 @@ type CRIClient struct {
 	conn    *grpc.ClientConn
 	client  runtimeapi.RuntimeServiceClient
 	timeout time.Duration
-	lists   grpc.CallOption // decodes a filtered listing, and a stream message, with listCodec
+	codec   listCodec
+	lists   grpc.CallOption // decodes a filtered listing with listCodec
 	// fullLists decodes a full listing (no filter), which may replace the
 	// memos that both read (see listMemo).
 	fullLists grpc.CallOption
@@ -160,7 +161,7 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 		return nil, fmt.Errorf("create CRI client for %q: %w", endpoint, err)
 	}
 	codec, memos := newListCodec(opts.PodAnnotations), &listMemos{}
-	return &CRIClient{conn: conn, client: runtimeapi.NewRuntimeServiceClient(conn), timeout: opts.Timeout, frames: pool, memos: memos,
+	return &CRIClient{conn: conn, client: runtimeapi.NewRuntimeServiceClient(conn), timeout: opts.Timeout, frames: pool, memos: memos, codec: codec,
 		lists:     grpc.ForceCodecV2(codec.withMemos(memos, false)),
 		fullLists: grpc.ForceCodecV2(codec.withMemos(memos, true)),
 	}, nil
@@ -249,7 +250,7 @@ func (c *CRIClient) ContainerStatus(ctx context.Context, id string) (*runtimeapi
 // reported as io.ErrUnexpectedEOF wrapped: for the caller it means "reconnect
 // and relist", like codes.Unavailable.
 func (c *CRIClient) WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error {
-	stream, err := c.client.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{}, c.lists)
+	stream, err := c.client.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{}, grpc.ForceCodecV2(c.codec.forStream()))
 	if err != nil {
 		return fmt.Errorf("open container event stream: %w", err)
 	}

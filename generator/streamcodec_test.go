@@ -2,10 +2,12 @@ package generator
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -120,21 +122,71 @@ func checkStreamCodec(t *testing.T, c listCodec, meta metaFilter, b []byte) bool
 
 // TestStreamCodecMatchesProtobuf: for recorded and kubelet-like messages,
 // with and without a pod annotation allowlist, the generator makes the
-// same of listCodec's partial decoding as of protobuf's whole one.
+// same of listCodec's partial decoding as of protobuf's whole one, message
+// by message and as one stream's codec decodes them in turn (remembering
+// each sandbox's labels and annotations).
 func TestStreamCodecMatchesProtobuf(t *testing.T) {
 	t.Parallel()
 	evs := streamCodecCases(t)
 	for _, annotations := range [][]string{nil, {"kubernetes.io/config.source", "e2e/created-by", "absent"}} {
-		c, meta := newListCodec(annotations), metaFilter{annotations: annotations}
-		for _, ev := range evs {
-			b, err := proto.Marshal(ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !checkStreamCodec(t, c, meta, b) {
-				t.Fatal("protobuf does not decode what it encoded")
+		meta := metaFilter{annotations: annotations}
+		for _, c := range []listCodec{newListCodec(annotations), newListCodec(annotations).forStream()} {
+			for _, ev := range evs {
+				b, err := proto.Marshal(ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !checkStreamCodec(t, c, meta, b) {
+					t.Fatal("protobuf does not decode what it encoded")
+				}
 			}
 		}
+	}
+}
+
+// TestStreamCodecDecodesASandboxsMapsOnce: a stream's codec decodes a
+// sandbox's labels and annotations from its first message, and its later
+// messages share them; a message that sends the sandbox's ID after its
+// labels (protobuf allows any order) is decoded whole, as it says.
+func TestStreamCodecDecodesASandboxsMapsOnce(t *testing.T) {
+	t.Parallel()
+	annotations := []string{"kubernetes.io/config.source"}
+	c := newListCodec(annotations).forStream()
+	evs := kubeletEvents(t, 2, 4)
+	decode := func(b []byte) *runtimeapi.PodSandboxStatus {
+		t.Helper()
+		var m runtimeapi.ContainerEventResponse
+		if err := c.Unmarshal(pieces(b, 97), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetPodSandboxStatus()
+	}
+	first, second := evs[0], evs[1]
+	if first.GetPodSandboxStatus().GetId() != second.GetPodSandboxStatus().GetId() {
+		t.Fatal("the first two messages are not of one sandbox")
+	}
+	a, b := decode(must(proto.Marshal(first))), decode(must(proto.Marshal(second)))
+	if len(a.GetLabels()) == 0 || len(a.GetAnnotations()) == 0 {
+		t.Fatalf("decoded labels %v, annotations %v: want some of each", a.GetLabels(), a.GetAnnotations())
+	}
+	if reflect.ValueOf(a.Labels).UnsafePointer() != reflect.ValueOf(b.Labels).UnsafePointer() ||
+		reflect.ValueOf(a.Annotations).UnsafePointer() != reflect.ValueOf(b.Annotations).UnsafePointer() {
+		t.Error("the second message of a sandbox decoded its labels and annotations again")
+	}
+
+	// The same sandbox ID, other labels, the ID after them on the wire.
+	sbs := proto.CloneOf(first.GetPodSandboxStatus())
+	sbs.Labels = map[string]string{"app": "relabelled", labelPodUID: sbs.GetMetadata().GetUid()}
+	id := sbs.Id
+	sbs.Id = ""
+	wire := protowire.AppendTag(must(proto.Marshal(sbs)), 1, protowire.BytesType)
+	wire = protowire.AppendString(wire, id)
+	msg := protowire.AppendTag(must(proto.Marshal(&runtimeapi.ContainerEventResponse{ContainerId: id})), 4, protowire.BytesType)
+	msg = protowire.AppendBytes(msg, wire)
+	got := decode(msg)
+	if got.GetId() != id || got.GetLabels()["app"] != "relabelled" {
+		t.Errorf("a message with its sandbox's ID after the labels decoded as %s with labels %v, want %s with app=relabelled",
+			got.GetId(), got.GetLabels(), id)
 	}
 }
 
@@ -168,7 +220,13 @@ func FuzzStreamCodecMatchesProtobuf(f *testing.F) {
 		if !checkStreamCodec(t, c, meta, b) {
 			var got runtimeapi.ContainerEventResponse
 			_ = c.Unmarshal(pieces(b, 97), &got) // must not panic
+			return
 		}
+		// A stream's codec, the message twice: the second time its
+		// sandbox's maps are the remembered ones.
+		s := c.forStream()
+		checkStreamCodec(t, s, meta, b)
+		checkStreamCodec(t, s, meta, b)
 	})
 }
 
@@ -182,4 +240,16 @@ func BenchmarkStreamEventDecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchmarkDecoders(b, raw, func() proto.Message { return &runtimeapi.ContainerEventResponse{} })
+	// A stream's codec, which has seen the sandbox: every message of a
+	// pod but its first.
+	b.Run("listCodec/stream", func(b *testing.B) {
+		c := newListCodec(nil).forStream()
+		b.ReportAllocs()
+		b.SetBytes(int64(len(raw)))
+		for b.Loop() {
+			if err := c.Unmarshal(pieces(raw, 16<<10), &runtimeapi.ContainerEventResponse{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
