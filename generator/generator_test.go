@@ -334,7 +334,12 @@ func TestEventedModeReportsAContainerThatLivedBetweenRelists(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- f.gen.Run(ctx) }()
-		synctest.Wait()
+		// The relist that follows the connection is held until its replay
+		// is over, a quiet moment without messages: let it pass first. Held
+		// past the pod's first message, it would find the listing stale,
+		// list again, and could report the container's start before its
+		// STARTED message is merged.
+		advance(time.Second)
 		if f.gen.Mode() != generator.ModeEvented || f.rt.OpenStreams() != 1 {
 			t.Fatalf("mode = %s with %d streams, want evented with 1", f.gen.Mode(), f.rt.OpenStreams())
 		}
