@@ -40,9 +40,46 @@ type listCodec struct {
 	proto       encoding.CodecV2
 	memos       *listMemos
 	full        bool
-	// sandboxes, for the codec of one event stream, remembers the labels
-	// and annotations of the sandboxes its messages carried.
-	sandboxes *sandboxMemo
+	// stream, for the codec of one event stream, remembers what its
+	// messages repeat.
+	stream *streamMemo
+}
+
+// streamMemo is what the codec of one event stream remembers between its
+// messages: the strings they repeat (container and sandbox IDs, images,
+// names), and the labels and annotations of their sandboxes. Every message
+// of a pod carries its sandbox status and the status of each of its
+// containers, and a pod's life is a dozen or more messages: decoded anew,
+// the same strings and maps were most of what the stream's decoding
+// allocated (BenchmarkStreamEventDecode). A stream's messages are decoded
+// one at a time, by the goroutine that receives them, so it is not safe for
+// concurrent use.
+type streamMemo struct {
+	strs      *listDecoder // bounded: see streamStrings
+	sandboxes sandboxMemo
+}
+
+// streamStrings bounds the strings a stream's codec shares: the most recent
+// streamStrings to 2*streamStrings of them, about 100 bytes each. A pod's
+// messages come within seconds of each other, and a node runs a few hundred
+// pods of a few containers at most.
+const streamStrings = 4096
+
+// strings returns the string sharer of m's stream (nil if m is nil: no
+// sharing).
+func (m *streamMemo) strings() *listDecoder {
+	if m == nil {
+		return nil
+	}
+	return m.strs
+}
+
+// sandboxMemo returns the sandbox memo of m's stream (nil if m is nil).
+func (m *streamMemo) sandboxMemo() *sandboxMemo {
+	if m == nil {
+		return nil
+	}
+	return &m.sandboxes
 }
 
 func newListCodec(annotations []string) listCodec {
@@ -56,10 +93,10 @@ func (c listCodec) withMemos(memos *listMemos, full bool) listCodec {
 }
 
 // forStream returns c decoding the messages of one event stream, which
-// its caller receives one at a time: a sandbox's labels and annotations
-// are decoded from its first message only (see sandboxMemo).
+// its caller receives one at a time, sharing what they repeat (see
+// streamMemo).
 func (c listCodec) forStream() listCodec {
-	c.sandboxes = &sandboxMemo{}
+	c.stream = &streamMemo{strs: &listDecoder{strs: make(map[string]string), labels: nil, limit: streamStrings}}
 	return c
 }
 
@@ -92,6 +129,7 @@ func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // decodeEvent decodes a GetContainerEvents message into m.
 func (c listCodec) decodeEvent(b []byte, m *runtimeapi.ContainerEventResponse) error {
+	l := c.stream.strings()
 	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		if typ == protowire.VarintType {
 			switch num {
@@ -104,16 +142,16 @@ func (c listCodec) decodeEvent(b []byte, m *runtimeapi.ContainerEventResponse) e
 		}
 		switch num {
 		case 1:
-			m.ContainerId = string(v)
+			m.ContainerId = l.str(v)
 		case 4:
-			sb, err := c.decodeSandbox(nil, v, sandboxStatusFields, c.sandboxes)
+			sb, err := c.decodeSandbox(l, v, sandboxStatusFields, c.stream.sandboxMemo())
 			if err != nil {
 				return fmt.Errorf("pod sandbox status: %w", err)
 			}
 			m.PodSandboxStatus = &runtimeapi.PodSandboxStatus{Id: sb.Id, Metadata: sb.Metadata, State: sb.State,
 				CreatedAt: sb.CreatedAt, Labels: sb.Labels, Annotations: sb.Annotations}
 		case 5:
-			st, err := decodeContainerStatus(v)
+			st, err := decodeContainerStatus(l, v)
 			if err != nil {
 				return fmt.Errorf("container status %d: %w", len(m.ContainersStatuses), err)
 			}
@@ -258,6 +296,11 @@ func identityLabel(k []byte) string {
 type listDecoder struct {
 	strs   map[string]string
 	labels map[podLabels]map[string]string
+	// limit, if not zero, bounds strs (a stream's, which lives as long as
+	// the stream): once it holds limit strings they become older, and
+	// strs starts anew; a string found in older moves back.
+	limit int
+	older map[string]string
 }
 
 func newListDecoder() *listDecoder {
@@ -272,7 +315,13 @@ func (l *listDecoder) str(b []byte) string {
 	if s, ok := l.strs[string(b)]; ok {
 		return s
 	}
-	s := string(b)
+	s, ok := l.older[string(b)]
+	if !ok {
+		s = string(b)
+	}
+	if l.limit > 0 && len(l.strs) >= l.limit {
+		l.older, l.strs = l.strs, make(map[string]string, l.limit)
+	}
 	l.strs[s] = s
 	return s
 }
@@ -371,11 +420,21 @@ func (l *listDecoder) decodeContainer(b []byte) (*runtimeapi.Container, error) {
 	return c, err
 }
 
+// containerStatusItem holds a container status with its metadata and
+// image, so that they take one allocation.
+type containerStatusItem struct {
+	st  runtimeapi.ContainerStatus
+	md  runtimeapi.ContainerMetadata
+	img runtimeapi.ImageSpec
+}
+
 // decodeContainerStatus decodes what the generator reads of a container
 // status in a stream message: a listed container's fields (numbered
-// differently) and its times, exit code, reason and message.
-func decodeContainerStatus(b []byte) (*runtimeapi.ContainerStatus, error) {
-	st := &runtimeapi.ContainerStatus{}
+// differently) and its times, exit code, reason and message, sharing
+// strings through l (a stream's; nil: none).
+func decodeContainerStatus(l *listDecoder, b []byte) (*runtimeapi.ContainerStatus, error) {
+	item := &containerStatusItem{}
+	st := &item.st
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		if typ == protowire.VarintType {
 			switch num {
@@ -394,17 +453,17 @@ func decodeContainerStatus(b []byte) (*runtimeapi.ContainerStatus, error) {
 		}
 		switch num {
 		case 1:
-			st.Id = string(v)
+			st.Id = l.str(v)
 		case 2:
-			st.Metadata = &runtimeapi.ContainerMetadata{}
-			return decodeContainerMetadata(nil, st.Metadata, v)
+			st.Metadata = &item.md
+			return decodeContainerMetadata(l, st.Metadata, v)
 		case 8:
-			st.Image = &runtimeapi.ImageSpec{}
-			return decodeImageSpec(nil, st.Image, v)
+			st.Image = &item.img
+			return decodeImageSpec(l, st.Image, v)
 		case 9:
-			st.ImageRef = string(v)
+			st.ImageRef = l.str(v)
 		case 10:
-			st.Reason = string(v)
+			st.Reason = l.str(v)
 		case 11:
 			st.Message = string(v)
 		case 12:
@@ -480,8 +539,9 @@ type sandboxItem struct {
 
 // decodeSandbox decodes a listed sandbox, or the same fields of a sandbox
 // status (numbered by f; its network and Linux status are skipped), sharing
-// strings through l (nil: a stream message). The pod's UID and name are
-// its own, and not shared. With known (a stream's), a sandbox whose
+// strings through l (nil: none). A listed sandbox's ID and its pod's UID
+// and name are its own, and not shared; a stream's messages (known set)
+// repeat them, and share them too. With known, a sandbox whose
 // labels and annotations known holds takes those, and its own are skipped
 // on the wire; those of another are remembered in known.
 func (c listCodec) decodeSandbox(l *listDecoder, b []byte, f sandboxFields, known *sandboxMemo) (*runtimeapi.PodSandbox, error) {
@@ -504,7 +564,11 @@ func (c listCodec) decodeSandbox(l *listDecoder, b []byte, f sandboxFields, know
 		}
 		switch num {
 		case 1:
-			sb.Id = string(v)
+			if known != nil {
+				sb.Id = l.str(v)
+			} else {
+				sb.Id = string(v)
+			}
 			if !readMaps {
 				sb.Labels, sb.Annotations, remembered = known.get(sb.Id)
 			}
@@ -518,12 +582,16 @@ func (c listCodec) decodeSandbox(l *listDecoder, b []byte, f sandboxFields, know
 					}
 					return nil
 				}
-				switch num {
-				case 1:
+				switch {
+				case num == 1 && known != nil:
+					md.Name = l.str(v)
+				case num == 1:
 					md.Name = string(v)
-				case 2:
+				case num == 2 && known != nil:
+					md.Uid = l.str(v)
+				case num == 2:
 					md.Uid = string(v)
-				case 3:
+				case num == 3:
 					md.Namespace = l.str(v)
 				}
 				return nil

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -252,4 +253,31 @@ func BenchmarkStreamEventDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestStreamStringsAreBounded: a stream's string sharer holds at most twice
+// its limit, keeps what its messages keep repeating, and returns a string
+// equal to the bytes it is given, shared or not.
+func TestStreamStringsAreBounded(t *testing.T) {
+	t.Parallel()
+	l := &listDecoder{strs: map[string]string{}, limit: 2}
+	first := l.str([]byte("pod-a"))
+	for i := range 20 {
+		if got := l.str([]byte("pod-a")); unsafe.StringData(got) != unsafe.StringData(first) {
+			t.Fatalf("after %d other strings, a string repeated all along was not shared", i)
+		}
+		want := fmt.Sprintf("other-%d", i)
+		if got := l.str([]byte(want)); got != want {
+			t.Fatalf("str(%q) = %q", want, got)
+		}
+		if n := len(l.strs) + len(l.older); n > 4 {
+			t.Fatalf("holds %d strings, want at most twice its limit of 2", n)
+		}
+	}
+	if _, ok := l.strs["other-0"]; ok {
+		t.Error("a string not seen for 19 others is still held")
+	}
+	if _, ok := l.older["other-0"]; ok {
+		t.Error("a string not seen for 19 others is still held")
+	}
 }
