@@ -2,6 +2,7 @@ package generator
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -102,8 +103,9 @@ func applyStatus(s *sighting, st *runtimeapi.ContainerStatus, now time.Time) {
 // its pod, with the pod's metadata as meta reads it from the sandbox status
 // (or as known holds it, see metaFilter.sandboxMeta), and the sandbox to
 // relist if the event calls for confirmation. now stands in for a missing
-// or absurd timestamp.
-func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time, meta metaFilter, known func(podUID string) *PodMeta) (*batch, *relistScope, error) {
+// or absurd timestamp. The view is written into into, reusing its room
+// (see batch.recycle), or into a new batch if into is nil.
+func streamBatch(into *batch, ev *runtimeapi.ContainerEventResponse, now time.Time, meta metaFilter, known func(podUID string) *PodMeta) (*batch, *relistScope, error) {
 	if ev.GetContainerId() == "" {
 		return nil, nil, fmt.Errorf("event %s has no container ID", ev.GetContainerEventType())
 	}
@@ -112,12 +114,21 @@ func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time, meta meta
 		at = now
 	}
 	evState := eventState(ev.GetContainerEventType())
+	b := into
+	if b == nil {
+		b = &batch{}
+	}
+	var room []sighting
+	if cap(b.pods) > 0 {
+		room = b.pods[:1][0].containers[:0]
+	}
+	*b = batch{source: SourceEvented, at: at, pods: b.pods[:0]}
 	sbs := ev.GetPodSandboxStatus()
 	if sbs == nil {
 		// containerd 1.7 sends a sandbox's DELETED event without a sandbox
 		// status. The pod is left for the merge to find by container ID.
-		obs := podObservation{containers: []sighting{{info: Container{ID: ev.GetContainerId()}, state: evState}}}
-		b := &batch{source: SourceEvented, at: at, pods: []podObservation{obs}}
+		obs := podObservation{containers: append(room, sighting{info: Container{ID: ev.GetContainerId()}, state: evState})}
+		b.pods = append(b.pods, obs)
 		if evState >= stateRunning {
 			b.subject = ev.GetContainerId()
 		}
@@ -132,7 +143,7 @@ func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time, meta meta
 		pod.Meta = meta.sandboxMeta(known, pod.UID, sbs, now)
 	}
 	// Room for the sandbox, every status and the event's own container.
-	obs := podObservation{pod: pod, containers: make([]sighting, 0, len(ev.GetContainersStatuses())+2)}
+	obs := podObservation{pod: pod, containers: slices.Grow(room, len(ev.GetContainersStatuses())+2)}
 	if sbID != "" {
 		s := sandboxSighting(sbs, now)
 		if ev.GetContainerId() == sbID && evState > s.state {
@@ -168,7 +179,7 @@ func streamBatch(ev *runtimeapi.ContainerEventResponse, now time.Time, meta meta
 			scope = &relistScope{podUID: pod.UID, sandboxID: sbID, containersOnly: ev.GetContainerId() != sbID}
 		}
 	}
-	b := &batch{source: SourceEvented, at: at, pods: []podObservation{obs}}
+	b.pods = append(b.pods, obs)
 	if evState >= stateRunning {
 		b.subject = ev.GetContainerId()
 	}

@@ -3,6 +3,7 @@ package generator
 import (
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
@@ -32,7 +33,7 @@ func TestBothSourcesSeeAContainerAlike(t *testing.T) {
 	if stopped == nil {
 		t.Fatal("the model emitted no STOPPED event")
 	}
-	b, _, err := streamBatch(stopped, now, metaFilter{}, nil)
+	b, _, err := streamBatch(nil, stopped, now, metaFilter{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func TestStreamEventsAskForTargetedRelists(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ev := &runtimeapi.ContainerEventResponse{ContainerId: tt.container, ContainerEventType: tt.typ, PodSandboxStatus: tt.sandbox}
-			_, got, err := streamBatch(ev, time.Now(), metaFilter{}, nil)
+			_, got, err := streamBatch(nil, ev, time.Now(), metaFilter{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,5 +134,42 @@ func TestStreamEventsAskForTargetedRelists(t *testing.T) {
 				t.Errorf("targeted relist (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestStreamBatchReusesItsRoom: converting every message into one batch,
+// recycled after each, gives what converting each into a new batch does,
+// and takes no new room for the sightings once it has enough.
+func TestStreamBatchReusesItsRoom(t *testing.T) {
+	t.Parallel()
+	var into batch
+	now := time.Unix(1_800_000_000, 0)
+	opts := []cmp.Option{cmp.AllowUnexported(batch{}, podObservation{}, sighting{}, relistScope{}, PodMeta{}), cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })}
+	var room *sighting
+	reused := 0
+	for i, ev := range kubeletEvents(t, 3, 9) {
+		want, _, wantErr := streamBatch(nil, ev, now, metaFilter{}, nil)
+		got, _, err := streamBatch(&into, ev, now, metaFilter{}, nil)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("message %d: error %v, want %v", i, err, wantErr)
+		}
+		if err != nil {
+			continue
+		}
+		if diff := cmp.Diff(want, got, opts...); diff != "" {
+			t.Fatalf("message %d into a recycled batch (-new batch +recycled):\n%s", i, diff)
+		}
+		if p := unsafe.SliceData(got.pods[0].containers); p == room {
+			reused++
+		} else {
+			room = p
+		}
+		into.recycle()
+		if s := into.pods[:1][0].containers[:1][0]; s != (sighting{}) {
+			t.Fatalf("message %d: a recycled batch still holds %+v", i, s)
+		}
+	}
+	if reused < 20 {
+		t.Errorf("the sightings' room was reused %d times, want nearly every message", reused)
 	}
 }

@@ -511,7 +511,8 @@ func (s *streamSupervisor) checkMissed(b *batch, events []Event) {
 // applyStreamEvent merges one stream message, in the merge goroutine, and
 // asks for a targeted relist of a stopped or deleted container's pod.
 func (g *Generator) applyStreamEvent(ctx context.Context, ev *runtimeapi.ContainerEventResponse) error {
-	b, scope, err := streamBatch(ev, time.Now(), g.meta, g.lookupMeta)
+	b, scope, err := streamBatch(&g.streamBatch, ev, time.Now(), g.meta, g.lookupMeta)
+	defer g.streamBatch.recycle()
 	if err != nil {
 		g.metrics.streamEvents.WithLabelValues("invalid").Inc()
 		g.logger.Warn("skipping malformed container event, relisting instead", "err", err)

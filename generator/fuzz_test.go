@@ -189,7 +189,7 @@ func FuzzStreamBatch(f *testing.F) {
 		if proto.Unmarshal(data, ev) != nil {
 			return
 		}
-		b, scope, err := streamBatch(ev, now, metaFilter{}, nil)
+		b, scope, err := streamBatch(nil, ev, now, metaFilter{}, nil)
 		if err != nil {
 			id := ev.GetContainerId()
 			if id == "" {
@@ -465,7 +465,7 @@ func FuzzStreamMerge(f *testing.F) {
 				t.Fatalf("applyStreamEvent: %v", err)
 			}
 			// A rejected message is logged with the reason, which names it.
-			if _, _, err := streamBatch(ev, time.Now(), metaFilter{}, nil); err != nil && !logs.warned(map[string]string{"err": err.Error()}) {
+			if _, _, err := streamBatch(nil, ev, time.Now(), metaFilter{}, nil); err != nil && !logs.warned(map[string]string{"err": err.Error()}) {
 				t.Errorf("the rejection of a message for %q was not logged: %v", ev.GetContainerId(), err)
 			}
 		}

@@ -140,6 +140,7 @@ type Generator struct {
 	lastFull    lastFullMerge
 	lastOther   time.Time
 	held        heldState // used by the merge goroutine only; see backfill.go
+	streamBatch batch     // used by the merge goroutine only; see batch.recycle
 	relistStart time.Time // used by the relist loop only
 }
 

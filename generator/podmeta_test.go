@@ -158,9 +158,9 @@ func TestStreamCarriesTheSandboxMetadata(t *testing.T) {
 	n := 0
 	for len(sub.Events()) > 0 {
 		ev := <-sub.Events()
-		b, _, err := streamBatch(ev, now, metaFilter{annotations: []string{"team"}}, nil)
+		b, _, err := streamBatch(nil, ev, now, metaFilter{annotations: []string{"team"}}, nil)
 		if err != nil {
-			t.Fatalf("streamBatch(%v): %v", ev, err)
+			t.Fatalf("streamBatch(nil, %v): %v", ev, err)
 		}
 		if got := b.pods[0].pod.Meta; !got.Equal(want) {
 			t.Errorf("%s event of %s: meta %+v, want %+v", ev.GetContainerEventType(), ev.GetContainerId(), got, want)
@@ -192,7 +192,7 @@ func TestStreamTakesTheCachedMetadataOfItsSandbox(t *testing.T) {
 		}
 		return nil
 	}
-	b, _, err := streamBatch(ev, now, metaFilter{}, known)
+	b, _, err := streamBatch(nil, ev, now, metaFilter{}, known)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestStreamTakesTheCachedMetadataOfItsSandbox(t *testing.T) {
 		t.Errorf("meta %p %+v, want the cached %p", got, got, cached)
 	}
 	cached = &PodMeta{Labels: map[string]string{"app": "old"}, sandboxID: "an-earlier-sandbox"}
-	if b, _, err = streamBatch(ev, now, metaFilter{}, known); err != nil {
+	if b, _, err = streamBatch(nil, ev, now, metaFilter{}, known); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.pods[0].pod.Meta; got == cached || !got.Equal(NewPodMeta(map[string]string{"app": "web"}, nil)) || got.sandboxID != sb {

@@ -93,7 +93,7 @@ func TestReplayRecordedContainerdStreams(t *testing.T) {
 			g := New(nil, sink, Options{})
 			for i, ev := range evs {
 				now := time.Unix(0, ev.GetCreatedAt()).Add(time.Millisecond)
-				b, _, err := streamBatch(ev, now, metaFilter{}, nil)
+				b, _, err := streamBatch(nil, ev, now, metaFilter{}, nil)
 				if err != nil {
 					t.Fatalf("event %d: %v", i+1, err)
 				}
@@ -130,7 +130,7 @@ func TestReplayRecordingFacts(t *testing.T) {
 	sink := &sliceSink{}
 	g := New(nil, sink, Options{})
 	for _, ev := range evs {
-		b, _, err := streamBatch(ev, time.Unix(0, ev.GetCreatedAt()), metaFilter{}, nil)
+		b, _, err := streamBatch(nil, ev, time.Unix(0, ev.GetCreatedAt()), metaFilter{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -106,8 +106,8 @@ func checkStreamCodec(t *testing.T, c listCodec, meta metaFilter, b []byte) bool
 		t.Fatalf("listCodec refused what protobuf decodes: %v", err)
 	}
 	now := time.Unix(1_800_000_000, 0)
-	wantBatch, wantScope, wantErr := streamBatch(&want, now, meta, nil)
-	gotBatch, gotScope, gotErr := streamBatch(&got, now, meta, nil)
+	wantBatch, wantScope, wantErr := streamBatch(nil, &want, now, meta, nil)
+	gotBatch, gotScope, gotErr := streamBatch(nil, &got, now, meta, nil)
 	if (wantErr == nil) != (gotErr == nil) {
 		t.Fatalf("streamBatch error: from protobuf %v, from listCodec %v", wantErr, gotErr)
 	}
