@@ -58,6 +58,17 @@ func AppendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// plain holds the bytes AppendEscaped copies as they are without looking
+// further: ASCII from the space on, but for '"', '\\' and the HTML
+// characters. A table rather than six comparisons a byte: escaping was a
+// third of encoding an event (BenchmarkAppendString, BenchmarkEncode).
+var plain = func() (t [256]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // AppendEscaped appends s escaped as encoding/json escapes a string, without
 // the quotes: '"' and '\' with a backslash; \b, \f, \n, \r and \t short;
 // the other control characters and the HTML characters <, > and & as
@@ -67,11 +78,11 @@ func AppendEscaped(b []byte, s string) []byte {
 	start := 0 // s[start:i] is still to be copied
 	for i := 0; i < len(s); {
 		c := s[i]
+		if plain[c] {
+			i++
+			continue
+		}
 		if c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':

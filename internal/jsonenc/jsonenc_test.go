@@ -3,6 +3,7 @@ package jsonenc
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -37,5 +38,24 @@ func TestAppendTimeMatchesEncodingJSON(t *testing.T) {
 		if (wantErr == nil) != (gotErr == nil) || !bytes.Equal(got, want) {
 			t.Errorf("AppendTime(%v) = %s, %v; encoding/json %s, %v", tm, got, gotErr, want, wantErr)
 		}
+	}
+}
+
+// BenchmarkAppendString escapes what an event's strings are like: IDs,
+// names and images that need no escaping, and a termination message that
+// does.
+func BenchmarkAppendString(b *testing.B) {
+	for _, s := range []string{
+		"6f1c2a7e-8b9d-4c3e-a1f0-2b3c4d5e6f70",
+		"registry.k8s.io/e2e-test-images/agnhost:2.53@sha256:99c6b4bb4a1e1df3f0b3f1a5bbd0b9f1e6c8c3b2a7e4d5f6a1b2c3d4e5f6a7b8",
+		"exit status 2: \"boom\" <in main>\n\tat line 3",
+	} {
+		b.Run(fmt.Sprintf("%d bytes", len(s)), func(b *testing.B) {
+			buf := make([]byte, 0, 256)
+			b.SetBytes(int64(len(s)))
+			for b.Loop() {
+				buf = AppendString(buf[:0], s)
+			}
+		})
 	}
 }
