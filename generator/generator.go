@@ -324,6 +324,12 @@ func (g *Generator) requestRelist() {
 	}
 }
 
+// RequestRelist asks Run for a full relist as soon as its relist loop is
+// free, rather than at the end of its period; the period starts again
+// from that relist. It does not block, and requests made before that
+// relist starts are one.
+func (g *Generator) RequestRelist() { g.requestRelist() }
+
 // Relist takes one full relist and merges it synchronously, sending its
 // events to the sink (or holding them, while the sink is full, for a backfill
 // that only Run does). It must not be called while Run is running.

@@ -934,3 +934,38 @@ func TestAStreamThatKeepsFailingDoesNotSlowRelisting(t *testing.T) {
 		}
 	})
 }
+
+// TestRequestRelistRelistsAtOnce: with the safety-net relist an hour away,
+// RequestRelist makes Run list the node in full at once.
+func TestRequestRelistRelistsAtOnce(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		advance(time.Second) // the first relist, the stream's, and its replay
+		full := func() (n int) {
+			for _, sandbox := range f.rt.ListCalls("ListContainers") {
+				if sandbox == "" {
+					n++
+				}
+			}
+			return n
+		}
+		before := full()
+		advance(time.Minute)
+		if n := full(); n != before {
+			t.Fatalf("%d full listings in a minute with the relist period an hour, want none", n-before)
+		}
+		f.gen.RequestRelist()
+		synctest.Wait()
+		if n := full(); n != before+1 {
+			t.Errorf("%d full listings after RequestRelist, want 1", n-before)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
