@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -50,7 +52,8 @@ type throughputConfig struct {
 // the bridge had all of them acked (it kept up if that is short), what
 // JetStream holds of them (nothing may be lost), and its
 // CPU per transition beside the raw publisher's (see rawPublisher), which
-// reads the same event stream at the same time.
+// reads the same churn of a runtime of its own just before, in the same
+// repetition (measureThroughputOnce says why not at the same time).
 func measureThroughput(ctx context.Context, cfg throughputConfig, natsURL string, progress io.Writer) ([]measurement, error) {
 	nc, err := nats.Connect(natsURL, nats.Name("pleg-bench"))
 	if err != nil {
@@ -59,6 +62,11 @@ func measureThroughput(ctx context.Context, cfg throughputConfig, natsURL string
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
+		return nil, err
+	}
+	// The stream the bridges make, made first: the raw publisher, which
+	// runs first, makes none, and JetStream acks nothing without it.
+	if err := bridge.EnsureStream(ctx, js, bridge.Options{Stream: bridge.StreamOptions{Manage: true}, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		return nil, err
 	}
 	var rates, lags, missing, bridgeCPU, rawCPU []float64
@@ -119,12 +127,30 @@ type throughputResult struct {
 	bridgeAlloc, rawAlloc float64
 }
 
-func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL string, js jetstream.JetStream) (_ throughputResult, err error) {
-	dir, err := os.MkdirTemp("", "pleg-bench-churn-")
+func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL string, js jetstream.JetStream) (throughputResult, error) {
+	// The raw publisher first, then the bridge, each beside a runtime of
+	// its own making the same churn: each has the two cores to share with
+	// the runtime and the NATS server only, as a node's bridge would.
+	// Churned at the same time, from one runtime, the two readers and their
+	// publishes had needed more than the two cores at 10,000 transitions/s
+	// on the slower machine, and the one that fell a second behind was
+	// dropped by the runtime.
+	raw, err := measureRawChurn(ctx, cfg, natsURL)
 	if err != nil {
 		return throughputResult{}, err
 	}
-	defer os.RemoveAll(dir)
+	r, err := measureBridgeChurn(ctx, cfg, natsURL, js)
+	if err != nil {
+		return throughputResult{}, err
+	}
+	r.rawCPU, r.rawAcked = raw.cpu, raw.acked
+	r.rawSyscalls, r.rawSwitches, r.rawAlloc = raw.syscalls, raw.switches, raw.alloc
+	return r, nil
+}
+
+// startChurningRuntime starts, in dir, the simulated runtime that makes
+// cfg's churn once its stats are first asked for.
+func startChurningRuntime(ctx context.Context, cfg throughputConfig, dir string) (*child, error) {
 	perPod := 3 * (churnContainers + 1)
 	// The runtime drops a subscriber that falls a buffer's worth of events
 	// behind. crisim's default of 4,096 is 0.3 s of events at 10,000
@@ -134,32 +160,104 @@ func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL st
 	// its sandbox and for each container besides its transitions.
 	eventsPerPod := perPod + churnContainers + 1
 	eventBuffer := int(math.Ceil(cfg.rate / float64(perPod) * float64(eventsPerPod) * maxLag.Seconds()))
-	rt, err := startChild(ctx, "churning runtime", childSpec{
+	return startChild(ctx, "churning runtime", childSpec{
 		Role: roleRuntime, Socket: dir + "/cri.sock", Pods: 1, Containers: 1, EventBuffer: eventBuffer,
 		ChurnPodsPerSecond: cfg.rate / float64(perPod), ChurnContainers: churnContainers,
 		ChurnLifetime: churnLifetime, ChurnFor: cfg.duration,
 	})
+}
+
+// rawChurn is what the raw publisher cost per message it had acked.
+type rawChurn struct {
+	cpu                time.Duration
+	acked              int
+	syscalls, switches float64
+	alloc              float64
+}
+
+// measureRawChurn runs cfg's churn with the raw publisher (see
+// rawPublisher) reading it, and returns its cost per message it had acked:
+// should its stream end early (a subscriber that falls behind is dropped
+// by the runtime), it is not flattered by transitions it never saw.
+func measureRawChurn(ctx context.Context, cfg throughputConfig, natsURL string) (_ rawChurn, err error) {
+	dir, err := os.MkdirTemp("", "pleg-bench-churn-")
+	if err != nil {
+		return rawChurn{}, err
+	}
+	defer os.RemoveAll(dir)
+	rt, err := startChurningRuntime(ctx, cfg, dir)
+	if err != nil {
+		return rawChurn{}, err
+	}
+	var raw *child
+	defer func() {
+		if serr := stopAll(raw, rt); err == nil {
+			err = serr
+		}
+	}()
+	if raw, err = startChild(ctx, "raw publisher", childSpec{Role: roleRaw, Socket: dir + "/cri.sock", NATSURL: natsURL}); err != nil {
+		return rawChurn{}, err
+	}
+	r0, err := raw.stats()
+	if err != nil {
+		return rawChurn{}, err
+	}
+	before, err := rt.stats() // starts the churn
+	if err != nil {
+		return rawChurn{}, err
+	}
+	// Until the churn is over and every message is acked, or a drain
+	// timeout after.
+	deadline := time.Now().Add(cfg.duration + drainTimeout)
+	var r1 childStats
+	for {
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return rawChurn{}, err
+		}
+		made, err := rt.stats()
+		if err != nil {
+			return rawChurn{}, err
+		}
+		if r1, err = raw.stats(); err != nil {
+			return rawChurn{}, err
+		}
+		if !made.Churning && r1.Events-r0.Events >= made.Events-before.Events || time.Now().After(deadline) {
+			break
+		}
+	}
+	n := max(1, r1.Events-r0.Events)
+	return rawChurn{
+		cpu:      (r1.CPU - r0.CPU) / time.Duration(n),
+		acked:    r1.Events - r0.Events,
+		syscalls: float64(r1.Syscalls-r0.Syscalls) / float64(n),
+		switches: float64(r1.Switches-r0.Switches) / float64(n),
+		alloc:    float64(r1.Allocated-r0.Allocated) / float64(n),
+	}, nil
+}
+
+// measureBridgeChurn runs cfg's churn with the evented bridge following
+// it, and returns what it made of it (the raw publisher's fields unset).
+func measureBridgeChurn(ctx context.Context, cfg throughputConfig, natsURL string, js jetstream.JetStream) (_ throughputResult, err error) {
+	dir, err := os.MkdirTemp("", "pleg-bench-churn-")
+	if err != nil {
+		return throughputResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	rt, err := startChurningRuntime(ctx, cfg, dir)
 	if err != nil {
 		return throughputResult{}, err
 	}
 	node := &nodeRun{dir: dir, runtime: rt, socket: dir + "/cri.sock", natsURL: natsURL, memoryOnly: cfg.memoryOnly, bridgeEnv: cfg.bridgeEnv}
-	var bridge, raw *child
+	var bridge *child
 	defer func() {
-		if serr := stopAll(bridge, raw, rt); err == nil {
+		if serr := stopAll(bridge, rt); err == nil {
 			err = serr
 		}
 	}()
 	if bridge, err = node.bridge(ctx, generator.ModeEvented, daemonSetMemLimit); err != nil {
 		return throughputResult{}, err
 	}
-	if raw, err = startChild(ctx, "raw publisher", childSpec{Role: roleRaw, Socket: node.socket, NATSURL: natsURL}); err != nil {
-		return throughputResult{}, err
-	}
 	b0, err := bridge.stats()
-	if err != nil {
-		return throughputResult{}, err
-	}
-	r0, err := raw.stats()
 	if err != nil {
 		return throughputResult{}, err
 	}
@@ -202,24 +300,6 @@ func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL st
 	if err != nil {
 		return throughputResult{}, err
 	}
-	// The raw publisher may still wait for acks: give it a moment, so
-	// that its CPU holds all of its work. Its CPU per transition is per
-	// message it had acked: should its stream have ended early (a
-	// subscriber that falls behind is dropped by the runtime), it is not
-	// flattered by transitions it never saw.
-	var r1 childStats
-	rawDeadline := time.Now().Add(5 * time.Second)
-	for {
-		if r1, err = raw.stats(); err != nil {
-			return throughputResult{}, err
-		}
-		if r1.Events >= made.Events-before.Events || time.Now().After(rawDeadline) {
-			break
-		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
-			return throughputResult{}, err
-		}
-	}
 	stored, err := storedFor(ctx, js, bridge.node)
 	if err != nil {
 		return throughputResult{}, err
@@ -229,19 +309,13 @@ func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL st
 		return throughputResult{}, errors.New("the runtime made no transition")
 	}
 	return throughputResult{
-		transitions: n,
-		elapsed:     elapsed,
-		missing:     max(0, n+2-stored),
-		bridgeCPU:   (b1.CPU - b0.CPU) / time.Duration(n),
-		rawCPU:      (r1.CPU - r0.CPU) / time.Duration(max(1, r1.Events-r0.Events)),
-		rawAcked:    r1.Events - r0.Events,
-
+		transitions:    n,
+		elapsed:        elapsed,
+		missing:        max(0, n+2-stored),
+		bridgeCPU:      (b1.CPU - b0.CPU) / time.Duration(n),
 		bridgeSyscalls: float64(b1.Syscalls-b0.Syscalls) / float64(n),
 		bridgeSwitches: float64(b1.Switches-b0.Switches) / float64(n),
-		rawSyscalls:    float64(r1.Syscalls-r0.Syscalls) / float64(max(1, r1.Events-r0.Events)),
-		rawSwitches:    float64(r1.Switches-r0.Switches) / float64(max(1, r1.Events-r0.Events)),
 		bridgeAlloc:    float64(b1.Allocated-b0.Allocated) / float64(n),
-		rawAlloc:       float64(r1.Allocated-r0.Allocated) / float64(max(1, r1.Events-r0.Events)),
 	}, nil
 }
 
