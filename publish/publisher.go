@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -196,6 +197,10 @@ type Publisher struct {
 	refusing bool
 	// closedCh is closed when closed is set.
 	closedCh chan struct{}
+
+	// recorded counts the events Send recorded (in memory or in the
+	// spool), settled those of them Run has delivered or given up.
+	recorded, settled atomic.Uint64
 }
 
 var _ generator.Sink = (*Publisher)(nil)
@@ -216,6 +221,9 @@ type outboxEvent struct {
 	// earlier is set for a spool entry of an earlier process, until a
 	// check found it is not stored.
 	earlier bool
+	// previous is set for a spool entry of an earlier process: not one
+	// Send recorded (see Publisher.Progress).
+	previous bool
 	// mark holds the watermark back while the event may be stored and is
 	// not delivered; nil before its first send.
 	mark *sendMark
@@ -375,6 +383,7 @@ func (p *Publisher) Send(_ context.Context, events []generator.Event) error {
 					}
 				}
 				p.queue <- e
+				p.recorded.Add(1)
 				continue
 			default:
 			}
@@ -385,6 +394,7 @@ func (p *Publisher) Send(_ context.Context, events []generator.Event) error {
 			p.refuse(i, len(events)-i)
 			return &generator.SinkFullError{Recorded: i}
 		}
+		p.recorded.Add(1)
 		p.metrics.spooled.Inc()
 		if !p.spilling {
 			p.spilling = true
@@ -423,6 +433,16 @@ func (p *Publisher) Pending() int {
 		n += p.opts.Spool.Untaken()
 	}
 	return n
+}
+
+// Progress returns how many events Send has recorded since the Publisher
+// was made, and how many of those Run has settled: delivered (stored in
+// the stream) or given up. Events that an earlier process left in the
+// spool are in neither. Events are settled per pod in order, not all in
+// Send's order: settled reaching the recorded count of a moment says that
+// as many events have settled since, not which.
+func (p *Publisher) Progress() (recorded, settled uint64) {
+	return p.recorded.Load(), p.settled.Load()
 }
 
 // memoryPending returns the number of events in the memory outbox.
@@ -710,7 +730,7 @@ func (d *delivery) refill() {
 // pod's queue. An entry that no longer encodes is given up.
 func (d *delivery) addSpooled(en durable.SpoolEntry) {
 	d.spoolInUse = true
-	d.add(&outboxEvent{ev: en.Event, spooled: true, seq: en.Seq, earlier: en.Earlier})
+	d.add(&outboxEvent{ev: en.Event, spooled: true, seq: en.Seq, earlier: en.Earlier, previous: en.Earlier})
 }
 
 // dispatch publishes (or checks) the head event of ready pods while there
@@ -938,6 +958,9 @@ func (d *delivery) advance(pq *podQueue) {
 	if !pq.events[0].spooled {
 		pq.volatile--
 		d.volatile--
+	}
+	if !pq.events[0].previous {
+		d.p.settled.Add(1)
 	}
 	pq.events[0] = nil
 	pq.events = pq.events[1:]

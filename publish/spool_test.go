@@ -154,10 +154,12 @@ func TestPublisherSpoolsWhileNATSIsDownAndDeliversEverythingInOrder(t *testing.T
 	if got := f.pub.Pending(); got != len(sent) {
 		t.Errorf("Pending() = %d, want %d", got, len(sent))
 	}
+	checkProgress(t, f.pub, len(sent), 0)
 
 	rs.start(t)
 	f.waitAcks(t, len(sent))
 	checkPerPodOrder(t, fetchAll(t, f.js, len(sent)), sent)
+	checkProgress(t, f.pub, len(sent), len(sent)) // in memory and spooled alike
 	if r := f.waitLog(t, "spool empty"); r.Level != slog.LevelInfo {
 		t.Errorf("spool emptied logged at %v, want INFO", r.Level)
 	}
@@ -248,6 +250,8 @@ func TestPublisherDeliversWhatAnEarlierPublisherLeftBeforeNewerEvents(t *testing
 			want := append(kept, after...)
 			second.waitAcks(t, len(want))
 			checkPerPodOrder(t, fetchAll(t, js, len(want)), want)
+			// The earlier run's entries are not the second's to count.
+			checkProgress(t, second.pub, len(after), len(after))
 			if got := metricstest.Value(t, second.reg, "pleg_bridge_publish_checks_total", map[string]string{"result": "missing"}); got != float64(len(kept)) {
 				t.Errorf("pleg_bridge_publish_checks_total{result=\"missing\"} = %v, want %d", got, len(kept))
 			}
@@ -331,5 +335,13 @@ pleg_bridge_spool_capacity_bytes ` + c.spoolCap + "\n"
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// checkProgress checks what pub.Progress reports.
+func checkProgress(t *testing.T, pub *publish.Publisher, recorded, settled int) {
+	t.Helper()
+	if r, s := pub.Progress(); r != uint64(recorded) || s != uint64(settled) {
+		t.Errorf("Progress() = %d recorded, %d settled, want %d, %d", r, s, recorded, settled)
 	}
 }
