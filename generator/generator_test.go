@@ -941,9 +941,8 @@ func TestRequestRelistRelistsAtOnce(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour})
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- f.gen.Run(ctx) }()
+		stop := f.start(t)
+		defer stop()
 		advance(time.Second) // the first relist, the stream's, and its replay
 		full := func() (n int) {
 			for _, sandbox := range f.rt.ListCalls("ListContainers") {
@@ -962,10 +961,6 @@ func TestRequestRelistRelistsAtOnce(t *testing.T) {
 		synctest.Wait()
 		if n := full(); n != before+1 {
 			t.Errorf("%d full listings after RequestRelist, want 1", n-before)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("Run = %v", err)
 		}
 	})
 }
