@@ -484,20 +484,20 @@ func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 // found stale by the merge (something else was merged before its turn) is
 // taken again, whole.
 func (g *Generator) relistFull(ctx context.Context, listed func(), merge func(context.Context, *batch) error) (*batch, error) {
-	b, err := g.relister.relist(ctx, nil)
-	if err != nil {
-		g.metrics.relists.WithLabelValues("full", "error").Inc()
-		return nil, err
+	for first := true; ; first = false {
+		b, err := g.relister.take(ctx, nil, first)
+		if err != nil {
+			g.metrics.relists.WithLabelValues("full", "error").Inc()
+			return nil, err
+		}
+		if first {
+			listed()
+		}
+		// A retaken relist is never unchanged, so never stale.
+		if err := merge(ctx, b); err != nil || !b.stale {
+			return b, err
+		}
 	}
-	listed()
-	if err := merge(ctx, b); err != nil || !b.stale {
-		return b, err
-	}
-	if b, err = g.relister.take(ctx, nil, false); err != nil {
-		g.metrics.relists.WithLabelValues("full", "error").Inc()
-		return nil, err
-	}
-	return b, merge(ctx, b)
 }
 
 // logFirstRelist says at Info, once, what the first full relist found: a

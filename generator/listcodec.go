@@ -55,15 +55,28 @@ type listCodec struct {
 // one at a time, by the goroutine that receives them, so it is not safe for
 // concurrent use.
 type streamMemo struct {
-	strs      *listDecoder // bounded: see streamStrings
-	sandboxes sandboxMemo
+	strs *listDecoder // bounded: see streamStrings
+	// sandboxes are the labels and annotations (those kept) of the
+	// sandboxes the stream's messages carried, by ID, shared by every
+	// message of the sandbox and never modified: the CRI fixes them at the
+	// sandbox's creation. Decoding them for each message was a quarter of
+	// the stream decoding's CPU and 7% of what the bridge allocated under
+	// churn (pleg-bench's throughput rows, CPU and allocation profiles).
+	sandboxes recentMap[sandboxMaps]
 }
+
+type sandboxMaps struct{ labels, annotations map[string]string }
 
 // streamStrings bounds the strings a stream's codec shares: the most recent
 // streamStrings to 2*streamStrings of them, about 100 bytes each. A pod's
 // messages come within seconds of each other, and a node runs a few hundred
 // pods of a few containers at most.
 const streamStrings = 4096
+
+// streamSandboxes bounds the sandboxes a stream's codec remembers the
+// labels of, as streamStrings bounds its strings: more than a node runs
+// pods, so a pod's messages find them however far apart they come.
+const streamSandboxes = 1024
 
 // strings returns the string sharer of m's stream (nil if m is nil: no
 // sharing).
@@ -74,8 +87,8 @@ func (m *streamMemo) strings() *listDecoder {
 	return m.strs
 }
 
-// sandboxMemo returns the sandbox memo of m's stream (nil if m is nil).
-func (m *streamMemo) sandboxMemo() *sandboxMemo {
+// knownSandboxes returns the sandboxes m's stream remembers (nil if m is nil).
+func (m *streamMemo) knownSandboxes() *recentMap[sandboxMaps] {
 	if m == nil {
 		return nil
 	}
@@ -96,7 +109,7 @@ func (c listCodec) withMemos(memos *listMemos, full bool) listCodec {
 // its caller receives one at a time, sharing what they repeat (see
 // streamMemo).
 func (c listCodec) forStream() listCodec {
-	c.stream = &streamMemo{strs: &listDecoder{strs: make(map[string]string), labels: nil, limit: streamStrings}}
+	c.stream = &streamMemo{strs: &listDecoder{strs: recentMap[string]{size: streamStrings}}, sandboxes: recentMap[sandboxMaps]{size: streamSandboxes}}
 	return c
 }
 
@@ -144,7 +157,7 @@ func (c listCodec) decodeEvent(b []byte, m *runtimeapi.ContainerEventResponse) e
 		case 1:
 			m.ContainerId = l.str(v)
 		case 4:
-			sb, err := c.decodeSandbox(l, v, sandboxStatusFields, c.stream.sandboxMemo())
+			sb, err := c.decodeSandbox(l, v, sandboxStatusFields, c.stream.knownSandboxes())
 			if err != nil {
 				return fmt.Errorf("pod sandbox status: %w", err)
 			}
@@ -294,17 +307,14 @@ func identityLabel(k []byte) string {
 // 18 MB so (heap profile of pleg-bench's bridge at its peak). A nil
 // *listDecoder shares nothing (a stream message).
 type listDecoder struct {
-	strs   map[string]string
+	// strs are the strings shared, unbounded for a listing's decoder,
+	// bounded for a stream's (which lives as long as the stream).
+	strs   recentMap[string]
 	labels map[podLabels]map[string]string
-	// limit, if not zero, bounds strs (a stream's, which lives as long as
-	// the stream): once it holds limit strings they become older, and
-	// strs starts anew; a string found in older moves back.
-	limit int
-	older map[string]string
 }
 
 func newListDecoder() *listDecoder {
-	return &listDecoder{strs: make(map[string]string), labels: make(map[podLabels]map[string]string)}
+	return &listDecoder{labels: make(map[podLabels]map[string]string)}
 }
 
 // str returns b as a string, the same one for every equal b.
@@ -312,18 +322,49 @@ func (l *listDecoder) str(b []byte) string {
 	if l == nil {
 		return string(b)
 	}
-	if s, ok := l.strs[string(b)]; ok {
+	if s, ok := l.strs.get(b); ok {
 		return s
 	}
-	s, ok := l.older[string(b)]
-	if !ok {
-		s = string(b)
-	}
-	if l.limit > 0 && len(l.strs) >= l.limit {
-		l.older, l.strs = l.strs, make(map[string]string, l.limit)
-	}
-	l.strs[s] = s
+	s := string(b)
+	l.strs.put(s, s)
 	return s
+}
+
+// recentMap is a map that, given a size, keeps only what was used lately:
+// once size keys were put since the last turn, those become the older
+// keys and the ones before are forgotten; an older key that is asked for
+// moves back. It holds size to 2*size keys. A zero size keeps every key.
+// A nil *recentMap holds nothing and keeps nothing.
+type recentMap[V any] struct {
+	size          int
+	recent, older map[string]V
+}
+
+// get returns the value of key k, if it holds one.
+func (m *recentMap[V]) get(k []byte) (V, bool) {
+	if m == nil {
+		var zero V
+		return zero, false
+	}
+	if v, ok := m.recent[string(k)]; ok {
+		return v, true
+	}
+	v, ok := m.older[string(k)]
+	if ok {
+		m.put(string(k), v)
+	}
+	return v, ok
+}
+
+// put sets the value of key k.
+func (m *recentMap[V]) put(k string, v V) {
+	if m == nil {
+		return
+	}
+	if m.recent == nil || m.size > 0 && len(m.recent) >= m.size {
+		m.older, m.recent = m.recent, make(map[string]V, m.size)
+	}
+	m.recent[k] = v
 }
 
 // podLabels are the kubelet's identity labels of a listed container; an
@@ -544,9 +585,13 @@ type sandboxItem struct {
 // repeat them, and share them too. With known, a sandbox whose
 // labels and annotations known holds takes those, and its own are skipped
 // on the wire; those of another are remembered in known.
-func (c listCodec) decodeSandbox(l *listDecoder, b []byte, f sandboxFields, known *sandboxMemo) (*runtimeapi.PodSandbox, error) {
+func (c listCodec) decodeSandbox(l *listDecoder, b []byte, f sandboxFields, known *recentMap[sandboxMaps]) (*runtimeapi.PodSandbox, error) {
 	x := &sandboxItem{}
 	sb := &x.sb
+	own := l // shares the sandbox's own strings: a stream's only
+	if known == nil {
+		own = nil
+	}
 	// remembered: the labels and annotations are known's, and the
 	// message's are not read. Only before the first of them, so that a
 	// message that sends its ID after them (protobuf allows any order)
@@ -564,13 +609,11 @@ func (c listCodec) decodeSandbox(l *listDecoder, b []byte, f sandboxFields, know
 		}
 		switch num {
 		case 1:
-			if known != nil {
-				sb.Id = l.str(v)
-			} else {
-				sb.Id = string(v)
-			}
+			sb.Id = own.str(v)
 			if !readMaps {
-				sb.Labels, sb.Annotations, remembered = known.get(sb.Id)
+				var m sandboxMaps
+				m, remembered = known.get(v)
+				sb.Labels, sb.Annotations = m.labels, m.annotations
 			}
 		case 2:
 			md := &x.md
@@ -582,16 +625,12 @@ func (c listCodec) decodeSandbox(l *listDecoder, b []byte, f sandboxFields, know
 					}
 					return nil
 				}
-				switch {
-				case num == 1 && known != nil:
-					md.Name = l.str(v)
-				case num == 1:
-					md.Name = string(v)
-				case num == 2 && known != nil:
-					md.Uid = l.str(v)
-				case num == 2:
-					md.Uid = string(v)
-				case num == 3:
+				switch num {
+				case 1:
+					md.Name = own.str(v)
+				case 2:
+					md.Uid = own.str(v)
+				case 3:
 					md.Namespace = l.str(v)
 				}
 				return nil
@@ -631,59 +670,7 @@ func (c listCodec) decodeSandbox(l *listDecoder, b []byte, f sandboxFields, know
 		return nil
 	})
 	if err == nil && !remembered && sb.Id != "" {
-		known.put(sb.Id, sb.Labels, sb.Annotations)
+		known.put(sb.Id, sandboxMaps{sb.Labels, sb.Annotations})
 	}
 	return sb, err
-}
-
-// sandboxMemo remembers the labels and annotations (those kept) of the
-// sandboxes an event stream's messages carried, by sandbox ID, for the
-// stream's later messages: the most recent sandboxMemoSize to
-// 2*sandboxMemoSize of them. The maps are shared by every message of the
-// sandbox and must not be modified. A nil *sandboxMemo remembers nothing.
-// It is not safe for concurrent use: a stream's messages are decoded one at
-// a time, by the goroutine that receives them.
-//
-// Why: every message of a pod carries its sandbox status, labels included,
-// and a pod's life is a dozen or more messages. The CRI fixes a sandbox's
-// labels and annotations when it is created, so its first message says
-// what all say. Decoding them each time was a quarter of the stream
-// decoding's CPU and 7% of what the bridge allocated under churn
-// (pleg-bench's throughput rows, CPU and allocation profiles).
-type sandboxMemo struct {
-	recent, older map[string]sandboxMaps
-}
-
-type sandboxMaps struct{ labels, annotations map[string]string }
-
-// sandboxMemoSize is the number of sandboxes a sandboxMemo remembers at
-// least: more than a node runs pods, so a pod's messages find it however
-// far apart they come.
-const sandboxMemoSize = 1024
-
-// get returns the maps remembered of sandbox id, and whether there are any.
-func (m *sandboxMemo) get(id string) (labels, annotations map[string]string, ok bool) {
-	if m == nil {
-		return nil, nil, false
-	}
-	v, ok := m.recent[id]
-	if !ok {
-		if v, ok = m.older[id]; ok {
-			m.put(id, v.labels, v.annotations)
-		}
-	}
-	return v.labels, v.annotations, ok
-}
-
-// put remembers the maps of sandbox id. When the recent sandboxes are
-// sandboxMemoSize, they become the older ones, and those before are
-// forgotten.
-func (m *sandboxMemo) put(id string, labels, annotations map[string]string) {
-	if m == nil {
-		return
-	}
-	if len(m.recent) >= sandboxMemoSize || m.recent == nil {
-		m.older, m.recent = m.recent, make(map[string]sandboxMaps, sandboxMemoSize)
-	}
-	m.recent[id] = sandboxMaps{labels, annotations}
 }

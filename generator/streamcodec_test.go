@@ -260,7 +260,7 @@ func BenchmarkStreamEventDecode(b *testing.B) {
 // equal to the bytes it is given, shared or not.
 func TestStreamStringsAreBounded(t *testing.T) {
 	t.Parallel()
-	l := &listDecoder{strs: map[string]string{}, limit: 2}
+	l := &listDecoder{strs: recentMap[string]{size: 2}}
 	first := l.str([]byte("pod-a"))
 	for i := range 20 {
 		if got := l.str([]byte("pod-a")); unsafe.StringData(got) != unsafe.StringData(first) {
@@ -270,14 +270,14 @@ func TestStreamStringsAreBounded(t *testing.T) {
 		if got := l.str([]byte(want)); got != want {
 			t.Fatalf("str(%q) = %q", want, got)
 		}
-		if n := len(l.strs) + len(l.older); n > 4 {
+		if n := len(l.strs.recent) + len(l.strs.older); n > 4 {
 			t.Fatalf("holds %d strings, want at most twice its limit of 2", n)
 		}
 	}
-	if _, ok := l.strs["other-0"]; ok {
+	if _, ok := l.strs.recent["other-0"]; ok {
 		t.Error("a string not seen for 19 others is still held")
 	}
-	if _, ok := l.older["other-0"]; ok {
+	if _, ok := l.strs.older["other-0"]; ok {
 		t.Error("a string not seen for 19 others is still held")
 	}
 }

@@ -1141,6 +1141,7 @@ func (d *delivery) giveUp(reason string) {
 				left++
 			} else {
 				d.drop(e, reason, nil)
+				d.p.settled.Add(1) // given up; not from an earlier process, which would be spooled
 			}
 			<-d.p.slots
 		}
