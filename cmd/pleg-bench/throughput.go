@@ -167,6 +167,48 @@ func startChurningRuntime(ctx context.Context, cfg throughputConfig, dir string)
 	})
 }
 
+// churnRun is a runtime making cfg's churn, in a directory of its own, and
+// the reader measured beside it, with the reader's stats from just before
+// the churn began and the runtime's from its beginning.
+type churnRun struct {
+	dir             string
+	rt, reader      *child
+	reader0, before childStats
+}
+
+// startChurn starts a churning runtime in a new directory and, beside it,
+// the reader start starts, and then the churn.
+func startChurn(ctx context.Context, cfg throughputConfig, start func(dir string, rt *child) (*child, error)) (_ *churnRun, err error) {
+	dir, err := os.MkdirTemp("", "pleg-bench-churn-")
+	if err != nil {
+		return nil, err
+	}
+	c := &churnRun{dir: dir}
+	defer func() {
+		if err != nil {
+			c.stop()
+		}
+	}()
+	if c.rt, err = startChurningRuntime(ctx, cfg, dir); err != nil {
+		return nil, err
+	}
+	if c.reader, err = start(dir, c.rt); err != nil {
+		return nil, err
+	}
+	if c.reader0, err = c.reader.stats(); err != nil {
+		return nil, err
+	}
+	c.before, err = c.rt.stats() // starts the churn
+	return c, err
+}
+
+// stop stops the reader and the runtime, and removes the directory.
+func (c *churnRun) stop() error {
+	err := stopAll(c.reader, c.rt)
+	os.RemoveAll(c.dir)
+	return err
+}
+
 // rawChurn is what the raw publisher cost per message it had acked.
 type rawChurn struct {
 	cpu                time.Duration
@@ -180,32 +222,18 @@ type rawChurn struct {
 // should its stream end early (a subscriber that falls behind is dropped
 // by the runtime), it is not flattered by transitions it never saw.
 func measureRawChurn(ctx context.Context, cfg throughputConfig, natsURL string) (_ rawChurn, err error) {
-	dir, err := os.MkdirTemp("", "pleg-bench-churn-")
+	c, err := startChurn(ctx, cfg, func(dir string, _ *child) (*child, error) {
+		return startChild(ctx, "raw publisher", childSpec{Role: roleRaw, Socket: dir + "/cri.sock", NATSURL: natsURL})
+	})
 	if err != nil {
 		return rawChurn{}, err
 	}
-	defer os.RemoveAll(dir)
-	rt, err := startChurningRuntime(ctx, cfg, dir)
-	if err != nil {
-		return rawChurn{}, err
-	}
-	var raw *child
 	defer func() {
-		if serr := stopAll(raw, rt); err == nil {
+		if serr := c.stop(); err == nil {
 			err = serr
 		}
 	}()
-	if raw, err = startChild(ctx, "raw publisher", childSpec{Role: roleRaw, Socket: dir + "/cri.sock", NATSURL: natsURL}); err != nil {
-		return rawChurn{}, err
-	}
-	r0, err := raw.stats()
-	if err != nil {
-		return rawChurn{}, err
-	}
-	before, err := rt.stats() // starts the churn
-	if err != nil {
-		return rawChurn{}, err
-	}
+	rt, raw, r0, before := c.rt, c.reader, c.reader0, c.before
 	// Until the churn is over and every message is acked, or a drain
 	// timeout after.
 	deadline := time.Now().Add(cfg.duration + drainTimeout)
@@ -238,33 +266,19 @@ func measureRawChurn(ctx context.Context, cfg throughputConfig, natsURL string) 
 // measureBridgeChurn runs cfg's churn with the evented bridge following
 // it, and returns what it made of it (the raw publisher's fields unset).
 func measureBridgeChurn(ctx context.Context, cfg throughputConfig, natsURL string, js jetstream.JetStream) (_ throughputResult, err error) {
-	dir, err := os.MkdirTemp("", "pleg-bench-churn-")
+	c, err := startChurn(ctx, cfg, func(dir string, rt *child) (*child, error) {
+		node := &nodeRun{dir: dir, runtime: rt, socket: dir + "/cri.sock", natsURL: natsURL, memoryOnly: cfg.memoryOnly, bridgeEnv: cfg.bridgeEnv}
+		return node.bridge(ctx, generator.ModeEvented, daemonSetMemLimit)
+	})
 	if err != nil {
 		return throughputResult{}, err
 	}
-	defer os.RemoveAll(dir)
-	rt, err := startChurningRuntime(ctx, cfg, dir)
-	if err != nil {
-		return throughputResult{}, err
-	}
-	node := &nodeRun{dir: dir, runtime: rt, socket: dir + "/cri.sock", natsURL: natsURL, memoryOnly: cfg.memoryOnly, bridgeEnv: cfg.bridgeEnv}
-	var bridge *child
 	defer func() {
-		if serr := stopAll(bridge, rt); err == nil {
+		if serr := c.stop(); err == nil {
 			err = serr
 		}
 	}()
-	if bridge, err = node.bridge(ctx, generator.ModeEvented, daemonSetMemLimit); err != nil {
-		return throughputResult{}, err
-	}
-	b0, err := bridge.stats()
-	if err != nil {
-		return throughputResult{}, err
-	}
-	before, err := rt.stats() // starts the churn
-	if err != nil {
-		return throughputResult{}, err
-	}
+	rt, bridge, b0, before := c.rt, c.reader, c.reader0, c.before
 	start := time.Now()
 	// Outside the measurement's CPU: the children's figures are their own.
 	var made childStats
