@@ -42,6 +42,17 @@ const (
 	// cannot be reported. A unix socket's connect costs next to nothing.
 	criBaseBackoff = 100 * time.Millisecond
 	criMaxBackoff  = time.Second
+	// criStreamWindow and criConnWindow are the connection's fixed HTTP/2
+	// flow-control windows. Fixing them turns gRPC's bandwidth estimator
+	// off: left on, it answers nearly every data frame that comes after a
+	// quiet moment with a window update and a PING, which the runtime must
+	// answer, so that each event of a node's stream cost both processes
+	// an extra write, read and wake-up (pleg-bench --stages). Over a unix
+	// socket these windows are far more than a listing needs to flow at
+	// full speed; they also bound what the runtime may send ahead of what
+	// the bridge has read.
+	criStreamWindow = 4 << 20
+	criConnWindow   = 8 << 20
 )
 
 // ErrNoCRIEndpoint is returned by DiscoverEndpoint when none of the default
@@ -154,6 +165,8 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 5 * time.Second}),
 		grpc.WithChainUnaryInterceptor(readOnlyUnary),
 		grpc.WithChainStreamInterceptor(readOnlyStream),
+		grpc.WithStaticStreamWindowSize(criStreamWindow),
+		grpc.WithStaticConnWindowSize(criConnWindow),
 		// A bounded pool: see framePool.
 		experimental.WithBufferPool(pool),
 	)

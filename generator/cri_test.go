@@ -1,7 +1,12 @@
 package generator_test
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,5 +177,133 @@ pleg_bridge_cri_requests_total{operation="ListContainers",result="Unavailable"} 
 	}
 	if n := testutil.CollectAndCount(reg, "pleg_bridge_cri_request_duration_seconds"); n != 2 {
 		t.Errorf("duration series = %d, want one per operation", n)
+	}
+}
+
+// TestCRIClientStreamCostsTheRuntimeNoPings follows the runtime's stream one
+// event at a time, each after the last was received, as a node's stream
+// mostly comes, and reads what the client sent back over the connection:
+// gRPC's bandwidth estimator, left on, answers a data frame after a quiet
+// moment with a window update and a PING the runtime must answer.
+func TestCRIClientStreamCostsTheRuntimeNoPings(t *testing.T) {
+	t.Parallel()
+	// The sandbox's event is replayed to the stream's subscriber: its
+	// arrival says the stream is open.
+	model := crisim.NewRuntime(crisim.Options{ReplayWhileDisconnected: time.Minute})
+	sb := must(model.RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
+	lis, err := crisim.Listen(filepath.Join(t.TempDir(), "cri.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := &frameCounter{}
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- crisim.NewServer(model, crisim.ServerOptions{}).Serve(serveCtx, countingListener{Listener: lis, frames: frames})
+	}()
+	t.Cleanup(func() {
+		stopServing()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	cli := newClient(t, "unix://"+lis.Addr().String(), generator.CRIOptions{})
+	got := make(chan *runtimeapi.ContainerEventResponse, 1)
+	go func() {
+		_ = cli.WatchEvents(t.Context(), func(ev *runtimeapi.ContainerEventResponse) { got <- ev })
+	}()
+	receive := func(what string) {
+		t.Helper()
+		select {
+		case <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s not received within 10s", what)
+		}
+	}
+	receive("the sandbox's event")
+	// A container created and removed: two events, each of the same size.
+	const n = 200
+	for i := range n / 2 {
+		id := must(model.CreateContainer(sb, crisim.ContainerConfig{Name: fmt.Sprintf("c%d", i)}))
+		receive(fmt.Sprintf("the creation of container %d", i))
+		must(0, model.RemoveContainer(id))
+		receive(fmt.Sprintf("the removal of container %d", i))
+	}
+	pings, updates := frames.pings.Load(), frames.windowUpdates.Load()
+	t.Logf("%d events: the client sent %d PING and %d WINDOW_UPDATE frames", n, pings, updates)
+	if pings != 0 || updates > n/20 {
+		t.Errorf("%d events cost the runtime %d PINGs and %d window updates, want none and at most %d", n, pings, updates, n/20)
+	}
+}
+
+// countingListener counts the HTTP/2 frames its connections read: what
+// the client sends the server.
+type countingListener struct {
+	net.Listener
+	frames *frameCounter
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, frames: l.frames}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	frames *frameCounter
+	parse  frameParser // only the server's reader reads
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.parse.feed(b[:n], c.frames)
+	return n, err
+}
+
+// frameCounter counts PING frames (not their ACKs) and WINDOW_UPDATE
+// frames, over every connection.
+type frameCounter struct {
+	pings, windowUpdates atomic.Int64
+}
+
+// frameParser follows one connection's HTTP/2 frames from the client: the
+// 24-byte preface, then frames of a 9-byte header (24-bit length, type,
+// flags, stream) and a payload of that length (RFC 9113, section 4.1).
+type frameParser struct {
+	skip   int    // bytes of the preface or a payload still to pass over
+	header []byte // of the next frame, as far as read
+	begun  bool
+}
+
+func (p *frameParser) feed(b []byte, count *frameCounter) {
+	if !p.begun {
+		p.begun, p.skip = true, 24
+	}
+	for len(b) > 0 {
+		if p.skip > 0 {
+			k := min(p.skip, len(b))
+			p.skip -= k
+			b = b[k:]
+			continue
+		}
+		k := min(9-len(p.header), len(b))
+		p.header = append(p.header, b[:k]...)
+		b = b[k:]
+		if len(p.header) < 9 {
+			return
+		}
+		switch p.header[3] {
+		case 0x6:
+			if p.header[4]&0x1 == 0 { // not the ACK of the server's PING
+				count.pings.Add(1)
+			}
+		case 0x8:
+			count.windowUpdates.Add(1)
+		}
+		p.skip = int(p.header[0])<<16 | int(p.header[1])<<8 | int(p.header[2])
+		p.header = p.header[:0]
 	}
 }
