@@ -128,7 +128,12 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 		if err := waitReady(egctx, mode, b, subscribed); err != nil {
 			return err
 		}
+		stopTrace, err := h.startTrace(mode)
+		if err != nil {
+			return err
+		}
 		p, err := drive(egctx)
+		stopTrace()
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -138,6 +139,12 @@ type Config struct {
 	// handed one event per Send call, all of which costs each event a few
 	// mutex-guarded map updates.
 	Stages bool
+	// TraceDir, if not empty, is where each mode's measured transitions
+	// (warmup included) are recorded with runtime/trace, as
+	// latency-<mode>-<unix ns>.trace: go tool trace -pprof=sched shows
+	// where the process's goroutines waited to run. Tracing costs each
+	// event some time of its own; compare traced runs with each other.
+	TraceDir string
 	// Logger receives the bridge's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -349,4 +356,24 @@ func (h *Harness) Close() {
 	if h.tempDir {
 		os.RemoveAll(h.dir)
 	}
+}
+
+// startTrace records the process with runtime/trace into Config.TraceDir,
+// if set, until stop is called.
+func (h *Harness) startTrace(mode Mode) (stop func(), err error) {
+	if h.cfg.TraceDir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(h.cfg.TraceDir, fmt.Sprintf("latency-%s-%d.trace", mode, time.Now().UnixNano())))
+	if err != nil {
+		return nil, fmt.Errorf("trace %s mode: %w", mode, err)
+	}
+	if err := trace.Start(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("trace %s mode: %w", mode, err)
+	}
+	return func() {
+		trace.Stop()
+		f.Close()
+	}, nil
 }

@@ -58,7 +58,12 @@ func (h *Harness) runRaw(ctx context.Context) (Result, error) {
 		})
 		return nil
 	}
+	stopTrace, err := h.startTrace(ModeRaw)
+	if err != nil {
+		return Result{}, err
+	}
 	p, err := pace(ctx, cfg.Rate, cfg.Warmup, cfg.Duration, publishOne)
+	stopTrace()
 	if err != nil {
 		return Result{}, fmt.Errorf("measure raw JetStream: %w", err)
 	}

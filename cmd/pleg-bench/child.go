@@ -347,7 +347,9 @@ func (l *bareLoop) run(ctx context.Context, period time.Duration, n *int, stats 
 // its whole life at its end, as <role>-<mode>-<pid>.{cpu,heap}.pprof
 // (runtime-<pid>.{cpu,heap}.pprof for the runtime). A runtime is profiled
 // only when it churns (the throughput rows): that is when its own speed is
-// part of the measurement, while an idle one only serves the relists.
+// part of the measurement, while an idle one only serves the relists. The
+// latency rows, whose bridge runs in this process, are recorded there with
+// runtime/trace instead (latencybench.Config.TraceDir).
 const profileEnv = "PLEG_BENCH_PROFILE"
 
 // profileName is the name, less its suffix, of the profiles of the child

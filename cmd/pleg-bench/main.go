@@ -185,6 +185,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for range *reps {
 			results, err := measureLatency(ctx, latencybench.Config{
 				Rate: *rate, Duration: *duration, Warmup: *warmup, Runtime: runtimeTopology, Stages: *stages, Logger: logger,
+				TraceDir: os.Getenv(profileEnv),
 			}, modes, stdout, stderr)
 			if err != nil {
 				return err
