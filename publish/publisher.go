@@ -218,12 +218,12 @@ type outboxEvent struct {
 	// to the spool, as entry seq (Options.WriteThrough): Done likewise.
 	written bool
 	seq     uint64
-	// earlier is set for a spool entry of an earlier process, until a
-	// check found it is not stored.
-	earlier bool
-	// previous is set for a spool entry of an earlier process: not one
+	// earlier is set for a spool entry of an earlier process: not one
 	// Send recorded (see Publisher.Progress).
-	previous bool
+	earlier bool
+	// unchecked is set with earlier, until a check found the entry is
+	// not stored (see needsCheck).
+	unchecked bool
 	// mark holds the watermark back while the event may be stored and is
 	// not delivered; nil before its first send.
 	mark *sendMark
@@ -730,7 +730,7 @@ func (d *delivery) refill() {
 // pod's queue. An entry that no longer encodes is given up.
 func (d *delivery) addSpooled(en durable.SpoolEntry) {
 	d.spoolInUse = true
-	d.add(&outboxEvent{ev: en.Event, spooled: true, seq: en.Seq, earlier: en.Earlier, previous: en.Earlier})
+	d.add(&outboxEvent{ev: en.Event, spooled: true, seq: en.Seq, earlier: en.Earlier, unchecked: en.Earlier})
 }
 
 // dispatch publishes (or checks) the head event of ready pods while there
@@ -760,7 +760,7 @@ func (d *delivery) dispatch() error {
 // is published again: it may have been stored longer ago than JetStream's
 // duplicate detection can be relied on (verify.go).
 func (d *delivery) needsCheck(e *outboxEvent, now time.Time) bool {
-	if e.earlier && d.p.opts.ReconcileFrom == 0 {
+	if e.unchecked && d.p.opts.ReconcileFrom == 0 {
 		// Without the read (reconcile.go), which knows every message an
 		// earlier run stored after its checkpoint, the entry is asked for.
 		return true
@@ -895,7 +895,7 @@ func (d *delivery) checked(r checkResult) {
 		// Not stored. An attempt still on its way would be stored after
 		// this answer, within the window of the publish that follows.
 		d.p.metrics.checkMissing.Inc()
-		e.earlier = false
+		e.unchecked = false
 		e.maybeStoredAt = time.Time{}
 		d.ready = append(d.ready, pq)
 	}
@@ -959,7 +959,7 @@ func (d *delivery) advance(pq *podQueue) {
 		pq.volatile--
 		d.volatile--
 	}
-	if !pq.events[0].previous {
+	if !pq.events[0].earlier {
 		d.p.settled.Add(1)
 	}
 	pq.events[0] = nil
