@@ -81,7 +81,7 @@ func TestHarnessMeasuresEveryMode(t *testing.T) {
 					t.Errorf("%s: %d expected, %d acked, %d duplicates, %d timed; want 100 of each and no duplicate",
 						mode, r.Expected, r.Acked, r.Duplicates, r.Latency.Count)
 				}
-				if r.Latency.P50 <= 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.Max {
+				if r.Latency.P50 <= 0 || r.Latency.P50 > r.Latency.P99 || r.Latency.P99 > r.Latency.P999 || r.Latency.P999 > r.Latency.Max {
 					t.Errorf("%s: latencies out of order: %+v", mode, r.Latency)
 				}
 				if (mode == latencybench.ModeGeneric || mode == latencybench.ModeContainerd) && r.ByRelist != r.Acked {
@@ -100,20 +100,20 @@ func TestWriteTable(t *testing.T) {
 	us := time.Microsecond
 	results := []latencybench.Result{
 		{Mode: latencybench.ModeRaw, Expected: 10000, Acked: 10000, Rate: 1000,
-			Latency: latencybench.Summary{Count: 10000, P50: 180 * us, P90: 250 * us, P99: 400 * us, Max: 2 * time.Millisecond}},
+			Latency: latencybench.Summary{Count: 10000, P50: 180 * us, P90: 250 * us, P99: 400 * us, P999: 900 * us, Max: 2 * time.Millisecond}},
 		{Mode: latencybench.ModeEvented, Expected: 10000, Acked: 10000, Rate: 1000,
-			Latency: latencybench.Summary{Count: 10000, P50: 450 * us, P90: 700 * us, P99: 1100 * us, Max: 9 * time.Millisecond}},
+			Latency: latencybench.Summary{Count: 10000, P50: 450 * us, P90: 700 * us, P99: 1100 * us, P999: 4 * time.Millisecond, Max: 9 * time.Millisecond}},
 		{Mode: latencybench.ModeGeneric, Expected: 10000, Acked: 9990, ByRelist: 9990, Rate: 1000,
-			Latency: latencybench.Summary{Count: 9990, P50: 510 * time.Millisecond, P90: 920 * time.Millisecond, P99: 1012 * time.Millisecond, Max: 1100 * time.Millisecond}},
+			Latency: latencybench.Summary{Count: 9990, P50: 510 * time.Millisecond, P90: 920 * time.Millisecond, P99: 1012 * time.Millisecond, P999: 1090 * time.Millisecond, Max: 1100 * time.Millisecond}},
 	}
 	var sb strings.Builder
 	if err := latencybench.WriteTable(&sb, results); err != nil {
 		t.Fatal(err)
 	}
-	want := `mode     events  acked  p50    p90    p99     max     p99/raw
-raw      10000   10000  180µs  250µs  400µs   2.00ms  1.0×
-evented  10000   10000  450µs  700µs  1.10ms  9.00ms  2.8×
-generic  10000   9990   510ms  920ms  1.01s   1.10s   2530×
+	want := `mode     events  acked  p50    p90    p99     p99.9   max     p99/raw
+raw      10000   10000  180µs  250µs  400µs   900µs   2.00ms  1.0×
+evented  10000   10000  450µs  700µs  1.10ms  4.00ms  9.00ms  2.8×
+generic  10000   9990   510ms  920ms  1.01s   1.09s   1.10s   2530×
 
 raw       1000 transitions/s achieved, nothing lost
 evented   1000 transitions/s achieved, 10000 detected by the event stream, 0 by a relist, nothing lost

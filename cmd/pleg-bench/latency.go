@@ -31,7 +31,11 @@ func latencyRows(results []latencybench.Result) []measurement {
 		for _, q := range []struct {
 			name string
 			of   func(latencybench.Summary) time.Duration
-		}{{"p50", func(s latencybench.Summary) time.Duration { return s.P50 }}, {"p99", func(s latencybench.Summary) time.Duration { return s.P99 }}} {
+		}{
+			{"p50", func(s latencybench.Summary) time.Duration { return s.P50 }},
+			{"p99", func(s latencybench.Summary) time.Duration { return s.P99 }},
+			{"p99.9", func(s latencybench.Summary) time.Duration { return s.P999 }},
+		} {
 			m := measurement{name: fmt.Sprintf("latency %s, %s", q.name, mode), unit: milliseconds}
 			for _, r := range rs {
 				m.values = append(m.values, ms(q.of(r.Latency)))

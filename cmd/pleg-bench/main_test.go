@@ -69,6 +69,7 @@ func TestRunPrintsTheLatencyTable(t *testing.T) {
 			for _, want := range []string{
 				tt.topology, "mode     events  acked  p50", "\nraw      30      30 ", "\nevented  30      30 ",
 				"stages, p50 / p99", "verdict: target evented p99 ≤ 2× raw p99",
+				"p99     p99.9", "\nlatency p99.9, evented ",
 			} {
 				if !strings.Contains(out, want) {
 					t.Errorf("output lacks %q:\n%s", want, out)
