@@ -77,13 +77,13 @@ func measureThroughput(ctx context.Context, cfg throughputConfig, natsURL string
 		}
 		fmt.Fprintf(progress, "throughput: %d transitions in %v, %d missing; bridge %v, raw %v cpu per transition (raw acked %d); "+
 			"per transition: bridge %.2f read/write syscalls, %.2f context switches, %.1f KB allocated; raw %.2f, %.2f, %.1f KB\n",
-			r.transitions, r.elapsed.Round(time.Millisecond), r.missing, r.bridgeCPU, r.rawCPU, r.rawAcked,
-			r.bridgeSyscalls, r.bridgeSwitches, r.bridgeAlloc/1e3, r.rawSyscalls, r.rawSwitches, r.rawAlloc/1e3)
+			r.transitions, r.elapsed.Round(time.Millisecond), r.missing, r.bridge.cpu, r.raw.cpu, r.rawAcked,
+			r.bridge.syscalls, r.bridge.switches, r.bridge.alloc/1e3, r.raw.syscalls, r.raw.switches, r.raw.alloc/1e3)
 		rates = append(rates, float64(r.transitions)/cfg.duration.Seconds())
 		lags = append(lags, float64(r.elapsed-cfg.duration)/float64(time.Millisecond))
 		missing = append(missing, float64(r.missing))
-		bridgeCPU = append(bridgeCPU, float64(r.bridgeCPU)/1e3)
-		rawCPU = append(rawCPU, float64(r.rawCPU)/1e3)
+		bridgeCPU = append(bridgeCPU, float64(r.bridge.cpu)/1e3)
+		rawCPU = append(rawCPU, float64(r.raw.cpu)/1e3)
 	}
 	name := fmt.Sprintf("evented, asked %.0f/s for %v", cfg.rate, cfg.duration)
 	minRate := minMadeRate(cfg.rate, cfg.duration)
@@ -115,16 +115,32 @@ func minMadeRate(rate float64, duration time.Duration) float64 {
 }
 
 type throughputResult struct {
-	transitions       int
-	elapsed           time.Duration // the start of the churn to the ack of the last transition
-	missing           int
-	bridgeCPU, rawCPU time.Duration // per transition; the raw publisher's per message it had acked
-	rawAcked          int
-	// Read and write syscalls and context switches per transition, the
-	// raw publisher's per message it had acked.
-	bridgeSyscalls, bridgeSwitches, rawSyscalls, rawSwitches float64
-	// Heap bytes allocated per transition; the raw publisher's per message.
-	bridgeAlloc, rawAlloc float64
+	transitions int
+	elapsed     time.Duration // the start of the churn to the ack of the last transition
+	missing     int
+	// What the bridge cost per transition, and the raw publisher per
+	// message it had acked.
+	bridge, raw churnCost
+	rawAcked    int
+}
+
+// churnCost is what a reader of a churn cost per event.
+type churnCost struct {
+	cpu                time.Duration
+	syscalls, switches float64 // read and write syscalls, context switches
+	alloc              float64 // heap bytes allocated
+}
+
+// costPer is what a reader whose stats were s0 and then s1 cost per event,
+// over n events (at least 1).
+func costPer(s0, s1 childStats, n int) churnCost {
+	n = max(1, n)
+	return churnCost{
+		cpu:      (s1.CPU - s0.CPU) / time.Duration(n),
+		syscalls: float64(s1.Syscalls-s0.Syscalls) / float64(n),
+		switches: float64(s1.Switches-s0.Switches) / float64(n),
+		alloc:    float64(s1.Allocated-s0.Allocated) / float64(n),
+	}
 }
 
 func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL string, js jetstream.JetStream) (throughputResult, error) {
@@ -135,17 +151,13 @@ func measureThroughputOnce(ctx context.Context, cfg throughputConfig, natsURL st
 	// publishes had needed more than the two cores at 10,000 transitions/s
 	// on the slower machine, and the one that fell a second behind was
 	// dropped by the runtime.
-	raw, err := measureRawChurn(ctx, cfg, natsURL)
+	raw, acked, err := measureRawChurn(ctx, cfg, natsURL)
 	if err != nil {
 		return throughputResult{}, err
 	}
 	r, err := measureBridgeChurn(ctx, cfg, natsURL, js)
-	if err != nil {
-		return throughputResult{}, err
-	}
-	r.rawCPU, r.rawAcked = raw.cpu, raw.acked
-	r.rawSyscalls, r.rawSwitches, r.rawAlloc = raw.syscalls, raw.switches, raw.alloc
-	return r, nil
+	r.raw, r.rawAcked = raw, acked
+	return r, err
 }
 
 // startChurningRuntime starts, in dir, the simulated runtime that makes
@@ -209,24 +221,17 @@ func (c *churnRun) stop() error {
 	return err
 }
 
-// rawChurn is what the raw publisher cost per message it had acked.
-type rawChurn struct {
-	cpu                time.Duration
-	acked              int
-	syscalls, switches float64
-	alloc              float64
-}
-
 // measureRawChurn runs cfg's churn with the raw publisher (see
-// rawPublisher) reading it, and returns its cost per message it had acked:
-// should its stream end early (a subscriber that falls behind is dropped
-// by the runtime), it is not flattered by transitions it never saw.
-func measureRawChurn(ctx context.Context, cfg throughputConfig, natsURL string) (_ rawChurn, err error) {
+// rawPublisher) reading it, and returns its cost per message it had acked
+// and how many it had: should its stream end early (a subscriber that
+// falls behind is dropped by the runtime), it is not flattered by
+// transitions it never saw.
+func measureRawChurn(ctx context.Context, cfg throughputConfig, natsURL string) (_ churnCost, acked int, err error) {
 	c, err := startChurn(ctx, cfg, func(dir string, _ *child) (*child, error) {
 		return startChild(ctx, "raw publisher", childSpec{Role: roleRaw, Socket: dir + "/cri.sock", NATSURL: natsURL})
 	})
 	if err != nil {
-		return rawChurn{}, err
+		return churnCost{}, 0, err
 	}
 	defer func() {
 		if serr := c.stop(); err == nil {
@@ -240,27 +245,21 @@ func measureRawChurn(ctx context.Context, cfg throughputConfig, natsURL string) 
 	var r1 childStats
 	for {
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
-			return rawChurn{}, err
+			return churnCost{}, 0, err
 		}
 		made, err := rt.stats()
 		if err != nil {
-			return rawChurn{}, err
+			return churnCost{}, 0, err
 		}
 		if r1, err = raw.stats(); err != nil {
-			return rawChurn{}, err
+			return churnCost{}, 0, err
 		}
 		if !made.Churning && r1.Events-r0.Events >= made.Events-before.Events || time.Now().After(deadline) {
 			break
 		}
 	}
-	n := max(1, r1.Events-r0.Events)
-	return rawChurn{
-		cpu:      (r1.CPU - r0.CPU) / time.Duration(n),
-		acked:    r1.Events - r0.Events,
-		syscalls: float64(r1.Syscalls-r0.Syscalls) / float64(n),
-		switches: float64(r1.Switches-r0.Switches) / float64(n),
-		alloc:    float64(r1.Allocated-r0.Allocated) / float64(n),
-	}, nil
+	acked = r1.Events - r0.Events
+	return costPer(r0, r1, acked), acked, nil
 }
 
 // measureBridgeChurn runs cfg's churn with the evented bridge following
@@ -323,13 +322,10 @@ func measureBridgeChurn(ctx context.Context, cfg throughputConfig, natsURL strin
 		return throughputResult{}, errors.New("the runtime made no transition")
 	}
 	return throughputResult{
-		transitions:    n,
-		elapsed:        elapsed,
-		missing:        max(0, n+2-stored),
-		bridgeCPU:      (b1.CPU - b0.CPU) / time.Duration(n),
-		bridgeSyscalls: float64(b1.Syscalls-b0.Syscalls) / float64(n),
-		bridgeSwitches: float64(b1.Switches-b0.Switches) / float64(n),
-		bridgeAlloc:    float64(b1.Allocated-b0.Allocated) / float64(n),
+		transitions: n,
+		elapsed:     elapsed,
+		missing:     max(0, n+2-stored),
+		bridge:      costPer(b0, b1, n),
 	}, nil
 }
 
