@@ -248,7 +248,7 @@ func (l countingListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &countingConn{Conn: c, frames: l.frames}, nil
+	return &countingConn{Conn: c, frames: l.frames, parse: frameParser{skip: len(http2Preface)}}, nil
 }
 
 type countingConn struct {
@@ -269,19 +269,20 @@ type frameCounter struct {
 	pings, windowUpdates atomic.Int64
 }
 
-// frameParser follows one connection's HTTP/2 frames from the client: the
-// 24-byte preface, then frames of a 9-byte header (24-bit length, type,
-// flags, stream) and a payload of that length (RFC 9113, section 4.1).
+// http2Preface opens every HTTP/2 connection from a client (RFC 9113,
+// section 3.4).
+const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// frameParser follows one connection's HTTP/2 frames from the client, made
+// with the preface to skip: frames of a 9-byte header (24-bit length,
+// type, flags, stream) and a payload of that length (RFC 9113, section
+// 4.1).
 type frameParser struct {
 	skip   int    // bytes of the preface or a payload still to pass over
 	header []byte // of the next frame, as far as read
-	begun  bool
 }
 
 func (p *frameParser) feed(b []byte, count *frameCounter) {
-	if !p.begun {
-		p.begun, p.skip = true, 24
-	}
 	for len(b) > 0 {
 		if p.skip > 0 {
 			k := min(p.skip, len(b))
