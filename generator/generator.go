@@ -124,8 +124,12 @@ type Generator struct {
 	streamBuf chan *runtimeapi.ContainerEventResponse
 	// taskBuf carries containerd's events from the subscription's reader
 	// to the trigger goroutine.
-	taskBuf  chan TaskEvent
-	triggers *triggerSet
+	taskBuf chan TaskEvent
+	// restored holds what Restore was given; restoredDue (capacity 1)
+	// tells the merge goroutine to take it in.
+	restored    restoredEvents
+	restoredDue chan struct{}
+	triggers    *triggerSet
 	// coalesceToFull makes the targeted relist goroutine take a burst of
 	// requests as one full relist: set while containerd's events drive
 	// the relists.
@@ -206,6 +210,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		runtimeBack: make(chan struct{}, 1),
 		streamBuf:   make(chan *runtimeapi.ContainerEventResponse, streamBufferSize),
 		taskBuf:     make(chan TaskEvent, streamBufferSize),
+		restoredDue: make(chan struct{}, 1),
 	}
 	g.triggers = newTriggerSet(g, opts.Metrics.triggers)
 	if opts.TaskEvents == nil {
@@ -359,6 +364,8 @@ func (g *Generator) mergeLoop(ctx context.Context) error {
 			err = g.applyStreamEvent(ctx, ev)
 		case <-g.held.due: // armed only while the sink left events unsent
 			err = g.backfill(ctx)
+		case <-g.restoredDue:
+			g.mergeRestored()
 		}
 		if err != nil && ctx.Err() == nil {
 			return err

@@ -1,6 +1,7 @@
 package generator
 
 import (
+	"sync"
 	"time"
 )
 
@@ -11,7 +12,7 @@ import (
 func restore(published []Event) map[string]*podRecord {
 	pods := make(map[string]*podRecord)
 	for _, ev := range published {
-		if ev.Pod.UID == "" || ev.Container.ID == "" || bit(ev.Type) == 0 {
+		if !restorable(ev) {
 			continue
 		}
 		p := pods[ev.Pod.UID]
@@ -21,36 +22,58 @@ func restore(published []Event) map[string]*podRecord {
 		}
 		rec := p.containers[ev.Container.ID]
 		if rec == nil {
-			rec = &containerRecord{sighting: sighting{info: ev.Container, state: stateCreated}}
-			if ev.Container.Sandbox {
-				rec.sandboxID = ev.Container.ID
-			}
+			rec = newRestoredRecord(ev)
 			p.containers[ev.Container.ID] = rec
 		}
-		rec.emitted |= bit(ev.Type)
-		if rec.startedAt.IsZero() {
-			rec.startedAt = ev.StartedAt
+		rec.restoreEvent(ev)
+	}
+	return pods
+}
+
+// restorable reports whether ev names what a record needs: a pod, a
+// container and a published type.
+func restorable(ev Event) bool {
+	return ev.Pod.UID != "" && ev.Container.ID != "" && bit(ev.Type) != 0
+}
+
+// newRestoredRecord returns the record of a container known only from
+// its delivered event ev: created, never sighted.
+func newRestoredRecord(ev Event) *containerRecord {
+	rec := &containerRecord{sighting: sighting{info: ev.Container, state: stateCreated}}
+	if ev.Container.Sandbox {
+		rec.sandboxID = ev.Container.ID
+	}
+	return rec
+}
+
+// restoreEvent takes into rec, a record not stored yet, that ev was
+// delivered: it is not reported again, and the state moves forward to what
+// ev reports.
+func (rec *containerRecord) restoreEvent(ev Event) {
+	rec.emitted |= bit(ev.Type)
+	if rec.startedAt.IsZero() {
+		rec.startedAt = ev.StartedAt
+	}
+	switch ev.Type {
+	case ContainerStarted:
+		rec.state = max(rec.state, stateRunning)
+		if ev.Container.Sandbox && rec.createdAt.IsZero() {
+			rec.createdAt = ev.Time
 		}
-		switch ev.Type {
-		case ContainerStarted:
-			rec.state = max(rec.state, stateRunning)
-			if ev.Container.Sandbox && rec.createdAt.IsZero() {
-				rec.createdAt = ev.Time
-			}
-		case ContainerDied:
-			rec.state = max(rec.state, stateExited)
-			if ev.State == StateExited {
-				rec.sawExited = true
-				rec.exitCode = ev.ExitCode
-				rec.reason, rec.message = ev.Reason, ev.Message
-				rec.finishedAt = ev.FinishedAt
-			}
-		case ContainerRemoved:
+	case ContainerDied:
+		rec.state = max(rec.state, stateExited)
+		if ev.State == StateExited && !rec.sawExited {
+			rec.sawExited = true
+			rec.exitCode = ev.ExitCode
+			rec.reason, rec.message = ev.Reason, ev.Message
+			rec.finishedAt = ev.FinishedAt
+		}
+	case ContainerRemoved:
+		if rec.state != stateGone {
 			rec.state = stateGone
 			rec.goneAt = orTime(ev.ObservedAt, ev.Time)
 		}
 	}
-	return pods
 }
 
 // seed loads restored records into the cache with no observation time, so
@@ -59,4 +82,98 @@ func (g *Generator) seed(published []Event) {
 	for uid, p := range restore(published) {
 		g.cache.Set(uid, p, time.Time{})
 	}
+}
+
+// Restore adds events that an earlier run delivered, and that Options.Published
+// did not hold, to the generator's state, as Published does at New: they are
+// not reported again, and a container among them that is gone now is
+// reported Died (with what its delivered events say) and Removed by the
+// next full relist, which Restore asks for. That is how a bridge takes in
+// what the stream stored after its checkpoint (publish.Options.OnStored):
+// without it, a container whose ContainerStarted was stored and not yet
+// checkpointed when the bridge was killed, and which went away while it was
+// down, would never get its ContainerDied and ContainerRemoved.
+//
+// Restore does not block: Run's merge goroutine takes the events in before
+// its next merge, in the order Restore was called; events given before Run
+// starts wait for it. It is safe for concurrent use.
+func (g *Generator) Restore(events []Event) {
+	if len(events) == 0 {
+		return
+	}
+	g.restored.add(events)
+	select {
+	case g.restoredDue <- struct{}{}:
+	default:
+	}
+}
+
+// restoredEvents holds what Restore was given until the merge goroutine
+// takes it.
+type restoredEvents struct {
+	mu     sync.Mutex
+	events []Event // guarded by mu
+}
+
+func (r *restoredEvents) add(events []Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, events...)
+}
+
+func (r *restoredEvents) take() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	events := r.events
+	r.events = nil
+	return events
+}
+
+// mergeRestored runs in the merge goroutine: it merges what Restore was
+// given into the cache, copying each record it changes (records are
+// immutable once stored), and asks for a full relist to find which of those
+// containers are gone. A container the cache knows keeps what was observed
+// of it; only the events delivered and the state they imply are added.
+func (g *Generator) mergeRestored() {
+	events := g.restored.take()
+	if len(events) == 0 {
+		return
+	}
+	g.mergingOther()
+	changed := map[string]*podRecord{}
+	modified := map[string]time.Time{}
+	for _, ev := range events {
+		if !restorable(ev) {
+			continue
+		}
+		uid := ev.Pod.UID
+		p := changed[uid]
+		if p == nil {
+			if e, ok := g.cache.Get(uid); ok {
+				p = &podRecord{pod: e.Status.pod, containers: make(map[string]*containerRecord, len(e.Status.containers)+1)}
+				for id, rec := range e.Status.containers {
+					p.containers[id] = rec
+				}
+				modified[uid] = e.Modified
+			} else {
+				p = &podRecord{pod: ev.Pod, containers: map[string]*containerRecord{}}
+			}
+			changed[uid] = p
+		}
+		rec := p.containers[ev.Container.ID]
+		if rec == nil {
+			rec = newRestoredRecord(ev)
+		} else {
+			cp := *rec
+			rec = &cp
+		}
+		rec.restoreEvent(ev)
+		p.containers[ev.Container.ID] = rec
+	}
+	for uid, p := range changed {
+		g.cache.Set(uid, p, modified[uid])
+	}
+	g.logger.Info("took in what the stream stored after the checkpoint; a full relist finds which of those containers are gone",
+		"events", len(events), "pods", len(changed))
+	g.requestRelist()
 }
