@@ -33,6 +33,7 @@ import (
 type Checkpoint struct {
 	restored    []generator.Event // read at Open; never modified
 	restoredSeq uint64            // read at Open; never modified
+	created     time.Time         // read at Open; never modified
 
 	mu      sync.Mutex
 	pending map[string]record // guarded by mu; by ckptKey, acked but not yet written
@@ -104,6 +105,13 @@ func (c *Checkpoint) Restored() []generator.Event { return c.restored }
 // highest recorded with an ack that was written. Zero means none is known
 // (a fresh store, or one written before the checkpoint kept sequences).
 func (c *Checkpoint) Sequence() uint64 { return c.restoredSeq }
+
+// Created returns when the store was created, as it recorded then; zero
+// for a store created before it recorded it. With Sequence zero, it bounds
+// what this node may have stored without the checkpoint knowing: the
+// messages stored since (a bridge killed before its first checkpoint
+// write).
+func (c *Checkpoint) Created() time.Time { return c.created }
 
 // RecordAck records an event JetStream acknowledged, with the stream
 // sequence the publisher reported with it (0: none). The checkpoint keeps

@@ -73,6 +73,10 @@ const (
 	// keyImported marks a store into which the earlier checkpoint files
 	// were imported (see legacy.go).
 	keyImported = "imported"
+	// keyCreated holds when the store was created, RFC 3339 with
+	// nanoseconds (Checkpoint.Created); absent in stores created before
+	// it was written.
+	keyCreated = "created"
 )
 
 // Options configure a Store.
@@ -152,6 +156,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			if err == nil {
 				s.db = db
 				s.ckpt = newCheckpoint(l.checkpoint, l.sequence, l.removed, l.slots)
+				s.ckpt.created = l.created
 				s.ckpt.wake = s.wake
 				if opts.SpoolMaxBytes > 0 {
 					s.spool = newSpool(db, opts.SpoolMaxBytes, l.spool, s.ckpt.slot, logger)
@@ -242,6 +247,7 @@ func syncDir(dir string) error {
 type loaded struct {
 	checkpoint []generator.Event
 	sequence   uint64
+	created    time.Time
 	removed    map[string]time.Time
 	slots      slots // the slots of the containers' records' keys
 	containers int
@@ -260,7 +266,7 @@ func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l lo
 			err = corrupt(fmt.Errorf("read %s: %v", s.path, r))
 		}
 	}()
-	if err := db.Update(func(tx *bolt.Tx) error { return initBuckets(tx, opts.Node) }); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return initBuckets(tx, opts.Node, now) }); err != nil {
 		return l, err
 	}
 	if err := importLegacy(db, dir, opts.Node, s.logger, now); err != nil {
@@ -274,6 +280,11 @@ func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l lo
 				return corrupt(fmt.Errorf("%s holds a checkpoint sequence of %d bytes", s.path, len(v)))
 			}
 			l.sequence = binary.BigEndian.Uint64(v)
+		}
+		if v := tx.Bucket([]byte(bucketMeta)).Get([]byte(keyCreated)); v != nil {
+			if err := l.created.UnmarshalText(v); err != nil {
+				return corrupt(fmt.Errorf("%s holds a creation time %q: %w", s.path, v, err))
+			}
 		}
 		var last string
 		err := tx.Bucket([]byte(bucketCheckpoint)).ForEach(func(k, v []byte) error {
@@ -311,9 +322,9 @@ func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l lo
 	return l, nil
 }
 
-// initBuckets creates the buckets of a fresh store and checks the node and
-// version of an existing one.
-func initBuckets(tx *bolt.Tx, node string) error {
+// initBuckets creates the buckets of a fresh store, created now, and
+// checks the node and version of an existing one.
+func initBuckets(tx *bolt.Tx, node string, now time.Time) error {
 	meta := tx.Bucket([]byte(bucketMeta))
 	if meta == nil {
 		var err error
@@ -325,6 +336,9 @@ func initBuckets(tx *bolt.Tx, node string) error {
 		}
 		if err := meta.Put([]byte(keyNode), []byte(node)); err != nil {
 			return fmt.Errorf("write node name: %w", err)
+		}
+		if err := meta.Put([]byte(keyCreated), []byte(now.UTC().Format(time.RFC3339Nano))); err != nil {
+			return fmt.Errorf("write creation time: %w", err)
 		}
 	}
 	v := string(meta.Get([]byte(keyVersion)))

@@ -462,3 +462,27 @@ func TestFlushWritesManyAcksAndTheirSequence(t *testing.T) {
 	}
 	closeStore(t, s)
 }
+
+// TestCheckpointKnowsWhenItsStoreWasCreated: a fresh store records when it
+// was created, and a reopened one reports that time, not the time it was
+// reopened: with no sequence written yet, it bounds what a bridge killed
+// before its first checkpoint write may have stored.
+func TestCheckpointKnowsWhenItsStoreWasCreated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	before := time.Now()
+	s, _ := open(t, dir, durable.Options{})
+	created := s.Checkpoint().Created()
+	closeStore(t, s)
+	if created.Before(before.Add(-time.Second)) || created.After(time.Now()) {
+		t.Fatalf("Created() = %v of a store made at %v", created, before)
+	}
+	s, _ = open(t, dir, durable.Options{})
+	defer closeStore(t, s)
+	if got := s.Checkpoint().Created(); !got.Equal(created) {
+		t.Errorf("reopened: Created() = %v, want %v", got, created)
+	}
+	if s.Checkpoint().Sequence() != 0 {
+		t.Errorf("Sequence() = %d with nothing acked", s.Checkpoint().Sequence())
+	}
+}
