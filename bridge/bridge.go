@@ -28,6 +28,13 @@ import (
 // when the HTTP endpoint stops.
 const httpShutdownTimeout = 5 * time.Second
 
+// reconcileClockMargin is taken off the durable store's creation time (the
+// node's clock) to start the read of what this node stored before its first
+// checkpoint write (the server's clock): clocks a minute apart still miss
+// nothing, and a node name reused within that minute only reads a few more
+// messages, whose containers the generator then knows.
+const reconcileClockMargin = time.Minute
+
 // httpReadHeaderTimeout bounds a request's headers: the endpoint is for
 // Prometheus and the kubelet, which send theirs at once.
 const httpReadHeaderTimeout = 5 * time.Second
@@ -235,6 +242,7 @@ func build(opts Options) (_ *pipeline, err error) {
 	// publish those events again, however long the bridge was down.
 	var onAck func(generator.Event, uint64)
 	var reconcileFrom uint64
+	var reconcileSince time.Time
 	if hook := opts.Hooks.OnAck; hook != nil {
 		onAck = func(ev generator.Event, _ uint64) { hook(ev) }
 	}
@@ -248,6 +256,11 @@ func build(opts Options) (_ *pipeline, err error) {
 		}
 		if seq := ckpt.Sequence(); seq > 0 {
 			reconcileFrom = seq + 1
+		} else if created := ckpt.Created(); !created.IsZero() {
+			// Killed before its first checkpoint write, a bridge stored
+			// events that nothing here knows of: read back what this node
+			// stored since the store was made.
+			reconcileSince = created.Add(-reconcileClockMargin)
 		}
 	}
 	// The state bucket is written after the checkpoint with each ack, from
@@ -284,10 +297,16 @@ func build(opts Options) (_ *pipeline, err error) {
 		Stream:          opts.Stream.Name,
 		DuplicateWindow: opts.Stream.DuplicateWindow,
 		ReconcileFrom:   reconcileFrom,
+		ReconcileSince:  reconcileSince,
 		DrainTimeout:    opts.ShutdownTimeout,
 		Registerer:      p.reg,
 		Logger:          log,
 		OnAck:           onAck,
+		// What the stream stored after the checkpoint, read back before
+		// the first publish, completes the generator's restored state: a
+		// container whose ContainerStarted was stored just before a crash
+		// and which went away meanwhile gets its Died and Removed.
+		OnStored: func(events []generator.Event) { p.gen.Restore(events) },
 	})
 	if err != nil {
 		return nil, err

@@ -10,9 +10,11 @@
 // is away, and what fits in neither is refused with a
 // generator.SinkFullError, for the generator to send again. Exactly once
 // holds past the stream's duplicate window too: before it publishes
-// anything, a restarted Publisher reads back the ids of what this node
-// stored after the checkpoint's sequence, and does not publish those
-// events again (reconcile.go); a retry that could come after the window is
+// anything, a restarted Publisher reads back what this node stored after
+// the checkpoint's sequence, does not publish those events again, and hands
+// them to the checkpoint and the generator (Options.OnStored), so that a
+// container whose start was stored just before a crash and which is gone
+// now still gets its end (reconcile.go, stored.go); a retry that could come after the window is
 // checked against the stream before it is published (verify.go). A
 // stalled publication (a leader election, a server or cluster that is
 // down) is logged once when it starts and once when acks resume.
@@ -29,6 +31,7 @@
 // publish imports generator for the Event type, the Sink interface and
 // SinkFullError only, schemas for the CloudEvent types, data schemas and the
 // subject encoding (the data's Go type is written by hand, see cejson.go),
-// and durable for the spool. It must not import CRI, gRPC or any other
+// durable for the spool, and consumer to decode what it reads back from the
+// stream as any subscriber does (one decoder of the wire format). It must not import CRI, gRPC or any other
 // generator internals, and it starts no NATS server (natsembed does).
 package publish

@@ -46,6 +46,13 @@ type metrics struct {
 	// checkReconciled counts the events found stored by the read of what
 	// an earlier run stored.
 	checkReconciled prometheus.Counter
+	// readBack and readBackUndecoded count the messages the read of what an
+	// earlier run stored after its checkpoint found, by whether their
+	// event was decoded (and so given to the checkpoint and the
+	// generator).
+	readBackMessages  *prometheus.CounterVec
+	readBack          prometheus.Counter
+	readBackUndecoded prometheus.Counter
 }
 
 // newMetrics creates the collectors and registers them on reg. pending
@@ -115,6 +122,10 @@ func newMetrics(reg prometheus.Registerer, pending func() int, outboxSize int, s
 			Name: "pleg_bridge_publish_checks_total",
 			Help: "Checks against the stream of an event that may be stored already (a retry near the end of the duplicate window, an event an earlier run may have stored), by result: stored (delivered, not published again), missing (published), error (retried), reconciled (found among the messages an earlier run stored after its checkpoint, read at start: delivered, not published again).",
 		}, []string{"result"}),
+		readBackMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_read_back_messages_total",
+			Help: "Messages this node stored after the checkpoint, read back at start, by result: decoded (taken in as published by the checkpoint and the generator, so that a container gone meanwhile gets the rest of its events), undecoded (only recognised by id).",
+		}, []string{"result"}),
 	}
 	m.outboxCap.Set(float64(outboxSize))
 	if spool != nil {
@@ -127,11 +138,13 @@ func newMetrics(reg prometheus.Registerer, pending func() int, outboxSize int, s
 	m.checkMissing = m.checks.WithLabelValues(resultMissing)
 	m.checkError = m.checks.WithLabelValues(resultError)
 	m.checkReconciled = m.checks.WithLabelValues(resultReconciled)
+	m.readBack = m.readBackMessages.WithLabelValues("decoded")
+	m.readBackUndecoded = m.readBackMessages.WithLabelValues("undecoded")
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.published, m.ackDuration, m.dropped, m.outbox, m.outboxCap, m.inFlight,
-		m.spooled, m.refused, m.spoolEvents, m.spoolBytes, m.spoolCap, m.checks} {
+		m.spooled, m.refused, m.spoolEvents, m.spoolBytes, m.spoolCap, m.checks, m.readBackMessages} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register publisher metrics: %w", err)
 		}

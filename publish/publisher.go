@@ -120,6 +120,11 @@ type Options struct {
 	// anything, Run reads back the ids of this node's messages from there
 	// and does not publish those events again (reconcile.go).
 	ReconcileFrom uint64
+	// ReconcileSince, with ReconcileFrom 0, starts the same read at the
+	// messages stored since this time: when the checkpoint has written no
+	// sequence yet, since its store was created (less a margin for the
+	// clocks of node and server). Zero, with ReconcileFrom 0: no read.
+	ReconcileSince time.Time
 	// RetryBackoffMin and RetryBackoffMax bound the jittered, doubling wait
 	// before a failed publish is retried.
 	RetryBackoffMin, RetryBackoffMax time.Duration
@@ -140,6 +145,13 @@ type Options struct {
 	// highest seq with the acks, written together: the next run's
 	// ReconcileFrom is that plus one.
 	OnAck func(ev generator.Event, seq uint64)
+	// OnStored, if set, is called once, from Run's goroutine, with the
+	// events of this node that an earlier run stored after ReconcileFrom
+	// (the read of reconcile.go, decoded), in stream order, after each was
+	// reported to OnAck. The generator takes them as published
+	// (generator.Generator.Restore): a container among them that is gone
+	// gets the rest of its events. It must not block.
+	OnStored func(events []generator.Event)
 }
 
 // Publisher delivers Lifecycle events to JetStream, exactly once and in
@@ -498,7 +510,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		inflight: make(map[*nats.Msg]inflight, p.opts.MaxInFlight),
 		checking: make(map[*podQueue]struct{}),
 	}
-	if p.opts.ReconcileFrom > 0 {
+	if p.opts.ReconcileFrom > 0 || !p.opts.ReconcileSince.IsZero() {
 		// Nothing is published before the stream is read back.
 		d.reconciling = true
 		d.reconciled = make(chan storedSet, 1)

@@ -2,31 +2,50 @@ package publish
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
 // Reconciliation with an earlier run, and the sequence OnAck reports.
 //
 // The checkpoint writes its acks every 100 ms, so a crash loses the acks of
-// the last tenth of a second or so, and of the messages in flight. The restarted
-// generator reports those events again, with the same ids; if the restart
-// comes after the stream's duplicate window, JetStream stores them a second
-// time. So before the first publish of a run, the Publisher reads back the
-// Nats-Msg-Id of every message this node stored after the checkpoint's
-// sequence (Options.ReconcileFrom), and an event whose id it read is
-// delivered without being published: OnAck reports it (with the sequence
-// the read found it at), a spool entry is Done, and
+// the last tenth of a second or so, and of the messages in flight. Those
+// events are in the stream, and the checkpoint does not know them. Two
+// things follow, and the read below answers both:
+//
+//   - The restarted generator reports those events again, with the same
+//     ids; if the restart comes after the stream's duplicate window,
+//     JetStream would store them a second time.
+//   - A container among them that went away while the bridge was down is
+//     unknown to a generator restored from the checkpoint alone: its
+//     ContainerStarted is in the stream, and nothing would ever report its
+//     ContainerDied and ContainerRemoved.
+//
+// So before the first publish of a run, the Publisher reads back every
+// message this node stored after the checkpoint's sequence
+// (Options.ReconcileFrom), or, while the checkpoint has written none, since
+// the durable store was created (Options.ReconcileSince: a bridge killed
+// before its first checkpoint write), and decodes it (stored.go). Each event read is
+// reported to OnAck, in stream order, as an ack is (the checkpoint and the
+// state bucket record it), and all of them are given to OnStored (the
+// generator takes them as published, and reports what is left of a
+// container that is gone). An event the generator reports again whose id
+// the read found is delivered without being published: OnAck reports it
+// (again), a spool entry is Done, and
 // pleg_bridge_publish_checks_total{result="reconciled"} counts it.
 //
 // The read is one ephemeral pull consumer, filtered to this node's subjects
-// (<prefix>.<node>.>), headers only, from ReconcileFrom up to the stream's
-// last sequence when the read starts: typically the few hundred messages of
-// the half second before a crash. Nothing of this run is published before
-// it succeeds; a failure (NATS away, no stream yet) is retried with the
+// (<prefix>.<node>.>), from ReconcileFrom up to the stream's last sequence
+// when the read starts: typically the few hundred messages of the half
+// second before a crash, a few hundred bytes each, held in memory only
+// until they are handed on. Nothing of this run is published before it
+// succeeds; a failure (NATS away, no stream yet) is retried with the
 // publish backoff, and at once after a reconnect. It is a plain consumer,
 // not an OrderedConsumer: the ordered consumer recreates itself with
 // retries that no context of ours can cut short, and Run must return when
@@ -46,14 +65,12 @@ import (
 // stored and is not acked yet, or the highest sequence known when there is
 // none.
 //
-// The messages the read found are held for the watermark too: until the
-// generator has reported each again, or reconcileHold has passed, the
-// watermark does not move past ReconcileFrom−1. A run that crashes soon
-// after its start, before its generator reported them again, leaves them to
-// the next read. The events that no report brings within reconcileHold are
-// those the generator will not report again (their acks were written after
-// all, or the container is gone), and the hold ends, so that the next read
-// stays small.
+// A message the read could not decode (not an event of this bridge's
+// encoding: written by hand, or by a newer version) is not reported; it
+// holds the watermark at ReconcileFrom−1 until the generator reports its
+// event again, or reconcileHold has passed, so that a run that crashes
+// soon after its start leaves it to the next read. Every decoded message
+// is reported to OnAck with the read, so it holds nothing.
 //
 // The set of ids read lives for the run: an event reported again later in
 // it (a backfill, a second source) is still recognised.
@@ -62,8 +79,9 @@ import (
 // crash, most of the time.
 const reconcileBatch = 1024
 
-// reconcileHold is how long the messages the read found hold the watermark
-// back, waiting for the generator to report their events again. Its first
+// reconcileHold is how long the messages the read found and could not
+// decode hold the watermark back, waiting for the generator to report their
+// events again. Its first
 // relist and the runtime's replay of recent events come within seconds,
 // also on a full node; a minute leaves room for a slow start and costs the
 // next read no more than a minute of this node's messages.
@@ -74,11 +92,20 @@ const reconcileHold = time.Minute
 const reconcileInactive = 30 * time.Second
 
 // storedSet is what the read found: the stream sequence of each message id
-// this node stored from ReconcileFrom, and the stream's last sequence when
-// the read started.
+// this node stored from ReconcileFrom, the events of those it decoded in
+// stream order, and the stream's last sequence when the read started.
 type storedSet struct {
-	ids  map[string]uint64
-	last uint64
+	ids    map[string]uint64
+	events []storedEvent
+	// undecoded counts the messages whose event could not be decoded.
+	undecoded int
+	last      uint64
+}
+
+// storedEvent is one decoded message of the read and its stream sequence.
+type storedEvent struct {
+	ev  generator.Event
+	seq uint64
 }
 
 // reconcile reads the stored set, retrying until it succeeds or ctx is
@@ -92,11 +119,11 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 	}
 	start := time.Now()
 	for failures := 0; ; {
-		set, err := p.readStored(ctx, p.opts.ReconcileFrom)
+		set, err := p.readStored(ctx, p.opts.ReconcileFrom, p.opts.ReconcileSince)
 		if err == nil {
 			p.log.Info("read the messages an earlier run stored after its checkpoint; publishing starts",
-				"messages", len(set.ids), "from_sequence", p.opts.ReconcileFrom, "to_sequence", set.last,
-				"took", time.Since(start), "failed_attempts", failures)
+				"messages", len(set.ids), "undecoded", set.undecoded, "from_sequence", p.opts.ReconcileFrom,
+				"since", p.opts.ReconcileSince, "to_sequence", set.last, "took", time.Since(start), "failed_attempts", failures)
 			out <- set
 			return
 		}
@@ -123,15 +150,22 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 	}
 }
 
-// readStored reads the Nats-Msg-Id of every message on this node's subjects
-// stored from sequence from up to the stream's last sequence. Each request
-// is bounded by AckTimeout.
-func (p *Publisher) readStored(ctx context.Context, from uint64) (storedSet, error) {
+// readStored reads every message on this node's subjects stored from
+// sequence from (or, with from 0, stored since since) up to the stream's
+// last sequence: its Nats-Msg-Id, and the event it reports (decodeStored).
+// A message it cannot decode is logged at Warn and counted, and only its
+// id is kept. Each request is bounded by AckTimeout.
+func (p *Publisher) readStored(ctx context.Context, from uint64, since time.Time) (storedSet, error) {
 	set := storedSet{ids: map[string]uint64{}}
 	filter := p.enc.nodeSubjects()
 	rctx, cancel := context.WithTimeout(ctx, p.opts.AckTimeout)
 	defer cancel()
 	stream, err := lookUpStream(rctx, p.js, p.opts.Stream, filter)
+	if from == 0 && errors.Is(err, jetstream.ErrStreamNotFound) {
+		// No checkpoint sequence, no stream: a first start, with the
+		// stream being set up. Nothing of this node's is stored.
+		return set, nil
+	}
 	if err != nil {
 		return set, err
 	}
@@ -140,7 +174,10 @@ func (p *Publisher) readStored(ctx context.Context, from uint64) (storedSet, err
 		return set, fmt.Errorf("get stream info: %w", err)
 	}
 	set.last = info.State.LastSeq
-	if set.last < from {
+	if set.last == 0 {
+		return set, nil
+	}
+	if from > 0 && set.last < from {
 		if from > 1 && set.last+1 < from {
 			// The stream holds fewer messages than the checkpoint saw:
 			// it was purged or created anew. Nothing after the checkpoint
@@ -150,17 +187,20 @@ func (p *Publisher) readStored(ctx context.Context, from uint64) (storedSet, err
 		}
 		return set, nil
 	}
-	cons, err := stream.CreateConsumer(rctx, jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Description:       "pleg-bridge: reconciliation with an earlier run",
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       from,
 		FilterSubject:     filter,
 		AckPolicy:         jetstream.AckNonePolicy,
-		HeadersOnly:       true,
 		MemoryStorage:     true,
 		Replicas:          1,
 		InactiveThreshold: reconcileInactive,
-	})
+	}
+	if from == 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, 0, &since
+	}
+	cons, err := stream.CreateConsumer(rctx, cfg)
 	if err != nil {
 		return set, fmt.Errorf("create consumer on stream %s: %w", info.Config.Name, err)
 	}
@@ -204,9 +244,20 @@ func (p *Publisher) readStored(ctx context.Context, from uint64) (storedSet, err
 				pending = 0
 				continue
 			}
-			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
-				set.ids[id] = md.Sequence.Stream
+			id := m.Headers().Get(jetstream.MsgIDHeader)
+			if id == "" {
+				continue
 			}
+			set.ids[id] = md.Sequence.Stream
+			ev, err := decodeStored(m)
+			if err != nil {
+				set.undecoded++
+				p.metrics.readBackUndecoded.Inc()
+				p.log.Warn("cannot decode a message this node stored after the checkpoint; its event is only recognised by id",
+					"sequence", md.Sequence.Stream, "subject", m.Subject(), "err", err)
+				continue
+			}
+			set.events = append(set.events, storedEvent{ev: ev, seq: md.Sequence.Stream})
 		}
 		if err := batch.Error(); err != nil {
 			return set, fmt.Errorf("fetch from consumer %s: %w", name, err)
@@ -235,18 +286,37 @@ func lookUpStream(ctx context.Context, js jetstream.JetStream, name, subject str
 	return s, nil
 }
 
-// reconciledWith takes in the read of what an earlier run stored: publishing
-// may start.
+// reconciledWith takes in the read of what an earlier run stored: each
+// decoded event is reported to OnAck in stream order and recognised, all
+// of them go to OnStored, and publishing may start.
 func (d *delivery) reconciledWith(set storedSet, now time.Time) {
 	d.reconciling = false
 	d.wm.stored(set.last)
-	if len(set.ids) > 0 {
-		// Else left nil: publish looks nothing up.
-		d.found = set.ids
-		d.recognised = make(map[string]struct{}, len(set.ids))
-		d.wm.holding = true
-		d.wm.holdAt = d.p.opts.ReconcileFrom - 1
-		d.wm.holdUntil = now.Add(reconcileHold)
+	if len(set.ids) == 0 {
+		return // found left nil: publish looks nothing up
+	}
+	d.found = set.ids
+	d.recognised = make(map[string]struct{}, len(set.ids))
+	d.wm.holding = true
+	d.wm.holdAt = max(d.p.opts.ReconcileFrom, 1) - 1
+	d.wm.holdUntil = now.Add(reconcileHold)
+	events := make([]generator.Event, 0, len(set.events))
+	for _, s := range set.events {
+		d.recognised[EventID(s.ev.Container.ID, s.ev.Type)] = struct{}{}
+		events = append(events, s.ev)
+	}
+	// Reported with the watermark held at ReconcileFrom−1: a checkpoint
+	// written between two of these calls must not record a sequence past
+	// events it does not hold yet. The next ack carries the hold's end.
+	if d.p.opts.OnAck != nil {
+		for _, ev := range events {
+			d.p.opts.OnAck(ev, d.wm.value())
+		}
+	}
+	d.checkHold(now)
+	d.p.metrics.readBack.Add(float64(len(events)))
+	if d.p.opts.OnStored != nil && len(events) > 0 {
+		d.p.opts.OnStored(events)
 	}
 }
 

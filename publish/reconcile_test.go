@@ -229,3 +229,106 @@ func TestRunReturnsWhileTheReadIsRetried(t *testing.T) {
 		t.Errorf("pleg_bridge_events_dropped_total = %v, want 1", got)
 	}
 }
+
+// TestTheReadGivesBackTheEventsAnEarlierRunStored: an earlier run stored a
+// pod's events (the last with an exit code, labels and both times) after
+// what its checkpoint wrote, in both content modes, and something else
+// stored a message on this node's subjects that is no event of ours. The
+// next run, before it publishes anything, reports every event it decoded to
+// OnAck and gives them to OnStored, in stream order and equal to what was
+// sent; the foreign message is counted, not given, and holds the watermark
+// at the checkpoint. With no checkpoint sequence at all, ReconcileSince
+// reads the same messages.
+func TestTheReadGivesBackTheEventsAnEarlierRunStored(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []publish.Mode{publish.ModeStructured, publish.ModeBinary} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			_, url := publishtest.NewServer(t)
+			_, js := publishtest.Connect(t, url)
+			ensureShortWindowStream(t, js)
+			enc := newEncoder(t, publish.EncoderOptions{Mode: mode})
+			began := time.Now()
+
+			started := testEvent("pod-a", 0)
+			started.Pod.Meta = generator.NewPodMeta(map[string]string{"app": "web"}, nil)
+			died := started
+			died.Type, died.State = generator.ContainerDied, generator.StateExited
+			code := int32(3)
+			died.ExitCode, died.Reason, died.Message = &code, "Error", "it failed"
+			died.FinishedAt = started.StartedAt.Add(time.Second)
+			died.Time = died.FinishedAt
+			sent := []generator.Event{testEvent("pod-b", 0), started, died}
+			var firstSeq uint64
+			for i, ev := range sent {
+				ack, err := js.PublishMsg(t.Context(), encode(t, enc, ev))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i == 1 {
+					firstSeq = ack.Sequence
+				}
+			}
+			foreign := nats.NewMsg("pleg.node-1.pod-c.ContainerStarted")
+			foreign.Header.Set(jetstream.MsgIDHeader, "not-an-event")
+			foreign.Data = []byte("{}")
+			if _, err := js.PublishMsg(t.Context(), foreign); err != nil {
+				t.Fatal(err)
+			}
+
+			for _, tc := range []struct {
+				name string
+				opts publish.Options
+				want []generator.Event
+			}{
+				{"after the checkpoint's sequence", publish.Options{ReconcileFrom: firstSeq}, sent[1:]},
+				{"since the store was made", publish.Options{ReconcileSince: began.Add(-time.Minute)}, sent},
+			} {
+				stored := make(chan []generator.Event, 1)
+				tc.opts.Encoder, tc.opts.Stream = enc, "PLEG"
+				tc.opts.OnStored = func(evs []generator.Event) { stored <- evs }
+				f := newFixtureOn(t, js, tc.opts)
+				stop := f.run(t)
+				acked := f.waitAcked(t, len(tc.want))
+				var got []generator.Event
+				select {
+				case got = <-stored:
+				case <-time.After(waitTimeout):
+					t.Fatalf("%s: OnStored not called", tc.name)
+				}
+				stop()
+				for i, ev := range tc.want {
+					if i >= len(got) || !sameEvent(got[i], ev) {
+						t.Fatalf("%s: OnStored got %+v, want %+v", tc.name, got, tc.want)
+					}
+					if !sameEvent(acked[i].ev, ev) {
+						t.Errorf("%s: OnAck %d got %+v, want %+v", tc.name, i, acked[i].ev, ev)
+					}
+					if want := max(tc.opts.ReconcileFrom, 1) - 1; acked[i].seq != want {
+						t.Errorf("%s: OnAck %d with watermark %d, want %d: the foreign message holds it", tc.name, i, acked[i].seq, want)
+					}
+				}
+				if len(got) != len(tc.want) {
+					t.Errorf("%s: OnStored got %d events, want %d", tc.name, len(got), len(tc.want))
+				}
+				for result, want := range map[string]float64{"decoded": float64(len(tc.want)), "undecoded": 1} {
+					if got := metricstest.Value(t, f.reg, "pleg_bridge_read_back_messages_total", map[string]string{"result": result}); got != want {
+						t.Errorf("%s: pleg_bridge_read_back_messages_total{result=%q} = %v, want %v", tc.name, result, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// sameEvent compares what a stored message carries of an event.
+func sameEvent(a, b generator.Event) bool {
+	eqTime := func(x, y time.Time) bool { return x.Equal(y) }
+	eqCode := (a.ExitCode == nil) == (b.ExitCode == nil) && (a.ExitCode == nil || *a.ExitCode == *b.ExitCode)
+	eqMeta := a.Pod.Meta.Equal(b.Pod.Meta)
+	a.Pod.Meta, b.Pod.Meta, a.ExitCode, b.ExitCode = nil, nil, nil, nil
+	return eqCode && eqMeta && eqTime(a.Time, b.Time) && eqTime(a.StartedAt, b.StartedAt) &&
+		eqTime(a.FinishedAt, b.FinishedAt) && eqTime(a.ObservedAt, b.ObservedAt) &&
+		a.Type == b.Type && a.Pod == b.Pod && a.Container == b.Container && a.State == b.State &&
+		a.Reason == b.Reason && a.Message == b.Message && a.DetectedBy == b.DetectedBy
+}
