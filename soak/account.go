@@ -122,9 +122,13 @@ type transitionKey struct {
 // must be in time order; a transition or health failure outside all of them
 // is counted in the nearest one (see windowOf). A transition not stored
 // whose container's every transition falls in one of blind is unobservable,
-// not missing. It does no I/O.
+// not missing, unless the stream holds any transition of that container:
+// then a bridge saw it, and the rest of its life is due. It does no I/O.
 func account(windows []Window, made []Transition, stored []Stored, health []HealthFailure, blind []Window) Accounting {
 	unseen := unobservable(made, blind)
+	for _, s := range stored {
+		delete(unseen, s.ContainerID) // observed: nothing of it is excused
+	}
 	stored = slices.SortedFunc(slices.Values(stored), func(a, b Stored) int { return cmp.Compare(a.Seq, b.Seq) })
 	seqs := make(map[transitionKey][]uint64, len(stored))
 	storedAt := make(map[transitionKey]time.Time, len(stored))

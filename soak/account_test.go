@@ -204,7 +204,8 @@ func TestWindowOf(t *testing.T) {
 // runtime that keeps no event, a container whose whole life fell in that
 // time could not be seen by any bridge and is unobservable; one that
 // started before the bridge died, or was still there when it came back,
-// is missing if not stored.
+// is missing if not stored, and so is the rest of one whose start is in
+// the stream, whenever it lived.
 func TestAccountUnobservable(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -222,7 +223,11 @@ func TestAccountUnobservable(t *testing.T) {
 	made = append(made, life("before", 9, 12)...)                                             // started while a bridge ran
 	made = append(made, life("after", 12, 15)...)                                             // still there when it came back
 	made = append(made, Transition{ContainerID: "alive", Type: ContainerStarted, At: at(11)}) // never removed
-	a := account(windows, made, nil, nil, blind)
+	// Its whole life fell in the blind time too, but its start is in the
+	// stream: a bridge saw it, so its end is due.
+	made = append(made, life("seen", 10.05, 13)...)
+	stored := []Stored{{ContainerID: "seen", Type: ContainerStarted, Seq: 1, StoredAt: at(10.06)}}
+	a := account(windows, made, stored, nil, blind)
 	var unobservable, missing []string
 	for _, f := range a.Unobservable {
 		unobservable = append(unobservable, f.ContainerID+" "+f.Type)
@@ -233,10 +238,10 @@ func TestAccountUnobservable(t *testing.T) {
 	if want := []string{"inside ContainerStarted", "inside ContainerDied", "inside ContainerRemoved"}; !slices.Equal(unobservable, want) {
 		t.Errorf("unobservable %v, want %v", unobservable, want)
 	}
-	if got := strings.Join(slices.Compact(missing), ","); got != "before,after,alive" {
-		t.Errorf("missing %s, want before, after and alive", got)
+	if got := strings.Join(slices.Compact(missing), ","); got != "before,after,alive,seen" {
+		t.Errorf("missing %s, want before, after, alive and seen", got)
 	}
-	if !a.Failed() || a.Total.Unobservable != 3 || a.Total.Missing != 7 {
+	if !a.Failed() || a.Total.Unobservable != 3 || a.Total.Missing != 9 {
 		t.Errorf("failed %v, unobservable %d, missing %d", a.Failed(), a.Total.Unobservable, a.Total.Missing)
 	}
 	if b := account(windows, life("inside", 11, 13), nil, nil, blind); b.Failed() {
