@@ -1,0 +1,484 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/soak"
+)
+
+// quietAfterFault is the least time each fault's window leaves after the
+// fleet drained, before the next fault.
+const quietAfterFault = 2 * time.Second
+
+// streamCurrentTimeout bounds the wait, after servers return, for the
+// stream to have a leader and every replica current again.
+const streamCurrentTimeout = 2 * time.Minute
+
+// Run runs a fleet as opts say and returns its report. It blocks for
+// opts.Duration, then until the stream holds every transition
+// (opts.SettleTimeout at most) and is read back. It returns an error, and
+// no report, only if the run itself could not go on: a server or bridge
+// process would not start or exited on its own, the churn failed, ctx
+// ended. Loss, duplication and reordering are in the report
+// (Report.Failed). Everything it started is stopped when it returns; the
+// run directory stays.
+func Run(ctx context.Context, opts Options) (Report, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return Report{}, err
+	}
+	if opts.Seed == 0 {
+		opts.Seed = uint64(time.Now().UnixNano())
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return Report{}, fmt.Errorf("create run directory: %w", err)
+	}
+	f := &fleet{opts: opts, logger: opts.Logger.With("component", "fleet")}
+	defer f.close()
+	return f.run(ctx)
+}
+
+// fleet is one run; its fields are set up by run and used from its
+// goroutine, except where the types say otherwise.
+type fleet struct {
+	opts   Options
+	logger *slog.Logger
+
+	servers *servers
+	nodes   *nodes
+	groups  []*bridgeGroup
+	mon     *monitor
+	nc      *nats.Conn
+	js      jetstream.JetStream
+
+	// The monitor and the churn run in group until close.
+	group       errgroup.Group
+	stopMonitor context.CancelFunc
+	stopChurn   context.CancelFunc
+	churnErr    chan error
+
+	populated time.Time // when the nodes' first pods were there
+	start     time.Time // when the churn started
+	startup   time.Duration
+	windows   []soak.Window
+	faults    []FaultRecord
+	problems  []string
+	dropped   float64 // events given up by bridge processes that ended
+}
+
+func (f *fleet) run(ctx context.Context) (Report, error) {
+	o := f.opts
+	var err error
+	if f.servers, err = newServers(serversCount, filepath.Join(o.Dir, "nats"), o.ChildCommand); err != nil {
+		return Report{}, err
+	}
+	f.progress("starting %d NATS servers (processes), stores and logs in %s", serversCount, filepath.Join(o.Dir, "nats"))
+	if err := f.servers.startAll(ctx); err != nil {
+		return Report{}, err
+	}
+	if f.nc, f.js, err = soak.ConnectNATS(f.servers.urls); err != nil {
+		return Report{}, err
+	}
+	// The harness sets the stream up before the herd, as an operator
+	// would; each bridge then finds it (PLEG_STREAM_MANAGE=true) and
+	// creates the state bucket if it is missing.
+	sctx, cancel := context.WithTimeout(ctx, streamCurrentTimeout)
+	err = bridge.EnsureStream(sctx, f.js, bridge.Options{Stream: bridge.StreamOptions{
+		Name: streamName, Replicas: replicas, MaxAge: streamMaxAge, DuplicateWindow: duplicateWindow,
+	}, Logger: f.logger})
+	cancel()
+	if err != nil {
+		return Report{}, fmt.Errorf("set up stream %s: %w", streamName, err)
+	}
+
+	f.progress("populating %d simulated nodes with %d pods of %d containers each", o.Nodes, o.Pods, o.ContainersPerPod)
+	f.populated = time.Now()
+	if f.nodes, err = startNodes(ctx, filepath.Join(o.Dir, "rt"), nodeOptions{
+		count: o.Nodes, pods: o.Pods, containersPerPod: o.ContainersPerPod, lifetime: o.Lifetime, seed: o.Seed,
+	}); err != nil {
+		return Report{}, err
+	}
+	if f.groups, err = newBridgeGroups(o, f.nodes, f.servers.urls, filepath.Join(o.Dir, "bridges")); err != nil {
+		return Report{}, err
+	}
+	f.mon = newMonitor(f.servers, f.groups, o.Nodes)
+	monCtx, stopMonitor := context.WithCancel(ctx)
+	f.stopMonitor = stopMonitor
+	f.group.Go(func() error { return f.mon.Run(monCtx) })
+
+	f.progress("starting %d bridges in %d processes", o.Nodes, len(f.groups))
+	began := time.Now()
+	if err := startGroups(ctx, f.groups); err != nil {
+		return Report{}, err
+	}
+	f.startup = time.Since(began)
+	f.progress("every bridge ready (first relist merged) %v after the start", roundDelay(f.startup))
+
+	churnCtx, stopChurn := context.WithCancel(ctx)
+	f.stopChurn = stopChurn
+	f.churnErr = make(chan error, 1)
+	f.start = time.Now()
+	f.windows = []soak.Window{{Name: "start-up", From: f.populated}}
+	f.group.Go(func() error {
+		err := f.nodes.Churn(churnCtx, o.Rate)
+		f.churnErr <- err
+		return err
+	})
+	if err := f.schedule(ctx); err != nil {
+		return Report{}, err
+	}
+	stopChurn()
+	if err := <-f.churnErr; err != nil {
+		return Report{}, err
+	}
+	end := time.Now()
+	f.windows[len(f.windows)-1].To = end
+	made := f.nodes.transitions()
+	f.progress("churn stopped: %d transitions made; waiting up to %v for the stream to hold them", len(made), o.SettleTimeout)
+	held, err := soak.Settle(ctx, f.js, streamName, len(made), o.SettleTimeout)
+	if err != nil {
+		f.problem("settle: %v", err)
+	}
+	settled := time.Since(end)
+	f.progress("the stream holds %d messages; stopping the bridges", held)
+	f.scrapeDropped(ctx, f.groups)
+	var eg errgroup.Group
+	for _, g := range f.groups {
+		eg.Go(func() error { return g.proc.stop(false) })
+	}
+	if err := eg.Wait(); err != nil {
+		f.problem("%v", err)
+	}
+	stored, undecodable, err := soak.ReadStream(ctx, f.js, streamName)
+	if err != nil {
+		return Report{}, err
+	}
+	state := checkState(ctx, f.js, f.nodes)
+	for _, d := range state.Diffs {
+		f.problem("state bucket: %s", d)
+	}
+	f.progress("the state bucket holds %d keys for the runtimes' %d containers, %d differences", state.Keys, state.Want, len(state.Diffs))
+	rep := Report{
+		Options:     o,
+		Accounting:  soak.Account(f.windows, made, stored, nil, nil),
+		Start:       f.start,
+		End:         end,
+		Startup:     f.startup,
+		Settle:      settled,
+		Faults:      f.faults,
+		Made:        len(made),
+		Stored:      len(stored) + len(undecodable),
+		Undecodable: undecodable,
+		Dropped:     f.dropped,
+		State:       state,
+		Problems:    f.problems,
+	}
+	rep.Figures = f.windowFigures(made, stored)
+	rep.Stream, rep.Bucket = f.streamFigures(ctx)
+	rep.Servers, rep.Bridges, rep.Harness = f.mon.usages()
+	for i, d := range f.servers.dirs {
+		rep.Servers[i].Disk = dirSize(d)
+	}
+	return rep, nil
+}
+
+// schedule cuts the run into windows after the start-up: a baseline, one
+// per fault (the fault, its repair, the drain, then quiet until the window
+// ends) and a recovery, of equal length as long as each fault fits its
+// window; one that takes longer still gets quietAfterFault after its
+// drain, and the windows after it share what is left. It returns when the
+// recovery window is over.
+func (f *fleet) schedule(ctx context.Context) error {
+	end := f.start.Add(f.opts.Duration)
+	windowEnd := func(from, drained time.Time, left int) time.Time {
+		share := from.Add(end.Sub(from) / time.Duration(left))
+		return later(share, drained.Add(quietAfterFault))
+	}
+	n := len(f.opts.Faults)
+	f.openWindow("baseline", f.start)
+	f.progress("baseline: churn at %.0f transitions/s over %d nodes", f.opts.Rate, f.opts.Nodes)
+	if err := f.waitUntil(ctx, windowEnd(f.start, f.start, n+2)); err != nil {
+		return err
+	}
+	for i, fault := range f.opts.Faults {
+		at := time.Now()
+		f.openWindow(fault, at)
+		f.progress("%s", fault)
+		rec, err := f.inject(ctx, fault)
+		if err != nil {
+			return fmt.Errorf("inject %s: %w", fault, err)
+		}
+		rec.Name, rec.At = fault, at
+		drain, ok, err := f.mon.waitDrained(ctx, rec.Repaired, f.opts.DrainTimeout)
+		if err != nil {
+			return err
+		}
+		rec.Drain, rec.Drained = drain, ok
+		drained := fmt.Sprintf("every node drained %v after the repair", roundDelay(drain))
+		if !ok {
+			f.problem("%s: some node still had events pending %v after the repair", fault, f.opts.DrainTimeout)
+			drained = fmt.Sprintf("NOT drained %v after the repair", roundDelay(drain))
+		}
+		f.faults = append(f.faults, rec)
+		f.progress("%s: %s; %s", fault, rec.Note, drained)
+		if err := f.waitUntil(ctx, windowEnd(at, time.Now(), n-i+1)); err != nil {
+			return err
+		}
+	}
+	f.openWindow("recovery", time.Now())
+	f.progress("recovery: no more faults")
+	return f.waitUntil(ctx, later(end, time.Now().Add(quietAfterFault)))
+}
+
+// inject makes one fault happen and repairs it, and says what happened and
+// when it was repaired.
+func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
+	switch fault {
+	case FaultServerRestart:
+		var notes []string
+		for i, p := range f.servers.procs {
+			down, err := f.servers.restart(ctx, i)
+			if err != nil {
+				return FaultRecord{}, err
+			}
+			current, err := f.waitStreamCurrent(ctx)
+			if err != nil {
+				return FaultRecord{}, err
+			}
+			notes = append(notes, fmt.Sprintf("%s down %v, stream current %v later", p.name, roundDelay(down), roundDelay(current)))
+		}
+		return FaultRecord{Note: "rolling restart (SIGTERM): " + strings.Join(notes, ", "), Repaired: time.Now()}, nil
+
+	case FaultClusterDown:
+		down := time.Now()
+		if err := f.servers.stopAll(); err != nil {
+			return FaultRecord{}, err
+		}
+		if err := f.waitUntil(ctx, down.Add(f.opts.Outage)); err != nil {
+			return FaultRecord{}, err
+		}
+		if err := f.servers.startAll(ctx); err != nil {
+			return FaultRecord{}, err
+		}
+		repaired := time.Now()
+		current, err := f.waitStreamCurrent(ctx)
+		if err != nil {
+			return FaultRecord{}, err
+		}
+		return FaultRecord{
+			Note: fmt.Sprintf("every server stopped (SIGTERM) for %v, started together; stream current %v after",
+				roundDelay(repaired.Sub(down)), roundDelay(current)),
+			Repaired: repaired,
+		}, nil
+
+	case FaultBridgeKill, FaultAllBridgeKill:
+		k := len(f.groups)
+		if fault == FaultBridgeKill {
+			k = f.opts.killed()
+		}
+		// The last k processes: a rollout goes through the nodes in some
+		// order, and which ones does not matter to the bridges.
+		victims := f.groups[len(f.groups)-k:]
+		nodes := 0
+		for _, g := range victims {
+			nodes += len(g.nodes)
+		}
+		f.scrapeDropped(ctx, victims)
+		var eg errgroup.Group
+		for _, g := range victims {
+			eg.Go(func() error { g.proc.kill(); return nil })
+		}
+		_ = eg.Wait()
+		if err := f.wait(ctx, f.opts.FaultLength); err != nil {
+			return FaultRecord{}, err
+		}
+		started := time.Now()
+		if err := startGroups(ctx, victims); err != nil {
+			return FaultRecord{}, err
+		}
+		return FaultRecord{
+			Note: fmt.Sprintf("%d of %d bridge processes (%d nodes) killed (SIGKILL), started again after %v, ready %v after their start",
+				k, len(f.groups), nodes, f.opts.FaultLength, roundDelay(time.Since(started))),
+			Repaired: started,
+		}, nil
+	}
+	return FaultRecord{}, fmt.Errorf("unknown fault %q", fault)
+}
+
+// waitStreamCurrent waits until the stream has a leader and every replica
+// is current, and returns how long that took. The server offers no
+// notification of it, so it asks every sampleEvery.
+func (f *fleet) waitStreamCurrent(ctx context.Context) (time.Duration, error) {
+	began := time.Now()
+	deadline := began.Add(streamCurrentTimeout)
+	last := "no answer yet"
+	for {
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err := f.js.Stream(ictx, streamName)
+		cancel()
+		switch {
+		case err != nil:
+			last = err.Error()
+		case s.CachedInfo().Cluster == nil || s.CachedInfo().Cluster.Leader == "":
+			last = "no leader"
+		default:
+			cl := s.CachedInfo().Cluster
+			current := len(cl.Replicas) == replicas-1
+			for _, r := range cl.Replicas {
+				current = current && r.Current
+			}
+			if current {
+				return time.Since(began), nil
+			}
+			last = fmt.Sprintf("leader %s, replicas %d of %d current", cl.Leader, countCurrent(cl.Replicas), replicas-1)
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("wait for stream %s to be current: after %v: %s", streamName, streamCurrentTimeout, last)
+		}
+		if err := f.wait(ctx, sampleEvery); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func countCurrent(rs []*jetstream.PeerInfo) int {
+	n := 0
+	for _, r := range rs {
+		if r.Current {
+			n++
+		}
+	}
+	return n
+}
+
+// scrapeDropped adds the dropped events of groups' bridges to the total,
+// before their processes end.
+func (f *fleet) scrapeDropped(ctx context.Context, groups []*bridgeGroup) {
+	n, err := dropped(ctx, groups)
+	if err != nil {
+		f.logger.Warn("ask the bridges for their dropped events; the report's count misses some", "err", err)
+	}
+	f.dropped += n
+}
+
+func (f *fleet) openWindow(name string, at time.Time) {
+	if n := len(f.windows); n > 0 {
+		f.windows[n-1].To = at
+	}
+	f.windows = append(f.windows, soak.Window{Name: name, From: at})
+}
+
+// wait waits for d; see waitUntil.
+func (f *fleet) wait(ctx context.Context, d time.Duration) error {
+	return f.waitUntil(ctx, time.Now().Add(d))
+}
+
+// waitUntil waits until t. It returns early with an error if ctx ends, a
+// child process exits on its own, or the churn fails.
+func (f *fleet) waitUntil(ctx context.Context, t time.Time) error {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-f.mon.failed:
+		return f.mon.failure
+	case err := <-f.churnErr:
+		if err == nil {
+			err = fmt.Errorf("churn stopped early")
+		}
+		return err
+	}
+}
+
+func (f *fleet) problem(format string, args ...any) {
+	p := fmt.Sprintf(format, args...)
+	f.logger.Warn("fleet problem", "problem", p)
+	f.problems = append(f.problems, p)
+}
+
+// progress prints one line of progress, with the time since the churn
+// started.
+func (f *fleet) progress(format string, args ...any) {
+	at := "      -"
+	if !f.start.IsZero() {
+		at = fmt.Sprintf("%6.1fs", time.Since(f.start).Seconds())
+	}
+	line := fmt.Sprintf(format, args...)
+	if f.nodes != nil && !f.start.IsZero() {
+		line += fmt.Sprintf(" [%d transitions so far]", f.nodes.count())
+	}
+	fmt.Fprintf(f.opts.Stdout, "%s  %s\n", at, line)
+}
+
+// close stops whatever run started: the churn and the monitor, the
+// bridges (they use the runtimes and NATS), the runtimes, the servers.
+func (f *fleet) close() {
+	if f.stopChurn != nil {
+		f.stopChurn()
+	}
+	if f.stopMonitor != nil {
+		f.stopMonitor()
+	}
+	_ = f.group.Wait() // their errors were returned by run
+	for _, g := range f.groups {
+		g.proc.kill()
+	}
+	if f.nodes != nil {
+		if err := f.nodes.stop(); err != nil {
+			f.logger.Warn("stop the simulated runtimes", "err", err)
+		}
+	}
+	if f.nc != nil {
+		f.nc.Close()
+	}
+	if f.servers != nil {
+		f.servers.shutdown()
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// roundDelay rounds a measured time for people.
+func roundDelay(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// dirSize returns the bytes of the files under dir, 0 if it cannot be
+// read.
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

@@ -1,0 +1,77 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/fleet"
+)
+
+// TestMain runs this test binary as a fleet child when the fleet under
+// test starts it so (fleet.ChildEnv set): the servers and bridge
+// processes of the test are real processes of this same binary.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(fleet.ChildEnv); spec != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		err := fleet.RunChild(ctx, spec, os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleet child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// A tiny fleet goes through a rolling restart of its three servers, each
+// a process of its own, and every transition its nodes made is stored
+// once, in order, and the state bucket matches every runtime.
+func TestTinyFleetLosesNothingThroughAServerRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 3 server and 2 bridge processes for about 30 s; not in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	rep, err := fleet.Run(ctx, fleet.Options{
+		Nodes:        6,
+		Procs:        2,
+		Pods:         5,
+		Rate:         12,
+		Lifetime:     3 * time.Second,
+		Duration:     12 * time.Second,
+		Faults:       []string{fleet.FaultServerRestart},
+		Dir:          t.TempDir(),
+		ChildCommand: []string{os.Args[0]},
+		Stdout:       &progress,
+	})
+	if err != nil {
+		t.Fatalf("run the fleet: %v\nprogress:\n%s", err, progress.String())
+	}
+	var table strings.Builder
+	if err := rep.Table(&table); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed() {
+		t.Fatalf("the fleet lost, duplicated or reordered transitions:\n%s", table.String())
+	}
+	if got, populated := rep.Total.Found, 6*(5+5*2); got <= populated {
+		t.Errorf("stored %d transitions, want more than the %d of the populated pods: the churn made none\n%s", got, populated, table.String())
+	}
+	if len(rep.Faults) != 1 || !rep.Faults[0].Drained {
+		t.Errorf("faults %+v, want one server restart, drained\n%s", rep.Faults, table.String())
+	}
+	if rep.State.Keys != rep.State.Want || len(rep.State.Diffs) > 0 {
+		t.Errorf("state bucket: %d keys for %d containers, differences %q", rep.State.Keys, rep.State.Want, rep.State.Diffs)
+	}
+	if rep.Stream.Subjects == 0 || rep.Servers[0].PeakRSS == 0 {
+		t.Errorf("stream subjects %d, server peak RSS %d: want both measured", rep.Stream.Subjects, rep.Servers[0].PeakRSS)
+	}
+}
