@@ -33,6 +33,7 @@ Usage:
   pleg-bridge ps [flags]       list the current containers of the cluster, a node, a namespace or a pod (--watch to follow)
   pleg-bridge simulate [flags] serve the simulated CRI runtime on a unix socket (development)
   pleg-bridge soak [flags]     churn and faults against this bridge, with a full accounting of every transition
+  pleg-bridge fleet [flags]    many simulated nodes' bridges against a 3-server JetStream cluster, with faults and capacity figures
   pleg-bridge creds [flags]    mint a node's NATS credentials, limited to its own subjects (deploy/nats/README.md)
   pleg-bridge version          print the version
   pleg-bridge completion bash|zsh|fish   print a shell completion script
@@ -101,6 +102,7 @@ func newRootCommand(env commandEnv) *cobra.Command {
 		newPSCommand(env),
 		newSimulateCommand(env),
 		newSoakCommand(env),
+		newFleetCommand(env),
 		newCredsCommand(env),
 		newVersionCommand(env),
 		newCompletionCommand(env),
