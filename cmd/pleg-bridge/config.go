@@ -205,9 +205,12 @@ func setField(p any, s string) error {
 		}
 		*p = d
 	case *generator.Mode:
+		// The parser's error names every mode it accepts; a list written
+		// here would fall behind the parser (it once left out
+		// containerd-events).
 		m, err := generator.ParseMode(s)
 		if err != nil {
-			return errors.New("want auto, evented or generic")
+			return err
 		}
 		*p = m
 	case *publish.Mode:

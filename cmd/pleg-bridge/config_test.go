@@ -119,7 +119,7 @@ func TestConfigReportsEveryErrorOnceNamingVariableAndValue(t *testing.T) {
 	want := []string{
 		`PLEG_DATA_DIR="": the embedded NATS server (PLEG_NATS_URL unset) keeps its store there; set both or PLEG_NATS_URL`,
 		`PLEG_LOG_LEVEL="loud": want debug, info, warn or error`,
-		`PLEG_MODE="fast": want auto, evented or generic`,
+		`PLEG_MODE="fast": unknown mode "fast" (want auto, evented, containerd-events or generic)`,
 		`PLEG_OUTBOX_SIZE="lots": not an integer`,
 		`PLEG_RELIST_PERIOD="soon": not a duration (like 500ms, 30s or 3m)`,
 		`PLEG_SPOOL_MAX_BYTES="-1": must not be negative (0: no spool)`,
@@ -286,6 +286,31 @@ func TestEditDistance(t *testing.T) {
 		}
 		if got := editDistance(c.b, c.a); got != c.want {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", c.b, c.a, got, c.want)
+		}
+	}
+}
+
+// TestModeErrorIsTheParsers: a PLEG_MODE that does not parse reports the
+// parser's own error, which names every mode (containerd-events included),
+// not a list of its own that falls behind.
+func TestModeErrorIsTheParsers(t *testing.T) {
+	t.Parallel()
+	_, err := loadConfig(lookupMap(map[string]string{"PLEG_MODE": "fast"}))
+	_, perr := generator.ParseMode("fast")
+	if perr == nil {
+		t.Fatal("generator.ParseMode accepted fast")
+	}
+	want := `PLEG_MODE="fast": ` + perr.Error()
+	var got []string
+	for _, e := range leafErrors(err) {
+		got = append(got, e.Error())
+	}
+	if !slices.Contains(got, want) {
+		t.Errorf("errors %q, want one that is %q", got, want)
+	}
+	for _, m := range []generator.Mode{generator.ModeAuto, generator.ModeEvented, generator.ModeContainerdEvents, generator.ModeGeneric} {
+		if !strings.Contains(want, string(m)) {
+			t.Errorf("the mode error %q does not name %s", want, m)
 		}
 	}
 }

@@ -120,7 +120,7 @@ func TestRunListsEveryConfigurationErrorTogether(t *testing.T) {
 	}
 	want := `pleg-bridge: invalid configuration:
 PLEG_STREAM_MANAGE="yes": want true or false
-PLEG_MODE="fast": want auto, evented or generic
+PLEG_MODE="fast": unknown mode "fast" (want auto, evented, containerd-events or generic)
 PLEG_RELIST_PERIOD="1": not a duration (like 500ms, 30s or 3m)
 PLEG_STREAM="a.b": a stream name must be non-empty without . * > / \ or whitespace
 `
