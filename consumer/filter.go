@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -15,8 +16,9 @@ type Filter struct {
 	// PodUID is the pod's UID.
 	PodUID string
 	// Type is a Lifecycle event type: "ContainerStarted", "ContainerDied"
-	// or "ContainerRemoved". The CloudEvent type ("pleg.v1.ContainerDied")
-	// is accepted too.
+	// or "ContainerRemoved". The short forms of `pleg-bridge tail --type`
+	// ("started", "died", "removed", in any case) and the CloudEvent type
+	// ("pleg.v1.ContainerDied") are accepted too: see ParseType.
 	Type string
 }
 
@@ -26,7 +28,8 @@ type Filter struct {
 // "pleg.*.*.ContainerDied" for one type. Node and PodUID are encoded with
 // schemas.EncodeToken, so names with dots or other odd bytes match exactly
 // their own events. It returns an error if prefix is not a valid subject
-// prefix or Type is not a Lifecycle event type.
+// prefix, or one wrapping ErrUnknownType if Type is not a Lifecycle event
+// type.
 func (f Filter) Subject(prefix string) (string, error) {
 	if err := schemas.ValidatePrefix(prefix); err != nil {
 		return "", fmt.Errorf("subject prefix: %w", err)
@@ -57,17 +60,45 @@ func (f Filter) Subject(prefix string) (string, error) {
 	return strings.Join(tokens, "."), nil
 }
 
-// lifecycleType returns the Lifecycle event type named by t, "" for "".
-func lifecycleType(t string) (string, error) {
-	switch t {
-	case "":
-		return "", nil
-	case "ContainerStarted", schemas.TypeContainerStarted:
-		return "ContainerStarted", nil
-	case "ContainerDied", schemas.TypeContainerDied:
-		return "ContainerDied", nil
-	case "ContainerRemoved", schemas.TypeContainerRemoved:
-		return "ContainerRemoved", nil
+// ErrUnknownType is wrapped by the errors of ParseType, and of
+// Filter.Subject for a Type that is not a Lifecycle event type.
+var ErrUnknownType = errors.New("want started, died or removed (or ContainerStarted, ContainerDied, ContainerRemoved)")
+
+// lifecycleTypes are the Lifecycle event types with their short forms. The
+// CLI's --type takes its names from ParseType, so the Go API and the CLI
+// accept the same ones.
+var lifecycleTypes = [...]struct{ name, short string }{
+	{"ContainerStarted", "started"},
+	{"ContainerDied", "died"},
+	{"ContainerRemoved", "removed"},
+}
+
+// ParseType returns the Lifecycle event type ("ContainerDied") named by s,
+// without regard to case or surrounding space: a short form ("died"), a
+// Lifecycle event type ("ContainerDied") or a CloudEvent type
+// ("pleg.v1.ContainerDied"). Anything else is an error wrapping
+// ErrUnknownType. These are the names `pleg-bridge tail --type` accepts.
+func ParseType(s string) (string, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	t = strings.TrimPrefix(t, "pleg.v1.")
+	t = strings.TrimPrefix(t, "container")
+	for _, lt := range lifecycleTypes {
+		if t == lt.short {
+			return lt.name, nil
+		}
 	}
-	return "", fmt.Errorf("filter type %q is not a Lifecycle event type (ContainerStarted, ContainerDied or ContainerRemoved)", t)
+	return "", fmt.Errorf("type %q: %w", s, ErrUnknownType)
+}
+
+// lifecycleType returns the Lifecycle event type named by a Filter's Type,
+// "" for "".
+func lifecycleType(t string) (string, error) {
+	if t == "" {
+		return "", nil
+	}
+	typ, err := ParseType(t)
+	if err != nil {
+		return "", fmt.Errorf("filter %w", err)
+	}
+	return typ, nil
 }

@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -25,6 +26,8 @@ func TestFilterSubject(t *testing.T) {
 		{name: "a UID with wildcards and spaces is escaped", filter: consumer.Filter{PodUID: "a*b >c"}, prefix: "pleg", want: "pleg.*.a%2Ab%20%3Ec.>"},
 		{name: "a type selects it on any node and pod", filter: consumer.Filter{Type: "ContainerDied"}, prefix: "pleg", want: "pleg.*.*.ContainerDied"},
 		{name: "a CloudEvent type is accepted as a type", filter: consumer.Filter{Type: "pleg.v1.ContainerRemoved"}, prefix: "pleg", want: "pleg.*.*.ContainerRemoved"},
+		{name: "the short form of tail --type is accepted as a type", filter: consumer.Filter{Type: "died"}, prefix: "pleg", want: "pleg.*.*.ContainerDied"},
+		{name: "a type in another case is accepted", filter: consumer.Filter{Type: "Started"}, prefix: "pleg", want: "pleg.*.*.ContainerStarted"},
 		{name: "node pod and type together select one subject", filter: consumer.Filter{Node: "n", PodUID: "u", Type: "ContainerStarted"}, prefix: "pleg", want: "pleg.n.u.ContainerStarted"},
 		{name: "node and type leave the pod a wildcard", filter: consumer.Filter{Node: "n", Type: "ContainerStarted"}, prefix: "pleg", want: "pleg.n.*.ContainerStarted"},
 		{name: "a prefix of several tokens is kept", filter: consumer.Filter{Node: "n"}, prefix: "acme.pleg", want: "acme.pleg.n.>"},
@@ -53,6 +56,7 @@ func TestFilterSubjectErrors(t *testing.T) {
 	}{
 		{name: "an unknown type is refused", filter: consumer.Filter{Type: "ContainerChanged"}, prefix: "pleg", wantErr: `filter type "ContainerChanged"`},
 		{name: "a type wildcard is refused", filter: consumer.Filter{Type: "*"}, prefix: "pleg", wantErr: `filter type "*"`},
+		{name: "a short form that is no type is refused", filter: consumer.Filter{Type: "changed"}, prefix: "pleg", wantErr: `filter type "changed": want started, died or removed`},
 		{name: "a prefix with a wildcard is refused", prefix: "pleg.*", wantErr: "subject prefix"},
 		{name: "an empty prefix is refused", prefix: "", wantErr: "subject prefix"},
 	}
@@ -67,6 +71,34 @@ func TestFilterSubjectErrors(t *testing.T) {
 				t.Errorf("Subject(%q) error = %q, want it to contain %q", tt.prefix, err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestParseTypeTakesTheNamesOfTailType(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"died", "ContainerDied"},
+		{"DIED", "ContainerDied"},
+		{" started ", "ContainerStarted"},
+		{"removed", "ContainerRemoved"},
+		{"ContainerDied", "ContainerDied"},
+		{"containerdied", "ContainerDied"},
+		{"pleg.v1.ContainerRemoved", "ContainerRemoved"},
+	}
+	for _, tt := range tests {
+		if got, err := consumer.ParseType(tt.in); err != nil || got != tt.want {
+			t.Errorf("ParseType(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+	for _, in := range []string{"", "changed", "ContainerChanged", "container", "die", "pleg.v2.ContainerDied", "died,removed", "*"} {
+		got, err := consumer.ParseType(in)
+		if !errors.Is(err, consumer.ErrUnknownType) {
+			t.Errorf("ParseType(%q) = %q, %v; want an error wrapping ErrUnknownType", in, got, err)
+		}
+	}
+	_, err := consumer.Filter{Type: "changed"}.Subject("pleg")
+	if !errors.Is(err, consumer.ErrUnknownType) {
+		t.Errorf("Filter{Type: changed}.Subject: %v, want an error wrapping ErrUnknownType", err)
 	}
 }
 

@@ -57,27 +57,16 @@ func parsePod(s string) (uid, namespace, name string, err error) {
 	return "", ns, name, nil
 }
 
-// lifecycleTypes are the Lifecycle event types with the short forms --type
-// accepts for them.
-var lifecycleTypes = []struct{ name, short string }{
-	{"ContainerStarted", "started"},
-	{"ContainerDied", "died"},
-	{"ContainerRemoved", "removed"},
-}
-
-// parseType reads the value of --type, without regard to case: a short
-// form (died), a Lifecycle event type (ContainerDied) or a CloudEvent type
-// (pleg.v1.ContainerDied). It returns the Lifecycle event type.
+// parseType reads the value of --type with consumer.ParseType, so the CLI
+// and consumer.Filter accept the same names: a short form (died), a
+// Lifecycle event type (ContainerDied) or a CloudEvent type
+// (pleg.v1.ContainerDied), in any case. It returns the Lifecycle event type.
 func parseType(s string) (string, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	t = strings.TrimPrefix(t, "pleg.v1.")
-	t = strings.TrimPrefix(t, "container")
-	for _, lt := range lifecycleTypes {
-		if t == lt.short {
-			return lt.name, nil
-		}
+	t, err := consumer.ParseType(s)
+	if err != nil {
+		return "", fmt.Errorf("--type %q: %w", s, consumer.ErrUnknownType)
 	}
-	return "", fmt.Errorf("--type %q: want started, died or removed (or ContainerStarted, ContainerDied, ContainerRemoved)", s)
+	return t, nil
 }
 
 // isUID reports whether s has the shape of a Kubernetes object UID (an

@@ -38,6 +38,22 @@ func TestParseTypeTakesShortFormsInAnyCase(t *testing.T) {
 	}
 }
 
+// TestTypeNamesAreTheGoAPIs: every name --type takes, consumer.Filter takes
+// too, for the same type; a service written from `tail --type died` works.
+func TestTypeNamesAreTheGoAPIs(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{"died", "Started", "REMOVED", "ContainerDied", "pleg.v1.ContainerStarted"} {
+		typ, err := parseType(in)
+		if err != nil {
+			t.Fatalf("parseType(%q): %v", in, err)
+		}
+		got, err := consumer.Filter{Type: in}.Subject("pleg")
+		if want := "pleg.*.*." + typ; err != nil || got != want {
+			t.Errorf("consumer.Filter{Type: %q}.Subject = %q, %v; want %q as --type %s selects", in, got, err, want, in)
+		}
+	}
+}
+
 func TestParsePodTellsAUIDFromNamespaceAndName(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
