@@ -71,6 +71,25 @@ func (e Event) LifecycleType() string {
 	return e.Type[strings.LastIndexByte(e.Type, '.')+1:]
 }
 
+// ExitCode returns the container's exit code and true, or 0 and false when
+// the event carries none (a ContainerStarted, a sandbox, a container found
+// gone without ever being seen exited). Data.ExitCode is a pointer so that
+// an exit code of 0 and no exit code differ on the wire; printed with %v
+// it shows an address, so print this instead.
+func (e Event) ExitCode() (code int32, ok bool) {
+	if e.Data.ExitCode == nil {
+		return 0, false
+	}
+	return *e.Data.ExitCode, true
+}
+
+// String returns Format(e), so that printing an Event with %v or Println
+// shows one readable line (with the exit code as a number) rather than the
+// struct and its pointers.
+func (e Event) String() string {
+	return Format(e)
+}
+
 // DecodeMsg decodes a JetStream message with Decode and records its stream
 // sequence.
 func DecodeMsg(msg jetstream.Msg) (Event, error) {

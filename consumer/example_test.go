@@ -38,7 +38,8 @@ func ExampleConsume() {
 		},
 	}, func(ctx context.Context, e consumer.Event) error {
 		// e.Sequence and e.ID identify the event across redeliveries.
-		fmt.Printf("%d %s %s exit code %d\n", e.Sequence, e.LifecycleType(), e.Subject, *e.Data.ExitCode)
+		code, _ := e.ExitCode() // Data.ExitCode is a *int32: nil when not known
+		fmt.Printf("%d %s %s exit code %d\n", e.Sequence, e.LifecycleType(), e.Subject, code)
 		if handled++; handled == 2 {
 			cancel()
 		}

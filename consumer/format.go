@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
@@ -71,8 +70,8 @@ func detail(e Event) string {
 		}
 	case "ContainerDied":
 		var parts []string
-		if d.ExitCode != nil {
-			parts = append(parts, fmt.Sprintf("exit=%d", *d.ExitCode))
+		if code, ok := e.ExitCode(); ok {
+			parts = append(parts, "exit="+strconv.Itoa(int(code)))
 		} else if d.State != "" {
 			parts = append(parts, "state="+d.State)
 		}

@@ -1,6 +1,8 @@
 package consumer_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
@@ -89,6 +91,44 @@ func TestFormat(t *testing.T) {
 			t.Parallel()
 			if got := consumer.Format(tt.e); got != tt.want {
 				t.Errorf("Format:\n got %q\nwant %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestExitCodePrintsAsANumber: the exit code reads as a number through
+// ExitCode and when the event itself is printed, never as the address
+// Data.ExitCode holds; 0 and no exit code differ.
+func TestExitCodePrintsAsANumber(t *testing.T) {
+	t.Parallel()
+	oom := died().event(t, subject)
+	completed := died()
+	completed.exitCode, completed.reason = exitCode(0), "Completed"
+	lost := died()
+	lost.exitCode, lost.reason, lost.state = nil, "", "unknown"
+
+	tests := []struct {
+		name     string
+		e        consumer.Event
+		code     int32
+		ok       bool
+		sprintIn string
+	}{
+		{name: "an OOMKilled container's exit code is 137", e: oom, code: 137, ok: true, sprintIn: "exit=137 OOMKilled"},
+		{name: "a completed container's exit code 0 is known", e: completed.event(t, subject), code: 0, ok: true, sprintIn: "exit=0 Completed"},
+		{name: "a container found gone has no exit code", e: lost.event(t, subject), code: 0, ok: false, sprintIn: "state=unknown"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, ok := tt.e.ExitCode()
+			if code != tt.code || ok != tt.ok {
+				t.Errorf("ExitCode() = %d, %t; want %d, %t", code, ok, tt.code, tt.ok)
+			}
+			for _, got := range []string{fmt.Sprint(tt.e), fmt.Sprintf("%v", tt.e)} {
+				if !strings.Contains(got, tt.sprintIn) || strings.Contains(got, "0x") {
+					t.Errorf("the event prints as %q, want it to hold %q and no address", got, tt.sprintIn)
+				}
 			}
 		})
 	}

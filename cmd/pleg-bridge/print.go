@@ -63,8 +63,8 @@ func alarming(e consumer.Event) bool {
 	if e.LifecycleType() != "ContainerDied" {
 		return false
 	}
-	d := e.Data
-	return (d.ExitCode != nil && *d.ExitCode != 0) || d.Reason == "OOMKilled"
+	code, _ := e.ExitCode()
+	return code != 0 || e.Data.Reason == "OOMKilled"
 }
 
 // useColor decides --color: always, never, or auto: only when w is a

@@ -272,8 +272,8 @@ func (p *psPrinter) row(c consumer.ContainerState, state string) []string {
 		state = cmp.Or(d.State, "unknown")
 	}
 	exit := ""
-	if d.ExitCode != nil {
-		exit = strconv.Itoa(int(*d.ExitCode))
+	if code, ok := c.Event.ExitCode(); ok {
+		exit = strconv.Itoa(int(code))
 		if d.Reason != "" {
 			exit += " (" + d.Reason + ")"
 		}

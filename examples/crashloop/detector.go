@@ -112,7 +112,8 @@ func NewDetector(ctx context.Context, js jetstream.JetStream, opts DetectorOptio
 // threshold. It returns an error if the bucket cannot be read or written;
 // the event is then delivered again.
 func (d *Detector) Handle(ctx context.Context, e consumer.Event) error {
-	if e.LifecycleType() != "ContainerDied" || e.Data.Container.Sandbox || e.Data.ExitCode == nil || *e.Data.ExitCode == 0 {
+	code, _ := e.ExitCode()
+	if e.LifecycleType() != "ContainerDied" || e.Data.Container.Sandbox || code == 0 {
 		return nil
 	}
 	key := podKey(e.PodUID)
@@ -135,7 +136,7 @@ func (d *Detector) Handle(ctx context.Context, e consumer.Event) error {
 	if !slices.ContainsFunc(rec.Crashes, func(c crash) bool { return c.Sequence == e.Sequence }) {
 		rec.Namespace, rec.Pod = e.Data.Pod.Namespace, e.Data.Pod.Name
 		rec.Crashes = append(rec.Crashes, crash{
-			Sequence: e.Sequence, Time: e.Time, Container: e.Data.Container.Name, ExitCode: *e.Data.ExitCode,
+			Sequence: e.Sequence, Time: e.Time, Container: e.Data.Container.Name, ExitCode: code,
 		})
 		slices.SortFunc(rec.Crashes, func(a, b crash) int { return a.Time.Compare(b.Time) })
 		latest := rec.Crashes[len(rec.Crashes)-1].Time
@@ -157,7 +158,7 @@ func (d *Detector) Handle(ctx context.Context, e consumer.Event) error {
 	if n >= d.opts.Threshold {
 		d.opts.OnReport(Report{
 			PodUID: e.PodUID, Namespace: e.Data.Pod.Namespace, Pod: e.Data.Pod.Name,
-			Container: e.Data.Container.Name, ExitCode: *e.Data.ExitCode, Reason: e.Data.Reason,
+			Container: e.Data.Container.Name, ExitCode: code, Reason: e.Data.Reason,
 			Time: e.Time, Crashes: n, Window: d.opts.Window, Sequence: e.Sequence,
 		})
 	}
