@@ -1,6 +1,6 @@
 module github.com/pleg-bridge/pleg-bridge
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/cloudevents/sdk-go/v2 v2.16.2
