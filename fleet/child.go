@@ -202,23 +202,7 @@ func runBridges(ctx context.Context, spec bridgesSpec, lines <-chan string, stdo
 	regs := make([]*prometheus.Registry, len(spec.Nodes))
 	for i, n := range spec.Nodes {
 		regs[i] = prometheus.NewRegistry()
-		b, err := bridge.New(bridge.Options{
-			Node:        n.Name,
-			CRIEndpoint: "unix://" + n.Socket,
-			Mode:        generator.ModeEvented,
-			NATS:        bridge.NATSOptions{URL: spec.URLs},
-			Stream: bridge.StreamOptions{
-				Name: spec.Stream, Replicas: spec.Replicas, MaxAge: spec.MaxAge,
-				DuplicateWindow: spec.DuplicateWindow, Manage: true,
-			},
-			StateBucket:      spec.StateBucket,
-			DataDir:          n.DataDir,
-			SpoolMaxBytes:    bridge.DefaultSpoolMaxBytes,
-			StartupGCPercent: -1,
-			GCPercent:        -1,
-			Registry:         regs[i],
-			Logger:           logger.With("node", n.Name),
-		})
+		b, err := bridge.New(nodeBridgeOptions(spec, n, regs[i], logger.With("node", n.Name)))
 		if err != nil {
 			return fmt.Errorf("bridge of %s: %w", n.Name, err)
 		}
@@ -274,6 +258,30 @@ func runBridges(ctx context.Context, spec bridgesSpec, lines <-chan string, stdo
 				return errors.Join(err, stopped())
 			}
 		}
+	}
+}
+
+// nodeBridgeOptions are the options of node n's bridge in a group run as
+// spec says: evented, its own data directory and spool, the stream and
+// the state bucket managed, the garbage collector's target left to the
+// process. The many-clusters test builds its bridges from it too.
+func nodeBridgeOptions(spec bridgesSpec, n nodeSpec, reg *prometheus.Registry, logger *slog.Logger) bridge.Options {
+	return bridge.Options{
+		Node:        n.Name,
+		CRIEndpoint: "unix://" + n.Socket,
+		Mode:        generator.ModeEvented,
+		NATS:        bridge.NATSOptions{URL: spec.URLs},
+		Stream: bridge.StreamOptions{
+			Name: spec.Stream, Replicas: spec.Replicas, MaxAge: spec.MaxAge,
+			DuplicateWindow: spec.DuplicateWindow, Manage: true,
+		},
+		StateBucket:      spec.StateBucket,
+		DataDir:          n.DataDir,
+		SpoolMaxBytes:    bridge.DefaultSpoolMaxBytes,
+		StartupGCPercent: -1,
+		GCPercent:        -1,
+		Registry:         reg,
+		Logger:           logger,
 	}
 }
 
