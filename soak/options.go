@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -214,11 +215,60 @@ func (opts Options) withDefaults() (Options, error) {
 			return slices.Index(AllFaults, a) - slices.Index(AllFaults, b)
 		})
 		if part, need := opts.part(), opts.longestFault(); part < need {
-			bad("--duration=%v is too short for %d faults: the run is cut into %d equal windows (a baseline, one per fault, a recovery) and the longest fault needs %v, so at least %v",
-				opts.Duration, len(opts.Faults), len(opts.Faults)+2, need, need*time.Duration(len(opts.Faults)+2))
+			fit := "no fault fits: --faults none"
+			if f := opts.fittingFaults(); len(f) > 0 {
+				fit = "--faults " + strings.Join(f, ",") + " fits (or fewer of them, or --faults none)"
+			}
+			bad("--duration=%v is too short for %d faults: the run is cut into %d equal windows (a baseline, one per fault, a recovery) and the longest fault needs %v, so at least %v; in %v, %s",
+				opts.Duration, len(opts.Faults), len(opts.Faults)+2, need, need*time.Duration(len(opts.Faults)+2), opts.Duration, fit)
 		}
 	}
-	return opts, errors.Join(errs...)
+	if len(errs) > 0 {
+		return opts, &OptionsError{Errs: errs}
+	}
+	return opts, nil
+}
+
+// Validate returns the *OptionsError Run would refuse opts with, or nil. It
+// starts and creates nothing.
+func (opts Options) Validate() error {
+	_, err := opts.withDefaults()
+	return err
+}
+
+// OptionsError is Run's error when it refuses its Options: it started and
+// created nothing, so a run directory made for it holds nothing to keep.
+// Errs name the flags at fault, one each.
+type OptionsError struct {
+	Errs []error
+}
+
+func (e *OptionsError) Error() string { return errors.Join(e.Errs...).Error() }
+
+// Unwrap returns Errs.
+func (e *OptionsError) Unwrap() []error { return e.Errs }
+
+// fittingFaults returns the most faults among opts.Faults that fit in
+// opts.Duration, in schedule order: the cheapest first, as many as leave
+// each window long enough for the longest of them. It returns none if not
+// even one fits.
+func (opts Options) fittingFaults() []string {
+	byBudget := slices.Clone(opts.Faults)
+	slices.SortStableFunc(byBudget, func(a, b string) int {
+		return cmp.Compare(opts.faultBudget(a), opts.faultBudget(b))
+	})
+	k := 0
+	for n := 1; n <= len(byBudget); n++ {
+		// byBudget[n-1] is the longest of the n cheapest.
+		if opts.Duration/time.Duration(n+2) >= opts.faultBudget(byBudget[n-1]) {
+			k = n
+		}
+	}
+	fit := byBudget[:k]
+	slices.SortStableFunc(fit, func(a, b string) int {
+		return slices.Index(AllFaults, a) - slices.Index(AllFaults, b)
+	})
+	return fit
 }
 
 // part is the planned length of each window of the schedule: the

@@ -1,12 +1,38 @@
 package soak
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
+
+// TestTheFaultsSaidToFitAreAccepted: the faults a too-short --duration's
+// error names are accepted with that duration.
+func TestTheFaultsSaidToFitAreAccepted(t *testing.T) {
+	for _, d := range []time.Duration{5 * time.Second, 14 * time.Second, 30 * time.Second, time.Minute, 90 * time.Second, 2 * time.Minute} {
+		for _, cluster := range []bool{false, true} {
+			o := Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Duration: d, Cluster: cluster}
+			all, err := o.withDefaults()
+			var oe *OptionsError
+			if err != nil && !errors.As(err, &oe) {
+				t.Fatalf("%v: error %v is not an *OptionsError", d, err)
+			}
+			if err == nil {
+				continue
+			}
+			o.Faults = all.fittingFaults()
+			if len(o.Faults) == 0 {
+				continue
+			}
+			if _, err := o.withDefaults(); err != nil {
+				t.Errorf("duration %v, cluster %t: the faults said to fit, %v, are refused: %v", d, cluster, o.Faults, err)
+			}
+		}
+	}
+}
 
 func TestOptionsDefaults(t *testing.T) {
 	tests := []struct {
@@ -45,7 +71,20 @@ func TestOptionsDefaults(t *testing.T) {
 			// 8 windows of 1.75s, and the outage with a kill in it needs
 			// 2*5s+1s, then 3s+1s for the kill, and 1s of quiet.
 			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Duration: 14 * time.Second},
-			wantErr: "--duration=14s is too short for 6 faults: the run is cut into 8 equal windows (a baseline, one per fault, a recovery) and the longest fault needs 16s, so at least 2m8s",
+			wantErr: "--duration=14s is too short for 6 faults: the run is cut into 8 equal windows (a baseline, one per fault, a recovery) and the longest fault needs 16s, so at least 2m8s; in 14s, --faults nats-restart fits",
+		},
+		{
+			name: "a minute names the faults that fit in it",
+			// 6 windows of 10s hold nats-restart (2s), runtime-restart and
+			// stream-drop (4s) and bridge-kill (6s); 7 windows of 8.6s do
+			// not hold nats-outage (11s).
+			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Duration: time.Minute},
+			wantErr: "in 1m0s, --faults nats-restart,bridge-kill,runtime-restart,stream-drop fits (or fewer of them, or --faults none)",
+		},
+		{
+			name:    "a duration too short for any fault says to name none",
+			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Duration: 5 * time.Second},
+			wantErr: "in 5s, no fault fits: --faults none",
 		},
 		{
 			name:    "a run directory too long for a unix socket is refused",

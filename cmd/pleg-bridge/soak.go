@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,11 +14,34 @@ import (
 )
 
 func newSoakCommand(env commandEnv) *cobra.Command {
-	var (
-		o        soak.Options
-		faults   string
-		logLevel = slog.LevelWarn
-	)
+	return soakCommand(env, &soakFlags{logLevel: slog.LevelWarn})
+}
+
+// soakFlags are the soak command's flags; options turns them into
+// soak.Options.
+type soakFlags struct {
+	o        soak.Options
+	faults   string
+	logLevel slog.Level
+}
+
+// options returns the soak.Options the flags ask for, before the run
+// directory and the bridge binary are set.
+func (f *soakFlags) options() soak.Options {
+	o := f.o
+	switch f.faults {
+	case "all":
+	case "none":
+		o.Faults = []string{}
+	default:
+		o.Faults = strings.Split(f.faults, ",")
+	}
+	return o
+}
+
+// soakCommand is the soak command with its flags parsed into fl.
+func soakCommand(env commandEnv, fl *soakFlags) *cobra.Command {
+	o := &fl.o
 	c := &cobra.Command{
 		Use:   "soak",
 		Short: "Run churn and faults against this binary's bridge and account for every transition",
@@ -25,15 +49,18 @@ func newSoakCommand(env commandEnv) *cobra.Command {
 the bridge is this binary, run as a child process. Faults are injected on a
 schedule, and every transition the runtime made is accounted for: expected,
 found, missing, duplicated and out of order, per fault window. It exits
-non-zero on any loss. Faults:
+non-zero on any loss. The run is cut into equal windows, a baseline, one per
+fault and a recovery, each long enough for its fault: a short --duration
+takes fewer --faults (its error says which fit). Faults:
   %s`, strings.Join(soak.AllFaults, ", ")),
 		Example: `  pleg-bridge soak                                   # 5 minutes, one NATS server, every fault
   pleg-bridge soak --cluster                         # a 3-server NATS cluster, stream replicas 3
   pleg-bridge soak --duration 1m --faults none --rate 50
-  pleg-bridge soak --faults nats-kill --bridge-env PLEG_MODE=generic --dir /tmp/soak`,
+  pleg-bridge soak --duration 1m --faults bridge-kill,stream-drop
+  pleg-bridge soak --faults nats-outage --bridge-env PLEG_MODE=generic --dir /tmp/soak`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return runSoak(c.Context(), o, faults, logLevel, env.stdout, env.stderr)
+			return runSoak(c.Context(), fl.options(), fl.logLevel, env.stdout, env.stderr)
 		},
 	}
 	f := c.Flags()
@@ -41,8 +68,8 @@ non-zero on any loss. Faults:
 	f.Float64Var(&o.Rate, "rate", soak.DefaultRate, "transitions per second the churn makes")
 	f.BoolVar(&o.Cluster, "cluster", false, "run a NATS cluster of three servers (stream replicas 3) instead of one server")
 	f.BoolVar(&o.Containerd17, "containerd-1.7", false, "simulate containerd 1.7 (the bridge in auto mode follows containerd's own events) instead of 2.4")
-	f.StringVar(&faults, "faults", "all", `faults to inject, comma-separated, or "all" (the cluster-only ones only with --cluster), or "none"`)
-	f.StringVar(&o.Dir, "dir", "", "run directory: sockets, NATS store, bridge data and bridge.log (default: a new temporary directory, removed if the soak passes)")
+	f.StringVar(&fl.faults, "faults", "all", `faults to inject, comma-separated, or "all" (the cluster-only ones only with --cluster), or "none"`)
+	f.StringVar(&o.Dir, "dir", "", "run directory: sockets, NATS store, bridge data and bridge.log (default: a new temporary directory, removed if the soak passes or its flags are refused)")
 	f.IntVar(&o.ContainersPerPod, "containers", soak.DefaultContainersPerPod, "containers per pod")
 	f.DurationVar(&o.Lifetime, "lifetime", soak.DefaultLifetime, "how long containers run, give or take 50%")
 	f.Uint64Var(&o.Seed, "seed", 0, "seed of the churn (0: from the clock)")
@@ -58,21 +85,14 @@ non-zero on any loss. Faults:
 		o.BridgeEnv = append(o.BridgeEnv, s)
 		return nil
 	})
-	f.TextVar(&logLevel, "log-level", logLevel, "log level of the soak's own diagnostics: debug, info, warn or error")
+	f.TextVar(&fl.logLevel, "log-level", fl.logLevel, "log level of the soak's own diagnostics: debug, info, warn or error")
 	return c
 }
 
 // runSoak is the soak subcommand: churn and faults against this binary's
 // own bridge, with a full accounting of every transition (package soak).
 // It fails if any transition was lost, duplicated or reordered.
-func runSoak(ctx context.Context, o soak.Options, faults string, logLevel slog.Level, stdout, stderr io.Writer) error {
-	switch faults {
-	case "all":
-	case "none":
-		o.Faults = []string{}
-	default:
-		o.Faults = strings.Split(faults, ",")
-	}
+func runSoak(ctx context.Context, o soak.Options, logLevel slog.Level, stdout, stderr io.Writer) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("soak: find this binary to run the bridge: %w", err)
@@ -88,6 +108,15 @@ func runSoak(ctx context.Context, o soak.Options, faults string, logLevel slog.L
 	o.Stdout = stdout
 
 	rep, err := soak.Run(ctx, o)
+	if oe, ok := errors.AsType[*soak.OptionsError](err); ok {
+		// Refused before anything ran: the directory made for it is empty.
+		if temporary {
+			if rerr := os.RemoveAll(o.Dir); rerr != nil {
+				return fmt.Errorf("soak: %w (and remove %s: %w)", oe, o.Dir, rerr)
+			}
+		}
+		return fmt.Errorf("soak: %w", oe)
+	}
 	if err != nil {
 		return fmt.Errorf("soak (run directory %s): %w", o.Dir, err)
 	}

@@ -2,8 +2,15 @@ package main
 
 import (
 	"bytes"
+	"cmp"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/soak"
 )
 
 func TestSoakRefusesBadFlagsNamingThem(t *testing.T) {
@@ -25,5 +32,81 @@ func TestSoakRefusesBadFlagsNamingThem(t *testing.T) {
 				t.Errorf("error = %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestSoakOfAMinuteSaysWhichFaultsFit: --duration 60s with every fault is
+// refused with the faults that fit a minute, and those are accepted.
+func TestSoakOfAMinuteSaysWhichFaultsFit(t *testing.T) {
+	err := run(t.Context(), []string{"soak", "--dir", t.TempDir(), "--duration", "60s"}, envFrom(t, nil), &bytes.Buffer{}, &bytes.Buffer{})
+	const want = "in 1m0s, --faults nats-restart,bridge-kill,runtime-restart,stream-drop fits"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error = %v, want one containing %q", err, want)
+	}
+	o := (&soakFlags{o: soak.Options{Duration: time.Minute}, faults: "nats-restart,bridge-kill,runtime-restart,stream-drop"}).options()
+	o.Dir, o.BridgeBinary = t.TempDir(), "pleg-bridge"
+	if err := o.Validate(); err != nil {
+		t.Errorf("the faults said to fit are refused: %v", err)
+	}
+}
+
+// TestSoakRefusedLeavesNoRunDirectory: a soak refused for its flags
+// removes the temporary run directory it made, and says nothing of it.
+func TestSoakRefusedLeavesNoRunDirectory(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // where os.MkdirTemp makes the run directory
+	for _, args := range [][]string{
+		{"--duration", "60s"},
+		{"--faults", "nats-kill"},
+		{"--faults", "leader-kill"},
+	} {
+		err := run(t.Context(), append([]string{"soak"}, args...), envFrom(t, nil), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil {
+			t.Fatalf("soak %q was accepted", args)
+		}
+		if strings.Contains(err.Error(), "run directory") {
+			t.Errorf("soak %q: the error names a run directory: %v", args, err)
+		}
+		left, rerr := os.ReadDir(tmp)
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		for _, e := range left {
+			t.Errorf("soak %q was refused and left %s behind", args, filepath.Join(tmp, e.Name()))
+		}
+	}
+}
+
+// TestSoakHelpExamplesAreValid: every example of soak --help parses and
+// passes the soak's own checks.
+func TestSoakHelpExamplesAreValid(t *testing.T) {
+	t.Parallel()
+	c := newSoakCommand(commandEnv{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}})
+	n := 0
+	for line := range strings.Lines(c.Example) {
+		line, _, _ = strings.Cut(line, "#")
+		args, ok := strings.CutPrefix(strings.TrimSpace(line), "pleg-bridge soak")
+		if !ok {
+			t.Errorf("example %q does not start with pleg-bridge soak", line)
+			continue
+		}
+		n++
+		fl := &soakFlags{logLevel: slog.LevelWarn}
+		sc := soakCommand(commandEnv{}, fl)
+		if err := sc.ParseFlags(strings.Fields(args)); err != nil {
+			t.Errorf("example %q: %v", line, err)
+			continue
+		}
+		if rest := sc.Flags().Args(); len(rest) > 0 {
+			t.Errorf("example %q: unexpected arguments %q", line, rest)
+		}
+		o := fl.options()
+		o.Dir, o.BridgeBinary = cmp.Or(o.Dir, t.TempDir()), "pleg-bridge"
+		if err := o.Validate(); err != nil {
+			t.Errorf("example %q is refused: %v", line, err)
+		}
+	}
+	if n == 0 {
+		t.Error("soak --help has no examples")
 	}
 }
