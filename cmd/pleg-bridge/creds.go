@@ -29,18 +29,21 @@ Setting up the key once is described in deploy/nats/README.md.
 
 --account-jwt (the account's JWT, e.g. from nsc describe account --raw) lets
 creds check that the key is one of the account's scoped signing keys: a key
-without a scope would give the user every permission of the account.`,
+without a scope would give the user every permission of the account. With
+--account (a public key) nothing proves the key belongs to that account or is
+scoped: creds refuses only the account's own identity key and says on stderr
+what it did not check.`,
 		Example: `  pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1.example.com --out node-1.creds
   pleg-bridge creds --signing-key /etc/pleg-signer/seed --account ACCOUNTPUBLICKEY --out /run/pleg/nats.creds   # node from PLEG_NODE_NAME
   pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1 --expiry 720h`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return runCreds(c.CommandPath(), o, env.stdout)
+			return runCreds(c.CommandPath(), o, env.stdout, env.stderr)
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&o.signingKey, "signing-key", "", "file holding the seed (SA...) of the account's scoped signing key")
-	f.StringVar(&o.account, "account", "", "public key (A...) of the account the signing key belongs to")
+	f.StringVar(&o.account, "account", "", "public key (A...) of the account the signing key belongs to, taken on trust (--account-jwt checks the key)")
 	f.StringVar(&o.accountJWT, "account-jwt", "", "file holding the account's JWT: names the account and proves the key is scoped (instead of --account)")
 	f.StringVar(&o.node, "node", env.getenv("PLEG_NODE_NAME"), "node name, as PLEG_NODE_NAME gives it (default: $PLEG_NODE_NAME)")
 	f.StringVar(&o.out, "out", "-", "file to write the credentials to, mode 0600 (-: stdout)")
@@ -54,8 +57,10 @@ type credsOptions struct {
 	expiry                                     time.Duration
 }
 
-// runCreds mints the credentials of o.node and writes them to o.out.
-func runCreds(cmd string, o credsOptions, stdout io.Writer) error {
+// runCreds mints the credentials of o.node and writes them to o.out. What
+// it cannot check (the key against an account given by --account alone) it
+// says on stderr.
+func runCreds(cmd string, o credsOptions, stdout, stderr io.Writer) error {
 	switch {
 	case o.signingKey == "":
 		return usageErrorf(cmd, "--signing-key is required")
@@ -79,6 +84,8 @@ func runCreds(cmd string, o credsOptions, stdout io.Writer) error {
 		if account, err = scopedAccount(o.accountJWT, key); err != nil {
 			return err
 		}
+	} else if err := unverifiedAccount(cmd, account, key, stderr); err != nil {
+		return err
 	}
 	creds, err := natsauth.Mint(natsauth.MintOptions{SigningKey: key, Account: account, Node: o.node, Expiry: o.expiry})
 	if err != nil {
@@ -122,6 +129,24 @@ func scopedAccount(path string, key nkeys.KeyPair) (string, error) {
 		return "", fmt.Errorf("the signing key %s of account %s has role %q, want %q", pub, ac.Name, us.Role, natsauth.Role)
 	}
 	return ac.Subject, nil
+}
+
+// unverifiedAccount checks what can be checked of a signing key for an
+// account known only by its public key: it refuses the account's own
+// identity key (its users would have every permission of the account), and
+// writes on stderr that the rest was not checked. Whether the key is one of
+// the account's signing keys, and its scope, are in the account's JWT only.
+func unverifiedAccount(cmd, account string, key nkeys.KeyPair, stderr io.Writer) error {
+	pub, err := key.PublicKey()
+	if err != nil {
+		return fmt.Errorf("read the signing key: %w", err)
+	}
+	if pub == account {
+		return fmt.Errorf("the signing key is account %s's own identity key, not a scoped signing key: its users would get every permission of the account; use the key of role %s (deploy/nats/README.md)", account, natsauth.Role)
+	}
+	_, err = fmt.Fprintf(stderr, "%s: warning: signing key %s was NOT checked against account %s: only the account's JWT (--account-jwt) says whether the key is one of its signing keys and scoped to role %s. A key of another account mints credentials the server refuses; an unscoped key, credentials with every permission of the account.\n",
+		cmd, pub, account, natsauth.Role)
+	return err
 }
 
 // writeSecretFile writes b to path with mode 0600, through a temporary file

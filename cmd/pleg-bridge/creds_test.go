@@ -124,6 +124,7 @@ func TestCredsRefusesWhatWouldMintTheWrongUser(t *testing.T) {
 		{"an unscoped key", []string{"--signing-key", keyFile, "--account-jwt", writeAccount("unscoped.jwt", nil), "--node", "n"}, "has no scope"},
 		{"another role", []string{"--signing-key", keyFile, "--account-jwt", writeAccount("admin.jwt", otherRole), "--node", "n"}, `role "admin"`},
 		{"a node name of two tokens", []string{"--signing-key", keyFile, "--account", apub, "--node", "node_1"}, "differ"},
+		{"the account's own key", []string{"--signing-key", keyFile, "--account", spub, "--node", "n"}, "own identity key, not a scoped signing key"},
 	} {
 		var stdout bytes.Buffer
 		err := run(t.Context(), append([]string{"creds"}, tt.args...), envFrom(t, nil), &stdout, io.Discard)
@@ -133,6 +134,46 @@ func TestCredsRefusesWhatWouldMintTheWrongUser(t *testing.T) {
 		if stdout.Len() != 0 {
 			t.Errorf("%s: creds wrote %q", tt.name, stdout.String())
 		}
+	}
+}
+
+// TestCredsSaysWhatItDidNotCheck: with --account alone, nothing says the
+// signing key belongs to the account; creds says so on stderr, naming the
+// key, the account and --account-jwt. With --account-jwt it checked, and
+// says nothing.
+func TestCredsSaysWhatItDidNotCheck(t *testing.T) {
+	t.Parallel()
+	srv := natsauthtest.Start(t, natsauth.Names{})
+	unrelated, _ := nkeys.CreateAccount()
+	upub, _ := unrelated.PublicKey()
+	signer, err := os.ReadFile(srv.SigningKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := jwt.ParseDecoratedNKey(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spub, _ := key.PublicKey()
+
+	var stdout, stderr bytes.Buffer
+	args := []string{"creds", "--signing-key", srv.SigningKeyFile, "--account", upub, "--node", "n"}
+	if err := run(t.Context(), args, envFrom(t, nil), &stdout, &stderr); err != nil {
+		t.Fatalf("creds: %v", err)
+	}
+	for _, want := range []string{"NOT checked", spub, upub, "--account-jwt"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("creds --account with a key of another account: stderr %q does not say %q", stderr.String(), want)
+		}
+	}
+
+	stderr.Reset()
+	args = []string{"creds", "--signing-key", srv.SigningKeyFile, "--account-jwt", srv.AccountJWTFile, "--node", "n"}
+	if err := run(t.Context(), args, envFrom(t, nil), io.Discard, &stderr); err != nil {
+		t.Fatalf("creds: %v", err)
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("creds --account-jwt, which checks the key, warned: %q", stderr.String())
 	}
 }
 
