@@ -573,8 +573,8 @@ func TestConsumeRefusesBadOptions(t *testing.T) {
 }
 
 // TestConsumeNeedsOnlyTheDocumentedPermissions runs a group as a user with
-// the reader's permissions of deploy/nats plus those the README lists for a
-// group named "perm", so the README's list is known to be enough.
+// the reader's permissions of deploy/nats plus those docs/consuming.md lists for a
+// group named "perm", so that list is known to be enough.
 func TestConsumeNeedsOnlyTheDocumentedPermissions(t *testing.T) {
 	t.Parallel()
 	reader := []string{

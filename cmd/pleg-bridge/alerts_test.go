@@ -3,7 +3,7 @@ package main
 // Validation of the alerting rules (deploy/prometheus/rules.yml and its
 // PrometheusRule twin in deploy/kubernetes) and of the Grafana dashboard
 // (deploy/grafana) against the code: the two rule files hold the same
-// rules, each alert has a runbook in the README, promtool accepts the rules
+// rules, each alert has a runbook in docs/alerts.md, promtool accepts the rules
 // and passes their unit tests and parses the dashboard's queries, and every
 // metric a query names is one the bridge exports, so that renaming a metric
 // fails here rather than in an alert that never fires or an empty panel.
@@ -38,8 +38,8 @@ const alertJob = "pleg-bridge"
 
 // runbookBase is where each alert's runbook_url points, followed by
 // "#<alert name in lower case>", GitHub's anchor of the heading
-// "### <alert name>" in the README's "Alerts and runbooks".
-const runbookBase = "https://github.com/pleg-bridge/pleg-bridge/blob/main/README.md"
+// "### <alert name>" in docs/alerts.md's "Runbooks".
+const runbookBase = "https://github.com/pleg-bridge/pleg-bridge/blob/main/docs/alerts.md"
 
 // ruleGroups is a Prometheus rules file: what promtool check rules reads.
 type ruleGroups struct {
@@ -100,16 +100,16 @@ func TestAlertRulesAreTheSameInThePrometheusRuleAndThePlainFile(t *testing.T) {
 	}
 }
 
-func TestEveryAlertHasASeverityASummaryAndARunbookInTheREADME(t *testing.T) {
+func TestEveryAlertHasASeverityASummaryAndARunbook(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	page, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "alerts.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The headings of the README's "Alerts and runbooks" section.
-	_, section, ok := strings.Cut(string(readme), "\n## Alerts and runbooks\n")
+	// The headings of docs/alerts.md's "Runbooks" section.
+	_, section, ok := strings.Cut(string(page), "\n## Runbooks\n")
 	if !ok {
-		t.Fatal(`README.md has no section "## Alerts and runbooks"`)
+		t.Fatal(`docs/alerts.md has no section "## Runbooks"`)
 	}
 	if end := strings.Index(section, "\n## "); end >= 0 {
 		section = section[:end]
@@ -147,7 +147,7 @@ func TestEveryAlertHasASeverityASummaryAndARunbookInTheREADME(t *testing.T) {
 				t.Errorf("alert %s has runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
 			}
 			if !runbooks[r.Alert] {
-				t.Errorf(`alert %s has no runbook: README.md's "Alerts and runbooks" lacks "### %s"`, r.Alert, r.Alert)
+				t.Errorf(`alert %s has no runbook: docs/alerts.md's "Runbooks" lacks "### %s"`, r.Alert, r.Alert)
 			}
 			if r.For != "" {
 				if _, err := time.ParseDuration(r.For); err != nil {
@@ -158,7 +158,7 @@ func TestEveryAlertHasASeverityASummaryAndARunbookInTheREADME(t *testing.T) {
 	}
 	for name := range runbooks {
 		if !seen[name] {
-			t.Errorf("README.md has a runbook for %s, which no rule defines", name)
+			t.Errorf("docs/alerts.md has a runbook for %s, which no rule defines", name)
 		}
 	}
 }
