@@ -169,6 +169,7 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 		f.problem("state bucket: %s", d)
 	}
 	f.progress("the state bucket holds %d keys for the runtimes' %d containers, %d differences", state.Keys, state.Want, len(state.Diffs))
+	f.measureStalls(stored)
 	rep := Report{
 		Options:     o,
 		Accounting:  soak.Account(f.windows, made, stored, nil, nil),
@@ -259,6 +260,9 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 			notes = append(notes, fmt.Sprintf("%s down %v, stream current %v later", p.name, roundDelay(down), roundDelay(current)))
 		}
 		return FaultRecord{Note: "rolling restart (SIGTERM): " + strings.Join(notes, ", "), Repaired: time.Now()}, nil
+
+	case FaultLeaderKill:
+		return f.killLeader(ctx)
 
 	case FaultClusterDown:
 		down := time.Now()

@@ -31,11 +31,12 @@ func TestMain(m *testing.M) {
 }
 
 // A tiny fleet goes through a rolling restart of its three servers, each
-// a process of its own, and every transition its nodes made is stored
-// once, in order, and the state bucket matches every runtime.
-func TestTinyFleetLosesNothingThroughAServerRestart(t *testing.T) {
+// a process of its own, and the kill of its stream's leader, and every
+// transition its nodes made is stored once, in order, and the state
+// bucket matches every runtime.
+func TestTinyFleetLosesNothingThroughAServerRestartAndALeaderKill(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs 3 server and 2 bridge processes for about 30 s; not in -short")
+		t.Skip("runs 3 server and 2 bridge processes for about 40 s; not in -short")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -46,8 +47,8 @@ func TestTinyFleetLosesNothingThroughAServerRestart(t *testing.T) {
 		Pods:         5,
 		Rate:         12,
 		Lifetime:     3 * time.Second,
-		Duration:     12 * time.Second,
-		Faults:       []string{fleet.FaultServerRestart},
+		Duration:     18 * time.Second,
+		Faults:       []string{fleet.FaultServerRestart, fleet.FaultLeaderKill},
 		Dir:          t.TempDir(),
 		ChildCommand: []string{os.Args[0]},
 		Stdout:       &progress,
@@ -65,8 +66,10 @@ func TestTinyFleetLosesNothingThroughAServerRestart(t *testing.T) {
 	if got, populated := rep.Total.Found, 6*(5+5*2); got <= populated {
 		t.Errorf("stored %d transitions, want more than the %d of the populated pods: the churn made none\n%s", got, populated, table.String())
 	}
-	if len(rep.Faults) != 1 || !rep.Faults[0].Drained {
-		t.Errorf("faults %+v, want one server restart, drained\n%s", rep.Faults, table.String())
+	if len(rep.Faults) != 2 || !rep.Faults[0].Drained || !rep.Faults[1].Drained {
+		t.Errorf("faults %+v, want a server restart and a leader kill, drained\n%s", rep.Faults, table.String())
+	} else if lk := rep.Faults[1]; lk.Election <= 0 || lk.Stalls.Nodes == 0 {
+		t.Errorf("leader kill: election %v, stalls %+v: want both measured\n%s", lk.Election, lk.Stalls, table.String())
 	}
 	if rep.State.Keys != rep.State.Want || len(rep.State.Diffs) > 0 {
 		t.Errorf("state bucket: %d keys for %d containers, differences %q", rep.State.Keys, rep.State.Want, rep.State.Diffs)

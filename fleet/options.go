@@ -16,6 +16,11 @@ const (
 	// (SIGTERM, start again), each once the stream's replicas are all
 	// current again: a rolling upgrade of the cluster.
 	FaultServerRestart = "server-restart"
+	// FaultLeaderKill kills (SIGKILL) the server that leads the stream,
+	// under the churn's full load, and starts it again after FaultLength;
+	// it reports the election time by the servers' own advisory and each
+	// node's stall.
+	FaultLeaderKill = "leader-kill"
 	// FaultClusterDown stops every server (SIGTERM) for Outage while every
 	// node churns, then starts them together: every bridge's outbox and
 	// spool fill, then drain at once.
@@ -29,7 +34,7 @@ const (
 )
 
 // AllFaults lists every fault in schedule order.
-var AllFaults = []string{FaultServerRestart, FaultClusterDown, FaultBridgeKill, FaultAllBridgeKill}
+var AllFaults = []string{FaultServerRestart, FaultLeaderKill, FaultClusterDown, FaultBridgeKill, FaultAllBridgeKill}
 
 // Options configures a fleet run. The zero value of a field means its
 // default. Errors about them name the pleg-bridge fleet command's flags,

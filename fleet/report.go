@@ -69,6 +69,11 @@ type FaultRecord struct {
 	// Options.DrainTimeout.
 	Drain   time.Duration
 	Drained bool
+	// Election, for FaultLeaderKill, is the time from the kill to the
+	// servers' advisory that a new leader was elected; Stalls are the
+	// nodes' stalls in the fault's window (nodeStalls).
+	Election time.Duration
+	Stalls   Stalls
 }
 
 // WindowFigures are the measurements of one window besides its accounting.
@@ -97,21 +102,30 @@ func (r Report) Failed() bool {
 	return r.Accounting.Failed() || len(r.Undecodable) > 0 || len(r.Problems) > 0
 }
 
-// windowFigures measures each window: latency from the transitions made
-// in it to their first storage, and the monitor's peaks.
-func (f *fleet) windowFigures(made []soak.Transition, stored []soak.Stored) []WindowFigures {
-	type key struct{ id, typ string }
-	first := make(map[key]soak.Stored, len(stored))
+// storedKey names a transition: a container's event of one type.
+type storedKey struct{ id, typ string }
+
+// firstStored returns the first copy the stream stored of each
+// transition.
+func firstStored(stored []soak.Stored) map[storedKey]soak.Stored {
+	first := make(map[storedKey]soak.Stored, len(stored))
 	for _, s := range stored {
-		k := key{s.ContainerID, s.Type}
+		k := storedKey{s.ContainerID, s.Type}
 		if old, ok := first[k]; !ok || s.Seq < old.Seq {
 			first[k] = s
 		}
 	}
+	return first
+}
+
+// windowFigures measures each window: latency from the transitions made
+// in it to their first storage, and the monitor's peaks.
+func (f *fleet) windowFigures(made []soak.Transition, stored []soak.Stored) []WindowFigures {
+	first := firstStored(stored)
 	out := make([]WindowFigures, len(f.windows))
 	delays := make([][]time.Duration, len(f.windows))
 	for _, t := range made {
-		s, ok := first[key{t.ContainerID, t.Type}]
+		s, ok := first[storedKey{t.ContainerID, t.Type}]
 		if !ok {
 			continue
 		}
@@ -179,6 +193,10 @@ func (r Report) Table(w io.Writer) error {
 		drained := fmt.Sprintf("every node drained %v after the repair", roundDelay(f.Drain))
 		if !f.Drained {
 			drained = fmt.Sprintf("NOT drained %v after the repair", roundDelay(f.Drain))
+		}
+		if f.Stalls.Nodes > 0 {
+			drained += fmt.Sprintf("; per node stall p50 %v, max %v over %d nodes, against the election's %v",
+				roundDelay(f.Stalls.P50), roundDelay(f.Stalls.Max), f.Stalls.Nodes, roundDelay(f.Election))
 		}
 		fmt.Fprintf(&b, "  %8s  %-16s %s; %s\n", r.offset(f.At), f.Name, f.Note, drained)
 	}
