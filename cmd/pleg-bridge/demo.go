@@ -50,6 +50,7 @@ type demoOptions struct {
 	natsListen string
 	listen     string
 	logLevel   slog.Level
+	workloads  bool
 }
 
 func newDemoCommand(env commandEnv) *cobra.Command {
@@ -61,7 +62,15 @@ func newDemoCommand(env commandEnv) *cobra.Command {
 JetStream, the simulated CRI runtime (containerd 2.4's behaviour) with pod
 churn, the bridge between them, and a subscriber that prints every event as
 it arrives. PLEG_* tuning variables apply (PLEG_MODE=generic, say); where
-NATS, the runtime and the data are is the demo's own.`,
+NATS, the runtime and the data are is the demo's own.
+
+Beside the churn (namespace demo), the runtime runs a small cluster's
+workloads, with the labels their controllers set: web and api pods that keep
+running (namespaces shop and payments), two crash loops whose containers
+restart with growing attempt numbers (shop/checkout-*, payments/ledger-*), a
+cache that is OOMKilled and restarted (payments/cache-0), and a Job that
+completes every 15s (batch/report-*). examples/crashloop reports the crash
+loops within about 30s.`,
 		Example: `  pleg-bridge demo
   pleg-bridge demo --rate 5 --lifetime 2s --duration 1m
   PLEG_MODE=generic pleg-bridge demo --listen 127.0.0.1:9470   # with /metrics`,
@@ -83,6 +92,7 @@ NATS, the runtime and the data are is the demo's own.`,
 	f.StringVar(&o.listen, "listen", "", "serve /metrics, /healthz and /readyz on this address (empty: off)")
 	o.logLevel = slog.LevelWarn
 	f.TextVar(&o.logLevel, "log-level", o.logLevel, "log level of the bridge: debug, info, warn or error")
+	f.BoolVar(&o.workloads, "workloads", true, "run the crash loops, the OOMKilled cache, the Jobs and the long-running pods beside the churn")
 	return c
 }
 
@@ -162,7 +172,7 @@ func runDemo(ctx context.Context, o demoOptions, lookup lookupFunc, stdout, stde
 		lis.Close()
 		return err
 	}
-	printDemoBanner(stdout, cfg, ns, sock, o.rate, o.containers)
+	printDemoBanner(stdout, cfg, ns, sock, o)
 	counts := &eventCounts{}
 	eg, gctx := errgroup.WithContext(ctx)
 	simCtx, stopSim := context.WithCancel(context.WithoutCancel(ctx))
@@ -178,6 +188,11 @@ func runDemo(ctx context.Context, o demoOptions, lookup lookupFunc, stdout, stde
 			Namespace: "demo", Seed: time.Now().UnixNano(),
 		})
 	})
+	if o.workloads {
+		eg.Go(func() error {
+			return crisim.Workloads(gctx, model, crisim.WorkloadsOptions{Seed: time.Now().UnixNano()})
+		})
+	}
 	eg.Go(func() error {
 		return subscribeAndPrint(gctx, js, cfg, stdout, counts)
 	})
@@ -189,18 +204,27 @@ func runDemo(ctx context.Context, o demoOptions, lookup lookupFunc, stdout, stde
 	return err
 }
 
-func printDemoBanner(w io.Writer, cfg Config, ns *server.Server, sock string, rate float64, containers int) {
+func printDemoBanner(w io.Writer, cfg Config, ns *server.Server, sock string, o demoOptions) {
+	url := ns.ClientURL()
 	fmt.Fprintf(w, `pleg-bridge demo
-  runtime   simulated containerd 2.4 on %s, starting %.3g pods/s with %d containers each
-  bridge    node %q, mode %s, relist every %v
+  runtime   simulated containerd 2.4 on %s, starting %.3g pods/s with %d containers each in namespace demo
+`, sock, o.rate, o.containers)
+	if o.workloads {
+		fmt.Fprint(w, `  workloads crash loops shop/checkout-* and payments/ledger-*, OOMKilled payments/cache-0,
+            a Job batch/report-* every 15s, running shop/web-* and payments/api-*
+`)
+	}
+	fmt.Fprintf(w, `  bridge    node %q, mode %s, relist every %v
   NATS      embedded JetStream at %s, stream %s, subjects %s.>
   watch     in another terminal: go run ./cmd/pleg-bridge tail --nats-url %s
             or the nats CLI:     nats --server %s sub '%s.>'
   state     go run ./cmd/pleg-bridge ps --all --watch --nats-url %s --bucket %s
-  Ctrl-C stops the demo.
-
-`, sock, rate, containers, cfg.NodeName, cfg.Mode, cfg.RelistPeriod, ns.ClientURL(), cfg.Stream, cfg.SubjectPrefix,
-		ns.ClientURL(), ns.ClientURL(), cfg.SubjectPrefix, ns.ClientURL(), cfg.StateBucket)
+`, cfg.NodeName, cfg.Mode, cfg.RelistPeriod, url, cfg.Stream, cfg.SubjectPrefix,
+		url, url, cfg.SubjectPrefix, url, cfg.StateBucket)
+	if o.workloads {
+		fmt.Fprintf(w, "  crashes   go run ./examples/crashloop -nats-url %s\n", url)
+	}
+	fmt.Fprint(w, "  Ctrl-C stops the demo.\n\n")
 }
 
 // subscribeAndPrint follows the stream as any downstream subscriber would and

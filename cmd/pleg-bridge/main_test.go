@@ -214,7 +214,10 @@ func TestDemoShowsEventsAsASubscriberSeesThem(t *testing.T) {
 		done <- run(ctx, []string{"demo", "--rate", "4", "--lifetime", "500ms", "--nats-listen", "127.0.0.1:-1"},
 			envFrom(t, nil), out, &bytes.Buffer{})
 	}()
-	want := []string{"ContainerStarted", "ContainerDied", "ContainerRemoved", "exit=", "(sandbox)"}
+	want := []string{"ContainerStarted", "ContainerDied", "ContainerRemoved", "exit=", "(sandbox)",
+		// The workloads: crash loops with growing attempts, an OOMKilled
+		// cache, a Job that completes, in namespaces other than demo.
+		"shop/checkout-", "attempt=2", "payments/cache-0/redis     exit=137 OOMKilled", "batch/report-0-", "/run   exit=0 Completed"}
 	deadline := time.After(30 * time.Second)
 	for !containsAll(out.String(), want) {
 		select {
