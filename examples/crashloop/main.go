@@ -49,6 +49,27 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("crashloop", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: crashloop [flags]
+
+crashloop is an example downstream service of pleg-bridge: a crash-loop
+detector. It follows the ContainerDied events of a pleg-bridge stream
+through a durable consumer group (consumer.Consume), counts each pod's
+non-zero exits over a sliding window, and prints a line for every crash
+that puts a pod at or over the threshold:
+
+  2026-01-02T03:04:05Z CRASHLOOP shop/checkout-9ccmp (uid ...) container app: 3 crashes in 10m0s, last exit 1 Error (seq 42)
+
+Replicas run with the same -group split the pods between them; a replica
+killed and restarted carries on where the group stopped, counting nothing
+twice. A new group starts with the next event (-from-start: the oldest
+stored). Against "go run ./cmd/pleg-bridge demo", whose crash-looping pods
+restart every few seconds, the defaults report within about 30 seconds.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	var (
 		url        = fs.String("nats-url", nats.DefaultURL, "NATS server `URL`")
 		group      = fs.String("group", "crashloop", "durable group `name`, the same for every replica")
@@ -83,8 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		OnReport: func(r Report) {
 			mu.Lock()
 			defer mu.Unlock()
-			fmt.Fprintf(stdout, "%s CRASHLOOP %s/%s (uid %s) container %s: %d crashes in %s, last exit %d %s (seq %d)\n",
-				r.Time.Format(time.RFC3339), r.Namespace, r.Pod, r.PodUID, r.Container, r.Crashes, r.Window, r.ExitCode, r.Reason, r.Sequence)
+			fmt.Fprintln(stdout, formatReport(r))
 		},
 	})
 	if err != nil {
@@ -104,4 +124,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				"deliveries", d.Deliveries, "err", d.Err)
 		},
 	}, det.Handle)
+}
+
+// formatReport is the line printed for a report.
+func formatReport(r Report) string {
+	crashes := "crashes"
+	if r.Crashes == 1 {
+		crashes = "crash"
+	}
+	return fmt.Sprintf("%s CRASHLOOP %s/%s (uid %s) container %s: %d %s in %s, last exit %d %s (seq %d)",
+		r.Time.Format(time.RFC3339), r.Namespace, r.Pod, r.PodUID, r.Container, r.Crashes, crashes, r.Window, r.ExitCode, r.Reason, r.Sequence)
 }

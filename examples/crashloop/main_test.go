@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -81,5 +83,33 @@ func TestRunRefusesABadFlag(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "-threshold") {
 		t.Errorf("stderr %q does not name the flag", stderr.String())
+	}
+}
+
+func TestHelpSaysWhatTheServiceDoes(t *testing.T) {
+	t.Parallel()
+	var stderr strings.Builder
+	if err := run(t.Context(), []string{"-help"}, io.Discard, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run -help = %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"crash-loop", "ContainerDied", "sliding window", "-threshold", "-group", "demo"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("-help lacks %q:\n%s", want, stderr.String())
+		}
+	}
+}
+
+func TestReportCountsOneCrashInTheSingular(t *testing.T) {
+	t.Parallel()
+	r := Report{Namespace: "shop", Pod: "checkout-9ccmp", PodUID: "u", Container: "app", ExitCode: 1, Reason: "Error",
+		Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Window: 10 * time.Minute, Sequence: 42}
+	for n, want := range map[int]string{
+		1: "2026-01-02T03:04:05Z CRASHLOOP shop/checkout-9ccmp (uid u) container app: 1 crash in 10m0s, last exit 1 Error (seq 42)",
+		3: "2026-01-02T03:04:05Z CRASHLOOP shop/checkout-9ccmp (uid u) container app: 3 crashes in 10m0s, last exit 1 Error (seq 42)",
+	} {
+		r.Crashes = n
+		if got := formatReport(r); got != want {
+			t.Errorf("formatReport with %d crashes:\n got %s\nwant %s", n, got, want)
+		}
 	}
 }
