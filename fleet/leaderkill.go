@@ -84,7 +84,7 @@ func (f *fleet) killLeader(ctx context.Context) (FaultRecord, error) {
 		return FaultRecord{}, err
 	}
 	return FaultRecord{
-		Note: fmt.Sprintf("stream leader %s killed (SIGKILL), %s elected %v after by the servers' advisory; started again after %v, stream current %v after",
+		Note: fmt.Sprintf("stream leader %s killed (SIGKILL), %s elected %v after by the servers' advisory; started again %v after that, stream current %v after",
 			leader, adv.Leader, roundDelay(election), f.opts.FaultLength, roundDelay(current)),
 		Repaired: repaired,
 		Election: election,
