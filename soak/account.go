@@ -120,14 +120,33 @@ type transitionKey struct {
 
 // account compares the transitions made with the messages stored. windows
 // must be in time order; a transition or health failure outside all of them
-// is counted in the nearest one (see windowOf). A transition not stored
-// whose container's every transition falls in one of blind is unobservable,
-// not missing, unless the stream holds any transition of that container:
-// then a bridge saw it, and the rest of its life is due. It does no I/O.
+// is counted in the nearest one (see windowOf).
+//
+// A transition not stored whose container's every transition falls in one
+// of blind is unobservable, not missing, unless the stream holds that
+// container's transition of the same or an earlier step: from the first
+// step stored on, a bridge saw the container, and the rest of its life is
+// due (a ContainerStarted stored just before a SIGKILL makes its Died and
+// Removed due). A step before the first one stored stays excused: the
+// bridge first saw the container later in its life, with no start time to
+// report (a sandbox first seen NOTREADY has none by the contract, and a
+// container removed before its status could be read has none either). It
+// does no I/O.
 func account(windows []Window, made []Transition, stored []Stored, health []HealthFailure, blind []Window) Accounting {
 	unseen := unobservable(made, blind)
+	// firstStep is the earliest lifecycle step stored of each container.
+	firstStep := make(map[string]int, len(stored))
 	for _, s := range stored {
-		delete(unseen, s.ContainerID) // observed: nothing of it is excused
+		if cur, ok := firstStep[s.ContainerID]; !ok || lifecycleStep(s.Type) < cur {
+			firstStep[s.ContainerID] = lifecycleStep(s.Type)
+		}
+	}
+	excused := func(t Transition) bool {
+		if !unseen[t.ContainerID] {
+			return false
+		}
+		first, seen := firstStep[t.ContainerID]
+		return !seen || lifecycleStep(t.Type) < first
 	}
 	stored = slices.SortedFunc(slices.Values(stored), func(a, b Stored) int { return cmp.Compare(a.Seq, b.Seq) })
 	seqs := make(map[transitionKey][]uint64, len(stored))
@@ -169,7 +188,7 @@ func account(windows []Window, made []Transition, stored []Stored, health []Heal
 		finding := Finding{Transition: t, Window: name, Seqs: seqs[k]}
 		got := seqs[k]
 		switch {
-		case len(got) == 0 && unseen[t.ContainerID]:
+		case len(got) == 0 && excused(t):
 			w.Unobservable++
 			a.Unobservable = append(a.Unobservable, finding)
 			continue

@@ -204,8 +204,8 @@ func TestWindowOf(t *testing.T) {
 // runtime that keeps no event, a container whose whole life fell in that
 // time could not be seen by any bridge and is unobservable; one that
 // started before the bridge died, or was still there when it came back,
-// is missing if not stored, and so is the rest of one whose start is in
-// the stream, whenever it lived.
+// is missing if not stored, and so is the rest of one whose start (or any
+// step) is in the stream, from that step on, whenever it lived.
 func TestAccountUnobservable(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -223,10 +223,16 @@ func TestAccountUnobservable(t *testing.T) {
 	made = append(made, life("before", 9, 12)...)                                             // started while a bridge ran
 	made = append(made, life("after", 12, 15)...)                                             // still there when it came back
 	made = append(made, Transition{ContainerID: "alive", Type: ContainerStarted, At: at(11)}) // never removed
-	// Its whole life fell in the blind time too, but its start is in the
-	// stream: a bridge saw it, so its end is due.
+	// Their whole lives fell in the blind time too, but the stream holds
+	// one of their transitions: a bridge saw them from there on. seen's
+	// start is stored, so its end is due; late was first seen exited (its
+	// Died is stored), so its start stays excused and its removal is due.
 	made = append(made, life("seen", 10.05, 13)...)
-	stored := []Stored{{ContainerID: "seen", Type: ContainerStarted, Seq: 1, StoredAt: at(10.06)}}
+	made = append(made, life("late", 10.5, 13)...)
+	stored := []Stored{
+		{ContainerID: "seen", Type: ContainerStarted, Seq: 1, StoredAt: at(10.06)},
+		{ContainerID: "late", Type: ContainerDied, Seq: 2, StoredAt: at(14.5)},
+	}
 	a := account(windows, made, stored, nil, blind)
 	var unobservable, missing []string
 	for _, f := range a.Unobservable {
@@ -235,13 +241,13 @@ func TestAccountUnobservable(t *testing.T) {
 	for _, f := range a.Missing {
 		missing = append(missing, f.ContainerID)
 	}
-	if want := []string{"inside ContainerStarted", "inside ContainerDied", "inside ContainerRemoved"}; !slices.Equal(unobservable, want) {
+	if want := []string{"inside ContainerStarted", "inside ContainerDied", "inside ContainerRemoved", "late ContainerStarted"}; !slices.Equal(unobservable, want) {
 		t.Errorf("unobservable %v, want %v", unobservable, want)
 	}
-	if got := strings.Join(slices.Compact(missing), ","); got != "before,after,alive,seen" {
-		t.Errorf("missing %s, want before, after, alive and seen", got)
+	if got := strings.Join(slices.Compact(missing), ","); got != "before,after,alive,seen,late" {
+		t.Errorf("missing %s, want before, after, alive, seen and late", got)
 	}
-	if !a.Failed() || a.Total.Unobservable != 3 || a.Total.Missing != 9 {
+	if !a.Failed() || a.Total.Unobservable != 4 || a.Total.Missing != 10 {
 		t.Errorf("failed %v, unobservable %d, missing %d", a.Failed(), a.Total.Unobservable, a.Total.Missing)
 	}
 	if b := account(windows, life("inside", 11, 13), nil, nil, blind); b.Failed() {
