@@ -21,8 +21,9 @@ import (
 )
 
 // psColumns are the columns of ps's table, as crictl ps and kubectl name
-// theirs.
-var psColumns = []string{"NODE", "NAMESPACE", "POD", "CONTAINER", "STATE", "EXIT", "AGE"}
+// theirs. RESTARTS is the container's attempt number, which the kubelet
+// raises at each restart in the same sandbox, as kubectl's RESTARTS.
+var psColumns = []string{"NODE", "NAMESPACE", "POD", "CONTAINER", "STATE", "EXIT", "RESTARTS", "AGE"}
 
 // psFlags are ps's flags.
 type psFlags struct {
@@ -282,7 +283,8 @@ func (p *psPrinter) row(c consumer.ContainerState, state string) []string {
 	if started := cmp.Or(ptrTime(d.StartedAt), c.Event.Time); !started.IsZero() && state != "removed" {
 		age = humanAge(p.now().Sub(started))
 	}
-	return []string{c.Ref.Node, c.Ref.Namespace, cmp.Or(c.Ref.Pod, c.Ref.PodUID), containerName(c), state, exit, age}
+	restarts := strconv.FormatUint(uint64(d.Container.Attempt), 10)
+	return []string{c.Ref.Node, c.Ref.Namespace, cmp.Or(c.Ref.Pod, c.Ref.PodUID), containerName(c), state, exit, restarts, age}
 }
 
 // containerName is the container's name, "(sandbox)" for a pod sandbox, or

@@ -70,6 +70,9 @@ func psEvent(typ generator.LifecycleEventType, pod generator.Pod, name string, a
 		Container: generator.Container{ID: pod.UID + "-" + cmpOr(name, "sandbox"), Name: name, Sandbox: name == ""},
 		StartedAt: started, Time: started, DetectedBy: generator.SourceRelist, ObservedAt: started,
 	}
+	if name == "app" {
+		ev.Container.Attempt = 2 // restarted twice
+	}
 	switch typ {
 	case generator.ContainerStarted:
 		ev.State = generator.StateRunning
@@ -150,41 +153,41 @@ func TestPSPrintsTheCurrentContainersAsATable(t *testing.T) {
 		{
 			name: "the running containers of the cluster, without sandboxes",
 			want: []string{
-				"NODE                 NAMESPACE     POD     CONTAINER   STATE     EXIT   AGE",
-				"node-1               default       web-0   app         running          5m",
-				"node-2.example.com   kube-system   dns-0   dns         running          3d",
+				"NODE                 NAMESPACE     POD     CONTAINER   STATE     EXIT   RESTARTS   AGE",
+				"node-1               default       web-0   app         running          2          5m",
+				"node-2.example.com   kube-system   dns-0   dns         running          0          3d",
 			},
 		},
 		{
 			name: "all containers of a node, exited ones with their exit code",
 			args: []string{"--node", "node-1", "--all"},
 			want: []string{
-				"NODE     NAMESPACE   POD     CONTAINER   STATE     EXIT              AGE",
-				"node-1   default     job-1   run         exited    137 (OOMKilled)   120m",
-				"node-1   default     web-0   app         running                     5m",
+				"NODE     NAMESPACE   POD     CONTAINER   STATE     EXIT              RESTARTS   AGE",
+				"node-1   default     job-1   run         exited    137 (OOMKilled)   0          120m",
+				"node-1   default     web-0   app         running                     2          5m",
 			},
 		},
 		{
 			name: "a pod by namespace/name with its sandbox",
 			args: []string{"--pod", "default/web-0", "--sandboxes"},
 			want: []string{
-				"NODE     NAMESPACE   POD     CONTAINER   STATE     EXIT   AGE",
-				"node-1   default     web-0   (sandbox)   running          5m",
-				"node-1   default     web-0   app         running          5m",
+				"NODE     NAMESPACE   POD     CONTAINER   STATE     EXIT   RESTARTS   AGE",
+				"node-1   default     web-0   (sandbox)   running          0          5m",
+				"node-1   default     web-0   app         running          2          5m",
 			},
 		},
 		{
 			name: "a pod by UID",
 			args: []string{"--pod", psDNS.UID},
 			want: []string{
-				"NODE                 NAMESPACE     POD     CONTAINER   STATE     EXIT   AGE",
-				"node-2.example.com   kube-system   dns-0   dns         running          3d",
+				"NODE                 NAMESPACE     POD     CONTAINER   STATE     EXIT   RESTARTS   AGE",
+				"node-2.example.com   kube-system   dns-0   dns         running          0          3d",
 			},
 		},
 		{
 			name:     "a namespace that matches nothing says so",
 			args:     []string{"--namespace", "nope"},
-			want:     []string{"NODE   NAMESPACE   POD   CONTAINER   STATE   EXIT   AGE"},
+			want:     []string{"NODE   NAMESPACE   POD   CONTAINER   STATE   EXIT   RESTARTS   AGE"},
 			wantNote: "no running containers match --namespace nope\n",
 		},
 	}
@@ -283,8 +286,8 @@ func TestPSWatchPrintsChangesAfterTheList(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"NODE     NAMESPACE   POD     CONTAINER   STATE     EXIT              AGE",
-		"node-1   default     web-0   app         running                     5m",
+		"NODE     NAMESPACE   POD     CONTAINER   STATE     EXIT              RESTARTS   AGE",
+		"node-1   default     web-0   app         running                     2          5m",
 	} {
 		if got := next(); got != want {
 			t.Fatalf("line %q, want %q", got, want)
@@ -292,12 +295,12 @@ func TestPSWatchPrintsChangesAfterTheList(t *testing.T) {
 	}
 	n1 := e.nodes["node-1"]
 	n1.Record(psEvent(generator.ContainerDied, psWeb, "app", 5*time.Minute))
-	if got, want := next(), "node-1   default     web-0   app         exited    137 (OOMKilled)   5m"; got != want {
+	if got, want := next(), "node-1   default     web-0   app         exited    137 (OOMKilled)   2          5m"; got != want {
 		t.Errorf("line %q, want %q", got, want)
 	}
 	n1.Record(psEvent(generator.ContainerRemoved, psJob, "run", 2*time.Hour))
 	// A removal is named from the container's last entry.
-	if got, want := next(), "node-1   default     job-1   run         removed   137 (OOMKilled)"; got != want {
+	if got, want := next(), "node-1   default     job-1   run         removed   137 (OOMKilled)   0"; got != want {
 		t.Errorf("line %q, want %q", got, want)
 	}
 	cancel()
