@@ -18,6 +18,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -214,17 +215,27 @@ func printDemoBanner(w io.Writer, cfg Config, ns *server.Server, sock string, o 
             a Job batch/report-* every 15s, running shop/web-* and payments/api-*
 `)
 	}
-	fmt.Fprintf(w, `  bridge    node %q, mode %s, relist every %v
+	fmt.Fprintf(w, `  bridge    node %q, %s
   NATS      embedded JetStream at %s, stream %s, subjects %s.>
   watch     in another terminal: go run ./cmd/pleg-bridge tail --nats-url %s
             or the nats CLI:     nats --server %s sub '%s.>'
   state     go run ./cmd/pleg-bridge ps --all --watch --nats-url %s --bucket %s
-`, cfg.NodeName, cfg.Mode, cfg.RelistPeriod, url, cfg.Stream, cfg.SubjectPrefix,
+`, cfg.NodeName, demoRelists(cfg), url, cfg.Stream, cfg.SubjectPrefix,
 		url, url, cfg.SubjectPrefix, url, cfg.StateBucket)
 	if o.workloads {
 		fmt.Fprintf(w, "  crashes   go run ./examples/crashloop -nats-url %s\n", url)
 	}
 	fmt.Fprint(w, "  Ctrl-C stops the demo.\n\n")
+}
+
+// demoRelists says how the bridge of cfg relists: every RelistPeriod in
+// generic mode; else every EventedRelistPeriod as a safety net under the
+// event stream, and every RelistPeriod while the stream fails.
+func demoRelists(cfg Config) string {
+	if cfg.Mode == generator.ModeGeneric {
+		return fmt.Sprintf("mode generic, relist every %v", cfg.RelistPeriod)
+	}
+	return fmt.Sprintf("mode %s, relist every %v under the event stream (every %v while it fails)", cfg.Mode, cfg.EventedRelistPeriod, cfg.RelistPeriod)
 }
 
 // subscribeAndPrint follows the stream as any downstream subscriber would and

@@ -215,6 +215,8 @@ func TestDemoShowsEventsAsASubscriberSeesThem(t *testing.T) {
 			envFrom(t, nil), out, &bytes.Buffer{})
 	}()
 	want := []string{"ContainerStarted", "ContainerDied", "ContainerRemoved", "exit=", "(sandbox)",
+		// Evented by default: the banner does not say it relists every 1s.
+		"mode auto, relist every 30s under the event stream (every 1s while it fails)",
 		// The workloads: crash loops with growing attempts, an OOMKilled
 		// cache, a Job that completes, in namespaces other than demo.
 		"shop/checkout-", "attempt=2", "payments/cache-0/redis     exit=137 OOMKilled", "batch/report-0-", "/run   exit=0 Completed"}
