@@ -125,7 +125,8 @@ func runPS(ctx context.Context, cmd string, f *psFlags, stdout, stderr io.Writer
 	case errors.Is(err, jetstream.ErrBucketNotFound):
 		return fmt.Errorf("state bucket %s not found (--bucket): the bridges keep it when PLEG_STATE_BUCKET is set", f.bucket)
 	}
-	return err
+	// ps --json | head: the reader has what it wanted.
+	return endOfOutput(err)
 }
 
 // errListDone ends the watch of a ps without --watch.
@@ -324,7 +325,7 @@ func (p *psPrinter) printRow(r []string) error {
 	}
 	line := strings.TrimRight(b.String(), " ") + "\n"
 	if _, err := io.WriteString(p.w, line); err != nil {
-		return fmt.Errorf("write: %w", err)
+		return &outputError{err: err}
 	}
 	return nil
 }
@@ -357,7 +358,7 @@ func (p *psPrinter) printJSON(op string, c consumer.ContainerState) error {
 		return err
 	}
 	if _, err := p.w.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("write: %w", err)
+		return &outputError{err: err}
 	}
 	return nil
 }

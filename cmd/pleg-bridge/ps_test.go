@@ -6,7 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -345,4 +347,24 @@ func psRun(ctx context.Context, args []string, getenv func(string) string, stdou
 	c.SetErr(stderr)
 	c.SilenceErrors, c.SilenceUsage = true, true
 	return c.ExecuteContext(ctx)
+}
+
+// TestPSEndsQuietlyWhenItsReaderGoesAway is ps --json | head -c 100: the
+// write fails with EPIPE and ps ends with status 0, as tail and replay do;
+// another write error is reported.
+func TestPSEndsQuietlyWhenItsReaderGoesAway(t *testing.T) {
+	t.Parallel()
+	e := newPSEnv(t)
+	e.seed(t)
+	brokenPipe := &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EPIPE}
+	diskFull := &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.ENOSPC}
+	for _, args := range [][]string{{"--json"}, {}} {
+		if err := psRun(t.Context(), args, e.getenv, failingWriter{brokenPipe}, io.Discard, func() time.Time { return psNow }); err != nil {
+			t.Errorf("ps %q into a closed pipe = %v, want nil", args, err)
+		}
+		err := psRun(t.Context(), args, e.getenv, failingWriter{diskFull}, io.Discard, func() time.Time { return psNow })
+		if err == nil || !strings.Contains(err.Error(), "write to stdout") {
+			t.Errorf("ps %q onto a full disk = %v, want a write error", args, err)
+		}
+	}
 }
