@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,6 +53,9 @@ type demoOptions struct {
 	listen     string
 	logLevel   slog.Level
 	workloads  bool
+	// natsTaken is why the embedded NATS server could not listen on
+	// natsListen, when it took a random port instead.
+	natsTaken error
 }
 
 func newDemoCommand(env commandEnv) *cobra.Command {
@@ -122,6 +126,15 @@ func runDemo(ctx context.Context, o demoOptions, lookup lookupFunc, stdout, stde
 		stop := time.AfterFunc(o.duration, cancel)
 		defer stop.Stop()
 	}
+	if o.listen != "" {
+		// The bridge binds it only once it runs, after the banner; a taken
+		// address is said first, naming the flag.
+		lis, err := net.Listen("tcp", o.listen)
+		if err != nil {
+			return fmt.Errorf("demo: --listen %s: %w; pass a free address, or none for no metrics endpoint", o.listen, err)
+		}
+		lis.Close()
+	}
 	dir, err := os.MkdirTemp("", "pleg-bridge-demo-")
 	if err != nil {
 		return err
@@ -134,7 +147,8 @@ func runDemo(ctx context.Context, o demoOptions, lookup lookupFunc, stdout, stde
 	store := filepath.Join(dir, "nats")
 	ns, err := natsembed.Start(natsembed.Options{DataDir: store, Host: host, Port: port, ServerName: "pleg-bridge-demo"})
 	if err != nil {
-		logger.Warn("embedded NATS cannot listen where asked, using a random port", "listen", o.natsListen, "err", err)
+		// The banner says so, with the URL to use instead.
+		o.natsTaken = err
 		if ns, err = natsembed.Start(natsembed.Options{DataDir: store, Host: host, Port: -1, ServerName: "pleg-bridge-demo"}); err != nil {
 			return err
 		}
@@ -215,12 +229,16 @@ func printDemoBanner(w io.Writer, cfg Config, ns *server.Server, sock string, o 
             a Job batch/report-* every 15s, running shop/web-* and payments/api-*
 `)
 	}
+	taken := ""
+	if o.natsTaken != nil {
+		taken = fmt.Sprintf(" (--nats-listen %s: %v)", o.natsListen, o.natsTaken)
+	}
 	fmt.Fprintf(w, `  bridge    node %q, %s
-  NATS      embedded JetStream at %s, stream %s, subjects %s.>
+  NATS      embedded JetStream at %s%s, stream %s, subjects %s.>
   watch     in another terminal: go run ./cmd/pleg-bridge tail --nats-url %s
             or the nats CLI:     nats --server %s sub '%s.>'
   state     go run ./cmd/pleg-bridge ps --all --watch --nats-url %s --bucket %s
-`, cfg.NodeName, demoRelists(cfg), url, cfg.Stream, cfg.SubjectPrefix,
+`, cfg.NodeName, demoRelists(cfg), url, taken, cfg.Stream, cfg.SubjectPrefix,
 		url, url, cfg.SubjectPrefix, url, cfg.StateBucket)
 	if o.workloads {
 		fmt.Fprintf(w, "  crashes   go run ./examples/crashloop -nats-url %s\n", url)

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"maps"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -311,4 +313,34 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestDemoNamesATakenPort: a taken --listen stops the demo before its
+// banner, naming the flag; a taken --nats-listen is said in the banner,
+// beside the URL the embedded server took instead.
+func TestDemoNamesATakenPort(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+
+	var out bytes.Buffer
+	err = run(t.Context(), []string{"demo", "--listen", addr, "--nats-listen", "127.0.0.1:-1", "--duration", "1s"}, envFrom(t, nil), &out, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--listen "+addr) || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("demo with --listen taken = %v, want an error naming --listen %s", err, addr)
+	}
+	if out.Len() > 0 {
+		t.Errorf("demo with --listen taken printed before failing:\n%s", out.String())
+	}
+
+	out.Reset()
+	if err := run(t.Context(), []string{"demo", "--nats-listen", addr, "--duration", "1s", "--workloads=false"}, envFrom(t, nil), &out, io.Discard); err != nil {
+		t.Fatalf("demo with --nats-listen taken: %v", err)
+	}
+	if want := "(--nats-listen " + addr + ": "; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "address already in use") {
+		t.Errorf("the banner does not say that --nats-listen %s was taken:\n%s", addr, out.String())
+	}
 }
