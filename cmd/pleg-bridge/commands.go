@@ -189,7 +189,10 @@ func newCompletionCommand(env commandEnv) *cobra.Command {
 		Use:   "completion bash|zsh|fish",
 		Short: "Print the shell completion script for bash, zsh or fish",
 		Long: `The script goes to stdout. It completes commands, flags and the values of
---type and --color. The bash script needs the bash-completion package.`,
+--type and --color, and those of --node, --namespace and --pod from the
+bridges' state bucket, as kubectl completes names from the API (nothing when
+NATS does not answer within 2 s). The bash script needs the bash-completion
+package.`,
 		Example: `  source <(pleg-bridge completion bash)                           # this shell
   pleg-bridge completion bash > /etc/bash_completion.d/pleg-bridge  # every shell
   pleg-bridge completion zsh > "${fpath[1]}/_pleg-bridge"

@@ -73,6 +73,7 @@ until Ctrl-C.`,
 	fl.BoolVar(&f.sandboxes, "sandboxes", false, "show pod sandboxes too")
 	fl.BoolVarP(&f.watch, "watch", "w", false, "after the list, print each change until interrupted")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object a line: key, op and the container's latest CloudEvent")
+	registerStateCompletions(c, stateFlags{natsURL: &f.natsURL, bucket: &f.bucket, node: &f.node, namespace: &f.namespace, pod: &f.pod})
 	return c
 }
 

@@ -24,6 +24,7 @@ type streamFlags struct {
 	natsURL   string
 	stream    string
 	prefix    string
+	bucket    string
 	node      string
 	pod       string
 	namespace string
@@ -52,6 +53,7 @@ func addStreamFlags(c *cobra.Command, getenv func(string) string) *streamFlags {
 	fs.StringVar(&f.natsURL, "nats-url", cmp.Or(getenv("PLEG_NATS_URL"), defaultNATSURL), "NATS server URL (env PLEG_NATS_URL)")
 	fs.StringVar(&f.stream, "stream", cmp.Or(getenv("PLEG_STREAM"), schemas.DefaultStream), "JetStream stream name (env PLEG_STREAM)")
 	fs.StringVar(&f.prefix, "prefix", cmp.Or(getenv("PLEG_SUBJECT_PREFIX"), schemas.DefaultSubjectPrefix), "subject prefix (env PLEG_SUBJECT_PREFIX)")
+	fs.StringVar(&f.bucket, "bucket", cmp.Or(getenv("PLEG_STATE_BUCKET"), schemas.DefaultStateBucket), "the bridges' state bucket, which completes --node, --namespace and --pod (env PLEG_STATE_BUCKET)")
 	fs.StringVar(&f.node, "node", "", "only events of this node (node name)")
 	fs.StringVar(&f.pod, "pod", "", "only events of this pod: its UID, or namespace/name (checked on each event)")
 	fs.StringVarP(&f.namespace, "namespace", "n", "", "only events of pods in this namespace (checked on each event)")
@@ -61,6 +63,7 @@ func addStreamFlags(c *cobra.Command, getenv func(string) string) *streamFlags {
 	fs.StringVar(&f.color, "color", "auto", "highlight containers that died with a non-zero exit or OOMKilled: auto (on a terminal, unless NO_COLOR is set), always or never")
 	_ = c.RegisterFlagCompletionFunc("type", cobra.FixedCompletions([]string{"started", "died", "removed"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = c.RegisterFlagCompletionFunc("color", cobra.FixedCompletions([]string{"auto", "always", "never"}, cobra.ShellCompDirectiveNoFileComp))
+	registerStateCompletions(c, stateFlags{natsURL: &f.natsURL, bucket: &f.bucket, node: &f.node, namespace: &f.namespace, pod: &f.pod})
 	return f
 }
 
