@@ -47,7 +47,8 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			return Report{}, fmt.Errorf("create run directory: %w", err)
 		}
 	}
-	s := &soak{opts: opts, logger: opts.Logger.With("component", "soak")}
+	logger := opts.Logger.With("component", "soak")
+	s := &soak{opts: opts, logger: logger, prog: NewProgress(opts.Stdout, logger, "soak")}
 	defer s.close()
 	return s.run(ctx)
 }
@@ -77,10 +78,10 @@ type soak struct {
 	// blind are the times no bridge process could observe the runtime,
 	// from a kill until the next process is up, with a runtime that keeps
 	// no event for an absent subscriber (Options.Containerd17).
-	blind    []Window
-	faults   []FaultRecord
-	problems []string
-	dropped  float64 // the events given up by bridge processes that ended
+	blind   []Window
+	faults  []FaultRecord
+	prog    *Progress // the progress lines and the problems
+	dropped float64   // the events given up by bridge processes that ended
 }
 
 func (s *soak) run(ctx context.Context) (Report, error) {
@@ -102,7 +103,7 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
 	s.bridge = newBridgeProcess(o.BridgeBinary, s.bridgeEnv(listen), filepath.Join(o.Dir, "bridge.log"), listen)
-	s.progress("starting: %s, simulated %s on %s, bridge %s (log %s)", s.nats.describe(), s.runtimeName(), s.rt.socket, o.BridgeBinary, s.bridge.logPath)
+	s.prog.Printf("starting: %s, simulated %s on %s, bridge %s (log %s)", s.nats.describe(), s.runtimeName(), s.rt.socket, o.BridgeBinary, s.bridge.logPath)
 	if err := s.bridge.start(ctx); err != nil {
 		return Report{}, err
 	}
@@ -116,6 +117,7 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	s.health.setUp(true)
 	s.group.Go(func() error { return s.health.Run(healthCtx) })
 	s.start = time.Now()
+	s.prog.Started(s.start, s.driver.count)
 	s.group.Go(func() error {
 		err := s.driver.Run(churnCtx)
 		s.churnErr <- err
@@ -132,17 +134,17 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	end := time.Now()
 	s.windows[len(s.windows)-1].To = end
 	made := s.driver.transitions()
-	s.progress("churn stopped: %d transitions made; waiting up to %v for the stream to hold them", len(made), o.SettleTimeout)
+	s.prog.Printf("churn stopped: %d transitions made; waiting up to %v for the stream to hold them", len(made), o.SettleTimeout)
 
 	held, err := settle(ctx, s.js, streamName, len(made), o.SettleTimeout)
 	if err != nil {
-		s.problem("settle: %v", err)
+		s.prog.Problem("settle: %v", err)
 	}
-	s.progress("the stream holds %d messages; stopping the bridge (SIGTERM)", held)
+	s.prog.Printf("the stream holds %d messages; stopping the bridge (SIGTERM)", held)
 	s.scrapeDropped(ctx)
 	s.health.setUp(false)
 	if err := s.bridge.stop(); err != nil {
-		s.problem("%v", err)
+		s.prog.Problem("%v", err)
 	}
 	stored, undecodable, err := readStream(ctx, s.js, streamName)
 	if err != nil {
@@ -152,9 +154,9 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	// the runtime holds, whatever the faults did to its writes.
 	containers, diffs := checkState(ctx, s.js, s.rt.model)
 	for _, d := range diffs {
-		s.problem("state bucket: %s", d)
+		s.prog.Problem("state bucket: %s", d)
 	}
-	s.progress("the state bucket holds the runtime's %d containers with %d differences", containers, len(diffs))
+	s.prog.Printf("the state bucket holds the runtime's %d containers with %d differences", containers, len(diffs))
 	rep := Report{
 		Accounting:    account(s.windows, made, stored, s.health.failures(), s.blind),
 		Options:       o,
@@ -164,7 +166,7 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 		Stored:        len(stored) + len(undecodable),
 		Undecodable:   undecodable,
 		BridgeDropped: s.dropped,
-		Problems:      s.problems,
+		Problems:      s.prog.Problems(),
 	}
 	return rep, nil
 }
@@ -210,26 +212,26 @@ func (s *soak) schedule(ctx context.Context) error {
 	}
 	n := len(s.opts.Faults)
 	s.openWindow("baseline", s.start)
-	s.progress("baseline: churn at %.0f transitions/s", s.opts.Rate)
+	s.prog.Printf("baseline: churn at %.0f transitions/s", s.opts.Rate)
 	if err := s.waitUntil(ctx, windowEnd(s.start, s.start, n+2)); err != nil {
 		return err
 	}
 	for i, fault := range s.opts.Faults {
 		at := time.Now()
 		s.openWindow(fault, at)
-		s.progress("%s", fault)
+		s.prog.Printf("%s", fault)
 		note, err := s.inject(ctx, fault)
 		if err != nil {
 			return fmt.Errorf("inject %s: %w", fault, err)
 		}
 		s.faults = append(s.faults, FaultRecord{Name: fault, At: at, Note: note})
-		s.progress("%s: %s", fault, note)
+		s.prog.Printf("%s: %s", fault, note)
 		if err := s.waitUntil(ctx, windowEnd(at, time.Now(), n-i+1)); err != nil {
 			return err
 		}
 	}
 	s.openWindow("recovery", time.Now())
-	s.progress("recovery: no more faults")
+	s.prog.Printf("recovery: no more faults")
 	return s.waitUntil(ctx, later(end, time.Now().Add(quietAfterFault)))
 }
 
@@ -406,7 +408,7 @@ func (s *soak) serverName(i int) string {
 func (s *soak) bridgeRecovery(ctx context.Context) string {
 	back := time.Now()
 	if err := s.bridge.waitReady(ctx, readyTimeout); err != nil {
-		s.problem("after NATS came back: %v", err)
+		s.prog.Problem("after NATS came back: %v", err)
 		return "; bridge NOT ready again"
 	}
 	return fmt.Sprintf("; bridge ready again %v after NATS", roundDelay(time.Since(back)))
@@ -420,7 +422,7 @@ func (s *soak) readyzDuring(ctx context.Context, down, end time.Time) string {
 	body, err := s.bridge.waitNotReady(ctx, end)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.problem("/readyz during the NATS outage: %v", err)
+			s.prog.Problem("/readyz during the NATS outage: %v", err)
 		}
 		return "; /readyz NOT 503 during it"
 	}
@@ -446,41 +448,7 @@ func (s *soak) wait(ctx context.Context, d time.Duration) error {
 // waitUntil waits until t. It returns early with an error if ctx ends, the
 // bridge exits on its own, or the churn fails.
 func (s *soak) waitUntil(ctx context.Context, t time.Time) error {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.bridge.crashed():
-		return s.bridge.exitError()
-	case err := <-s.churnErr:
-		if err == nil {
-			err = fmt.Errorf("churn stopped early")
-		}
-		return err
-	}
-}
-
-func (s *soak) problem(format string, args ...any) {
-	p := fmt.Sprintf(format, args...)
-	s.logger.Warn("soak problem", "problem", p)
-	s.problems = append(s.problems, p)
-}
-
-// progress prints one line of progress, with the time since the churn
-// started.
-func (s *soak) progress(format string, args ...any) {
-	at := "      -"
-	if !s.start.IsZero() {
-		at = fmt.Sprintf("%6.1fs", time.Since(s.start).Seconds())
-	}
-	line := fmt.Sprintf(format, args...)
-	if s.driver != nil && !s.start.IsZero() {
-		line += fmt.Sprintf(" [%d transitions so far]", s.driver.count())
-	}
-	fmt.Fprintf(s.opts.Stdout, "%s  %s\n", at, line)
+	return Watch{Crashed: s.bridge.crashed(), CrashErr: s.bridge.exitError, Churn: s.churnErr}.Until(ctx, t)
 }
 
 // close stops whatever run started, the bridge first: it uses both the
