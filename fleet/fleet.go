@@ -44,7 +44,8 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return Report{}, fmt.Errorf("create run directory: %w", err)
 	}
-	f := &fleet{opts: opts, logger: opts.Logger.With("component", "fleet")}
+	logger := opts.Logger.With("component", "fleet")
+	f := &fleet{opts: opts, logger: logger, prog: soak.NewProgress(opts.Stdout, logger, "fleet")}
 	defer f.close()
 	return f.run(ctx)
 }
@@ -73,8 +74,8 @@ type fleet struct {
 	startup   time.Duration
 	windows   []soak.Window
 	faults    []FaultRecord
-	problems  []string
-	dropped   float64 // events given up by bridge processes that ended
+	prog      *soak.Progress // the progress lines and the problems
+	dropped   float64        // events given up by bridge processes that ended
 }
 
 func (f *fleet) run(ctx context.Context) (Report, error) {
@@ -83,7 +84,7 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	if f.servers, err = newServers(serversCount, filepath.Join(o.Dir, "nats"), o.ChildCommand); err != nil {
 		return Report{}, err
 	}
-	f.progress("starting %d NATS servers (processes), stores and logs in %s", serversCount, filepath.Join(o.Dir, "nats"))
+	f.prog.Printf("starting %d NATS servers (processes), stores and logs in %s", serversCount, filepath.Join(o.Dir, "nats"))
 	if err := f.servers.startAll(ctx); err != nil {
 		return Report{}, err
 	}
@@ -102,7 +103,7 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 		return Report{}, fmt.Errorf("set up stream %s: %w", streamName, err)
 	}
 
-	f.progress("populating %d simulated nodes with %d pods of %d containers each", o.Nodes, o.Pods, o.ContainersPerPod)
+	f.prog.Printf("populating %d simulated nodes with %d pods of %d containers each", o.Nodes, o.Pods, o.ContainersPerPod)
 	f.populated = time.Now()
 	if f.nodes, err = startNodes(ctx, filepath.Join(o.Dir, "rt"), nodeOptions{
 		count: o.Nodes, pods: o.Pods, containersPerPod: o.ContainersPerPod, lifetime: o.Lifetime, seed: o.Seed,
@@ -117,18 +118,19 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	f.stopMonitor = stopMonitor
 	f.group.Go(func() error { return f.mon.Run(monCtx) })
 
-	f.progress("starting %d bridges in %d processes", o.Nodes, len(f.groups))
+	f.prog.Printf("starting %d bridges in %d processes", o.Nodes, len(f.groups))
 	began := time.Now()
 	if err := startGroups(ctx, f.groups); err != nil {
 		return Report{}, err
 	}
 	f.startup = time.Since(began)
-	f.progress("every bridge ready (first relist merged) %v after the start", roundDelay(f.startup))
+	f.prog.Printf("every bridge ready (first relist merged) %v after the start", roundDelay(f.startup))
 
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	f.stopChurn = stopChurn
 	f.churnErr = make(chan error, 1)
 	f.start = time.Now()
+	f.prog.Started(f.start, f.nodes.count)
 	f.windows = []soak.Window{{Name: "start-up", From: f.populated}}
 	f.group.Go(func() error {
 		err := f.nodes.Churn(churnCtx, o.Rate)
@@ -145,20 +147,20 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	end := time.Now()
 	f.windows[len(f.windows)-1].To = end
 	made := f.nodes.transitions()
-	f.progress("churn stopped: %d transitions made; waiting up to %v for the stream to hold them", len(made), o.SettleTimeout)
+	f.prog.Printf("churn stopped: %d transitions made; waiting up to %v for the stream to hold them", len(made), o.SettleTimeout)
 	held, err := soak.Settle(ctx, f.js, streamName, len(made), o.SettleTimeout)
 	if err != nil {
-		f.problem("settle: %v", err)
+		f.prog.Problem("settle: %v", err)
 	}
 	settled := time.Since(end)
-	f.progress("the stream holds %d messages; stopping the bridges", held)
+	f.prog.Printf("the stream holds %d messages; stopping the bridges", held)
 	f.scrapeDropped(ctx, f.groups)
 	var eg errgroup.Group
 	for _, g := range f.groups {
 		eg.Go(func() error { return g.proc.stop(false) })
 	}
 	if err := eg.Wait(); err != nil {
-		f.problem("%v", err)
+		f.prog.Problem("%v", err)
 	}
 	stored, undecodable, err := soak.ReadStream(ctx, f.js, streamName)
 	if err != nil {
@@ -166,9 +168,9 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	}
 	state := checkState(ctx, f.js, f.nodes)
 	for _, d := range state.Diffs {
-		f.problem("state bucket: %s", d)
+		f.prog.Problem("state bucket: %s", d)
 	}
-	f.progress("the state bucket holds %d keys for the runtimes' %d containers, %d differences", state.Keys, state.Want, len(state.Diffs))
+	f.prog.Printf("the state bucket holds %d keys for the runtimes' %d containers, %d differences", state.Keys, state.Want, len(state.Diffs))
 	f.measureStalls(stored)
 	rep := Report{
 		Options:     o,
@@ -183,7 +185,7 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 		Undecodable: undecodable,
 		Dropped:     f.dropped,
 		State:       state,
-		Problems:    f.problems,
+		Problems:    f.prog.Problems(),
 	}
 	rep.Figures = f.windowFigures(made, stored)
 	rep.Stream, rep.Bucket = f.streamFigures(ctx)
@@ -208,14 +210,14 @@ func (f *fleet) schedule(ctx context.Context) error {
 	}
 	n := len(f.opts.Faults)
 	f.openWindow("baseline", f.start)
-	f.progress("baseline: churn at %.0f transitions/s over %d nodes", f.opts.Rate, f.opts.Nodes)
+	f.prog.Printf("baseline: churn at %.0f transitions/s over %d nodes", f.opts.Rate, f.opts.Nodes)
 	if err := f.waitUntil(ctx, windowEnd(f.start, f.start, n+2)); err != nil {
 		return err
 	}
 	for i, fault := range f.opts.Faults {
 		at := time.Now()
 		f.openWindow(fault, at)
-		f.progress("%s", fault)
+		f.prog.Printf("%s", fault)
 		rec, err := f.inject(ctx, fault)
 		if err != nil {
 			return fmt.Errorf("inject %s: %w", fault, err)
@@ -228,17 +230,17 @@ func (f *fleet) schedule(ctx context.Context) error {
 		rec.Drain, rec.Drained = drain, ok
 		drained := fmt.Sprintf("every node drained %v after the repair", roundDelay(drain))
 		if !ok {
-			f.problem("%s: some node still had events pending %v after the repair", fault, f.opts.DrainTimeout)
+			f.prog.Problem("%s: some node still had events pending %v after the repair", fault, f.opts.DrainTimeout)
 			drained = fmt.Sprintf("NOT drained %v after the repair", roundDelay(drain))
 		}
 		f.faults = append(f.faults, rec)
-		f.progress("%s: %s; %s", fault, rec.Note, drained)
+		f.prog.Printf("%s: %s; %s", fault, rec.Note, drained)
 		if err := f.waitUntil(ctx, windowEnd(at, time.Now(), n-i+1)); err != nil {
 			return err
 		}
 	}
 	f.openWindow("recovery", time.Now())
-	f.progress("recovery: no more faults")
+	f.prog.Printf("recovery: no more faults")
 	return f.waitUntil(ctx, later(end, time.Now().Add(quietAfterFault)))
 }
 
@@ -272,11 +274,7 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 		if err := f.waitUntil(ctx, down.Add(f.opts.Outage)); err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.servers.startAll(ctx); err != nil {
-			return FaultRecord{}, err
-		}
-		repaired := time.Now()
-		current, err := f.waitStreamCurrent(ctx)
+		repaired, current, err := f.startServers(ctx, f.servers.startAll)
 		if err != nil {
 			return FaultRecord{}, err
 		}
@@ -316,8 +314,42 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 				k, len(f.groups), nodes, f.opts.FaultLength, roundDelay(time.Since(started))),
 			Repaired: started,
 		}, nil
+
+	case FaultRollingDeploy:
+		return f.rollout(ctx)
 	}
 	return FaultRecord{}, fmt.Errorf("unknown fault %q", fault)
+}
+
+// rollout has the churn replace RolloutFraction of the fleet's pods over
+// RolloutSpan and waits until it has; the rollout is repaired when its
+// last runtime call is made.
+func (f *fleet) rollout(ctx context.Context) (FaultRecord, error) {
+	r := &rollout{fraction: f.opts.RolloutFraction, span: f.opts.RolloutSpan, done: make(chan struct{})}
+	began := time.Now()
+	f.nodes.rollouts <- r // a place for one, and a run has one rollout
+	if err := f.watch().For(ctx, r.done); err != nil {
+		return FaultRecord{}, err
+	}
+	return FaultRecord{
+		Note: fmt.Sprintf("rolling deployment: %d of the fleet's %d pods replaced (new pod started, old one stopped and removed by the kubelet's usual path) in %v, on top of the churn: %d runtime calls, %d transitions",
+			r.pods, r.of, roundDelay(r.finished.Sub(began)), r.calls, r.made),
+		Repaired: r.finished,
+		Replaced: r.pods,
+		Pods:     r.of,
+	}, nil
+}
+
+// startServers starts servers with start, then waits until the stream
+// has a leader and every replica is current; it returns when start
+// returned and how long the stream took to be current after that.
+func (f *fleet) startServers(ctx context.Context, start func(context.Context) error) (time.Time, time.Duration, error) {
+	if err := start(ctx); err != nil {
+		return time.Time{}, 0, err
+	}
+	started := time.Now()
+	current, err := f.waitStreamCurrent(ctx)
+	return started, current, err
 }
 
 // waitStreamCurrent waits until the stream has a leader and every replica
@@ -391,41 +423,12 @@ func (f *fleet) wait(ctx context.Context, d time.Duration) error {
 // waitUntil waits until t. It returns early with an error if ctx ends, a
 // child process exits on its own, or the churn fails.
 func (f *fleet) waitUntil(ctx context.Context, t time.Time) error {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-f.mon.failed:
-		return f.mon.failure
-	case err := <-f.churnErr:
-		if err == nil {
-			err = fmt.Errorf("churn stopped early")
-		}
-		return err
-	}
+	return f.watch().Until(ctx, t)
 }
 
-func (f *fleet) problem(format string, args ...any) {
-	p := fmt.Sprintf(format, args...)
-	f.logger.Warn("fleet problem", "problem", p)
-	f.problems = append(f.problems, p)
-}
-
-// progress prints one line of progress, with the time since the churn
-// started.
-func (f *fleet) progress(format string, args ...any) {
-	at := "      -"
-	if !f.start.IsZero() {
-		at = fmt.Sprintf("%6.1fs", time.Since(f.start).Seconds())
-	}
-	line := fmt.Sprintf(format, args...)
-	if f.nodes != nil && !f.start.IsZero() {
-		line += fmt.Sprintf(" [%d transitions so far]", f.nodes.count())
-	}
-	fmt.Fprintf(f.opts.Stdout, "%s  %s\n", at, line)
+// watch is what the schedule's waits end early on.
+func (f *fleet) watch() soak.Watch {
+	return soak.Watch{Crashed: f.mon.failed, CrashErr: func() error { return f.mon.failure }, Churn: f.churnErr}
 }
 
 // close stops whatever run started: the churn and the monitor, the

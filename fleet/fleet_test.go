@@ -30,11 +30,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// A tiny fleet goes through a rolling restart of its three servers, each
-// a process of its own, and the kill of its stream's leader, and every
-// transition its nodes made is stored once, in order, and the state
-// bucket matches every runtime.
-func TestTinyFleetLosesNothingThroughAServerRestartAndALeaderKill(t *testing.T) {
+// A tiny fleet goes through a rolling deployment of a tenth of its pods,
+// a rolling restart of its three servers, each a process of its own, and
+// the kill of its stream's leader, and every transition its nodes made is
+// stored once, in order, and the state bucket matches every runtime.
+func TestTinyFleetLosesNothingThroughARolloutAServerRestartAndALeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 3 server and 2 bridge processes for about 40 s; not in -short")
 	}
@@ -47,8 +47,9 @@ func TestTinyFleetLosesNothingThroughAServerRestartAndALeaderKill(t *testing.T) 
 		Pods:         5,
 		Rate:         12,
 		Lifetime:     3 * time.Second,
-		Duration:     18 * time.Second,
-		Faults:       []string{fleet.FaultServerRestart, fleet.FaultLeaderKill},
+		Duration:     20 * time.Second,
+		RolloutSpan:  3 * time.Second,
+		Faults:       []string{fleet.FaultRollingDeploy, fleet.FaultServerRestart, fleet.FaultLeaderKill},
 		Dir:          t.TempDir(),
 		ChildCommand: []string{os.Args[0]},
 		Stdout:       &progress,
@@ -66,10 +67,16 @@ func TestTinyFleetLosesNothingThroughAServerRestartAndALeaderKill(t *testing.T) 
 	if got, populated := rep.Total.Found, 6*(5+5*2); got <= populated {
 		t.Errorf("stored %d transitions, want more than the %d of the populated pods: the churn made none\n%s", got, populated, table.String())
 	}
-	if len(rep.Faults) != 2 || !rep.Faults[0].Drained || !rep.Faults[1].Drained {
-		t.Errorf("faults %+v, want a server restart and a leader kill, drained\n%s", rep.Faults, table.String())
-	} else if lk := rep.Faults[1]; lk.Election <= 0 || lk.Stalls.Nodes == 0 {
-		t.Errorf("leader kill: election %v, stalls %+v: want both measured\n%s", lk.Election, lk.Stalls, table.String())
+	if len(rep.Faults) != 3 || !rep.Faults[0].Drained || !rep.Faults[1].Drained || !rep.Faults[2].Drained {
+		t.Errorf("faults %+v, want a rollout, a server restart and a leader kill, drained\n%s", rep.Faults, table.String())
+	} else {
+		// 30 populated pods and the few the churn runs: a tenth, rounded up.
+		if ro := rep.Faults[0]; ro.Pods < 30 || ro.Replaced != (ro.Pods+9)/10 {
+			t.Errorf("rollout: %d of %d pods replaced, want a tenth of at least 30, rounded up\n%s", ro.Replaced, ro.Pods, table.String())
+		}
+		if lk := rep.Faults[2]; lk.Election <= 0 || lk.Stalls.Nodes == 0 {
+			t.Errorf("leader kill: election %v, stalls %+v: want both measured\n%s", lk.Election, lk.Stalls, table.String())
+		}
 	}
 	if rep.State.Keys != rep.State.Want || len(rep.State.Diffs) > 0 {
 		t.Errorf("state bucket: %d keys for %d containers, differences %q", rep.State.Keys, rep.State.Want, rep.State.Diffs)

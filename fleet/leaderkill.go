@@ -75,11 +75,9 @@ func (f *fleet) killLeader(ctx context.Context) (FaultRecord, error) {
 	if err := f.wait(ctx, f.opts.FaultLength); err != nil {
 		return FaultRecord{}, err
 	}
-	if err := f.servers.procs[victim].start(ctx, serverReadyTimeout); err != nil {
-		return FaultRecord{}, err
-	}
-	repaired := time.Now()
-	current, err := f.waitStreamCurrent(ctx)
+	repaired, current, err := f.startServers(ctx, func(ctx context.Context) error {
+		return f.servers.procs[victim].start(ctx, serverReadyTimeout)
+	})
 	if err != nil {
 		return FaultRecord{}, err
 	}

@@ -3,8 +3,10 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -40,6 +42,22 @@ type nodes struct {
 	list      []*simNode
 	stopServe context.CancelFunc
 	served    chan error // one result per node's Serve
+	// rollouts takes a rollout to Churn, which alone may step the nodes'
+	// churns; one place, since a run has one rollout at a time.
+	rollouts chan *rollout
+}
+
+// rollout is a rolling deployment asked of Churn: it replaces fraction of
+// the fleet's pods, its runtime calls spread over span, on top of the
+// churn's rate. Churn sets the other fields, then closes done.
+type rollout struct {
+	fraction float64
+	span     time.Duration
+	done     chan struct{}
+
+	pods, of    int // pods replaced, of the fleet's pods
+	calls, made int // runtime calls made, transitions they made
+	finished    time.Time
 }
 
 // nodeOptions describe the simulated nodes.
@@ -59,7 +77,7 @@ func startNodes(ctx context.Context, dir string, o nodeOptions) (_ *nodes, err e
 		return nil, fmt.Errorf("create the runtimes' directory: %w", err)
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ns := &nodes{stopServe: cancel, served: make(chan error, o.count)}
+	ns := &nodes{stopServe: cancel, served: make(chan error, o.count), rollouts: make(chan *rollout, 1)}
 	defer func() {
 		if err != nil {
 			ns.stop()
@@ -110,20 +128,22 @@ func running(model *crisim.Runtime, at time.Time) []soak.Transition {
 
 // Churn makes transitions at rate, fleet-wide, until ctx is done, then
 // returns nil: each step goes to the next node in turn, which makes its
-// pod most overdue take its next step, or starts a new pod. It returns an
-// error if a runtime refuses a call. It starts no goroutine.
+// pod most overdue take its next step, or starts a new pod. A rollout
+// sent on ns.rollouts is made on top of that rate, its calls spread over
+// its span, the nodes in turn. It returns an error if a runtime refuses a
+// call. It starts no goroutine.
 func (ns *nodes) Churn(ctx context.Context, rate float64) error {
-	if rate <= 0 {
-		<-ctx.Done()
-		return nil
-	}
 	ticker := time.NewTicker(churnTick)
 	defer ticker.Stop()
 	base, done, next := time.Now(), 0, 0
+	var roll *rolling
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case r := <-ns.rollouts:
+			roll = ns.plan(r)
+			continue
 		case <-ticker.C:
 		}
 		owed := int(time.Since(base).Seconds()*rate) - done
@@ -143,7 +163,82 @@ func (ns *nodes) Churn(ctx context.Context, rate float64) error {
 			owed -= max(made, 1)
 			done += max(made, 1)
 		}
+		if roll != nil {
+			finished, err := roll.step()
+			if err != nil {
+				return err
+			}
+			if finished {
+				roll = nil
+			}
+		}
 	}
+}
+
+// plan plans r over the nodes: each replaces its share of the fleet's
+// pods, counted now, from its oldest.
+func (ns *nodes) plan(r *rollout) *rolling {
+	ready := &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}
+	for _, n := range ns.list {
+		r.of += len(n.model.ListPodSandbox(ready))
+	}
+	k := int(math.Ceil(r.fraction * float64(r.of)))
+	roll := &rolling{r: r, began: time.Now()}
+	for i, n := range ns.list {
+		share := k / len(ns.list)
+		if i < k%len(ns.list) {
+			share++
+		}
+		pods, calls := n.churn.Replace(share)
+		r.pods += pods
+		roll.calls += calls
+		if calls > 0 {
+			roll.nodes = append(roll.nodes, n)
+		}
+	}
+	return roll
+}
+
+// rolling is a rollout in progress: its calls are made at calls/span,
+// the nodes that have some left in turn. A late harness catches up in
+// bursts of at most maxCatchUp's share, and drops none: the rollout ends
+// once every call is made, after its span if it must.
+type rolling struct {
+	r     *rollout
+	began time.Time
+	calls int        // planned
+	nodes []*simNode // those with calls left
+	next  int        // in nodes
+}
+
+// step makes the calls owed by now and reports whether the rollout
+// finished; then r.done is closed.
+func (g *rolling) step() (finished bool, err error) {
+	share := min(time.Since(g.began).Seconds()/g.r.span.Seconds(), 1)
+	owed := int(share*float64(g.calls)) - g.r.calls
+	owed = min(owed, max(1, int(float64(g.calls)*maxCatchUp.Seconds()/g.r.span.Seconds())))
+	for owed > 0 && len(g.nodes) > 0 {
+		g.next %= len(g.nodes)
+		n := g.nodes[g.next]
+		made, ok, err := n.churn.Roll()
+		if err != nil {
+			return false, fmt.Errorf("rollout on %s: %w", n.name, err)
+		}
+		if !ok {
+			g.nodes = slices.Delete(g.nodes, g.next, g.next+1)
+			continue
+		}
+		g.next++
+		g.r.calls++
+		g.r.made += made
+		owed--
+	}
+	if g.r.calls < g.calls && len(g.nodes) > 0 {
+		return false, nil
+	}
+	g.r.finished = time.Now()
+	close(g.r.done)
+	return true, nil
 }
 
 // count returns the transitions made so far, the populated pods' included.

@@ -31,10 +31,17 @@ const (
 	FaultBridgeKill = "bridge-kill"
 	// FaultAllBridgeKill does the same to every bridge process.
 	FaultAllBridgeKill = "all-bridge-kill"
+	// FaultRollingDeploy replaces RolloutFraction of the fleet's pods
+	// within RolloutSpan, on top of the churn, as a rolling deployment
+	// does: for each, a new pod with a new UID starts, then the old one
+	// ends by the kubelet's usual path (containers stopped, removed,
+	// sandbox stopped, removed). The pods replaced are the nodes' oldest,
+	// those they ran before the churn.
+	FaultRollingDeploy = "rolling-deploy"
 )
 
 // AllFaults lists every fault in schedule order.
-var AllFaults = []string{FaultServerRestart, FaultLeaderKill, FaultClusterDown, FaultBridgeKill, FaultAllBridgeKill}
+var AllFaults = []string{FaultRollingDeploy, FaultServerRestart, FaultLeaderKill, FaultClusterDown, FaultBridgeKill, FaultAllBridgeKill}
 
 // Options configures a fleet run. The zero value of a field means its
 // default. Errors about them name the pleg-bridge fleet command's flags,
@@ -72,6 +79,12 @@ type Options struct {
 	// KillFraction is the share of bridge processes FaultBridgeKill kills,
 	// rounded up. Default 0.1.
 	KillFraction float64
+	// RolloutFraction is the share of the fleet's pods, churned ones
+	// counted, that FaultRollingDeploy replaces, rounded up. Default 0.1.
+	RolloutFraction float64
+	// RolloutSpan is the time FaultRollingDeploy spreads its runtime
+	// calls over. Default 1m.
+	RolloutSpan time.Duration
 	// FaultLength is how long killed bridge processes stay down. Default
 	// 2s.
 	FaultLength time.Duration
@@ -113,6 +126,8 @@ const (
 	DefaultDuration         = 2 * time.Minute
 	DefaultOutage           = time.Minute
 	DefaultKillFraction     = 0.1
+	DefaultRolloutFraction  = 0.1
+	DefaultRolloutSpan      = time.Minute
 	DefaultFaultLength      = 2 * time.Second
 	DefaultDrainTimeout     = 2 * time.Minute
 	DefaultSettleTimeout    = 2 * time.Minute
@@ -147,6 +162,8 @@ func (opts Options) withDefaults() (Options, error) {
 	opts.Duration = orDefault(opts.Duration, DefaultDuration)
 	opts.Outage = orDefault(opts.Outage, DefaultOutage)
 	opts.KillFraction = orDefault(opts.KillFraction, DefaultKillFraction)
+	opts.RolloutFraction = orDefault(opts.RolloutFraction, DefaultRolloutFraction)
+	opts.RolloutSpan = orDefault(opts.RolloutSpan, DefaultRolloutSpan)
 	opts.FaultLength = orDefault(opts.FaultLength, DefaultFaultLength)
 	opts.DrainTimeout = orDefault(opts.DrainTimeout, DefaultDrainTimeout)
 	opts.SettleTimeout = orDefault(opts.SettleTimeout, DefaultSettleTimeout)
@@ -177,7 +194,10 @@ func (opts Options) withDefaults() (Options, error) {
 	if opts.KillFraction <= 0 || opts.KillFraction > 1 {
 		bad("--kill-fraction=%v: want more than 0, at most 1", opts.KillFraction)
 	}
-	for name, d := range map[string]time.Duration{"--duration": opts.Duration, "--lifetime": opts.Lifetime, "--outage": opts.Outage,
+	if opts.RolloutFraction <= 0 || opts.RolloutFraction > 1 {
+		bad("--rollout-fraction=%v: want more than 0, at most 1", opts.RolloutFraction)
+	}
+	for name, d := range map[string]time.Duration{"--duration": opts.Duration, "--lifetime": opts.Lifetime, "--outage": opts.Outage, "--rollout-span": opts.RolloutSpan,
 		"--fault-length": opts.FaultLength, "--drain-timeout": opts.DrainTimeout, "--settle-timeout": opts.SettleTimeout} {
 		if d < 0 {
 			bad("%s=%v must be positive", name, d)

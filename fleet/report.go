@@ -74,6 +74,9 @@ type FaultRecord struct {
 	// nodes' stalls in the fault's window (nodeStalls).
 	Election time.Duration
 	Stalls   Stalls
+	// Replaced, for FaultRollingDeploy, is how many pods it replaced, of
+	// the fleet's Pods.
+	Replaced, Pods int
 }
 
 // WindowFigures are the measurements of one window besides its accounting.
@@ -169,7 +172,7 @@ func (f *fleet) streamFigures(ctx context.Context) (stream, bucket StreamFigures
 		defer cancel()
 		s, err := f.js.Stream(ictx, name)
 		if err != nil {
-			f.problem("read stream %s: %v", name, err)
+			f.prog.Problem("read stream %s: %v", name, err)
 			return StreamFigures{}
 		}
 		st := s.CachedInfo().State

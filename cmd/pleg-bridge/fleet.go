@@ -52,6 +52,8 @@ docs/capacity.md says what the figures mean. Faults:
 	f.StringVar(&faults, "faults", "", `faults to inject, comma-separated, "all" or "none" (default: server-restart,cluster-down,bridge-kill)`)
 	f.DurationVar(&o.Outage, "outage", fleet.DefaultOutage, "how long cluster-down keeps every server down")
 	f.Float64Var(&o.KillFraction, "kill-fraction", fleet.DefaultKillFraction, "share of the bridge processes bridge-kill kills, rounded up")
+	f.Float64Var(&o.RolloutFraction, "rollout-fraction", fleet.DefaultRolloutFraction, "share of the fleet's pods rolling-deploy replaces, rounded up")
+	f.DurationVar(&o.RolloutSpan, "rollout-span", fleet.DefaultRolloutSpan, "how long rolling-deploy takes to replace them")
 	f.DurationVar(&o.FaultLength, "fault-length", fleet.DefaultFaultLength, "how long killed bridge processes stay down")
 	f.DurationVar(&o.DrainTimeout, "drain-timeout", fleet.DefaultDrainTimeout, "how long every node may take to have nothing pending after a fault")
 	f.DurationVar(&o.SettleTimeout, "settle-timeout", fleet.DefaultSettleTimeout, "how long to wait at the end for the stream to hold every transition")
