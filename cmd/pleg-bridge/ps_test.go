@@ -37,6 +37,13 @@ func newPSEnv(t *testing.T) *psEnv {
 	t.Helper()
 	_, url := publishtest.NewServer(t)
 	_, js := publishtest.Connect(t, url)
+	return startStateWriters(t, url, js)
+}
+
+// startStateWriters keeps the state bucket STATE on the server at url with
+// two nodes' state writers, until the test ends.
+func startStateWriters(t *testing.T, url string, js jetstream.JetStream) *psEnv {
+	t.Helper()
 	e := &psEnv{url: url, js: js, nodes: map[string]*publish.StateWriter{}, bucket: "STATE"}
 	for _, node := range []string{"node-1", "node-2.example.com"} {
 		enc, err := publish.NewEncoder(publish.EncoderOptions{Node: node, SubjectPrefix: "pleg"})

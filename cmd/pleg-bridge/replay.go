@@ -76,6 +76,12 @@ func runReplay(ctx context.Context, cmd string, sf *streamFlags, o replayOptions
 		return err
 	}
 	defer nc.Close()
+	if _, err := sf.lastSeq(ctx, js); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	p := printer{w: env.stdout, json: sf.json, date: true, color: color}
 	matched := 0
 	err = consumer.Replay(ctx, js, opts, func(e consumer.Event) error {
@@ -111,8 +117,8 @@ func nothingMatched(sf *streamFlags, o replayOptions) string {
 		s += ", until " + formatTime(o.until)
 	}
 	s += " in " + sf.where()
-	if sf.podUID != "" && !isUID(sf.podUID) {
-		s += fmt.Sprintf("; --pod %s is taken as a pod UID, a pod by name is --pod <namespace>/%s", sf.podUID, sf.podUID)
+	if h := sf.podUIDHint(); h != "" {
+		s += "; " + h
 	}
 	return s
 }

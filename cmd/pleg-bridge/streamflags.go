@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -102,6 +103,19 @@ func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
 // "pod default/web-0, type ContainerDied", or "" for everything. It needs
 // parse first.
 func (f *streamFlags) describe() string {
+	parts := f.places()
+	if f.container != "" {
+		parts = append(parts, "container "+f.container)
+	}
+	if f.lifecycleType != "" {
+		parts = append(parts, "type "+f.lifecycleType)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// places names the node, pod and namespace the flags select: what the
+// state bucket knows. It needs parse first.
+func (f *streamFlags) places() []string {
 	var parts []string
 	if f.node != "" {
 		parts = append(parts, "node "+f.node)
@@ -115,13 +129,29 @@ func (f *streamFlags) describe() string {
 	if f.namespace != "" && f.podName == "" {
 		parts = append(parts, "namespace "+f.namespace)
 	}
-	if f.container != "" {
-		parts = append(parts, "container "+f.container)
+	return parts
+}
+
+// podUIDHint is "" or, when --pod was taken as a UID but has not the shape
+// of one, what to write for a pod by name. It needs parse first.
+func (f *streamFlags) podUIDHint() string {
+	if f.podUID == "" || isUID(f.podUID) {
+		return ""
 	}
-	if f.lifecycleType != "" {
-		parts = append(parts, "type "+f.lifecycleType)
+	return fmt.Sprintf("--pod %s is taken as a pod UID, a pod by name is --pod <namespace>/%s", f.podUID, f.podUID)
+}
+
+// lastSeq returns the last sequence of the flags' stream. A stream that
+// does not exist is an error naming --stream and the server.
+func (f *streamFlags) lastSeq(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	s, err := js.Stream(ctx, f.stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, fmt.Errorf("stream %s not found on %s (--stream; the bridges publish to PLEG_STREAM)", f.stream, redactURLs(f.natsURL))
 	}
-	return strings.Join(parts, ", ")
+	if err != nil {
+		return 0, fmt.Errorf("look up stream %s: %w", f.stream, err)
+	}
+	return s.CachedInfo().State.LastSeq, nil
 }
 
 // where names the stream and the server, without a password.

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
@@ -88,6 +90,20 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 		return err
 	}
 	defer nc.Close()
+	// The stream is looked up first, so that a mistyped --stream fails
+	// before tail says it follows.
+	stored, err := sf.lastSeq(ctx, js)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if len(starts) == 0 {
+		// From now: from the first event after those stored when tail
+		// says it follows, however long the hint below takes.
+		opts.StartSeq = stored + 1
+	}
 
 	what := "every event"
 	if d := sf.describe(); d != "" {
@@ -103,6 +119,9 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 		from = fmt.Sprintf("from stream sequence %d", o.fromSeq)
 	}
 	fmt.Fprintf(env.stderr, "%s: following %s in %s, %s (Ctrl-C stops)\n", cmd, what, sf.where(), from)
+	if hint := unknownHint(ctx, js, sf); hint != "" {
+		fmt.Fprintf(env.stderr, "%s: %s\n", cmd, hint)
+	}
 
 	history := len(starts) > 0
 	p := printer{w: env.stdout, json: sf.json, date: history, color: color}
@@ -132,4 +151,29 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 		fmt.Fprintf(env.stderr, "%s: stopped after stream sequence %d; --from-seq %d continues from there\n", cmd, last, last+1)
 	}
 	return nil
+}
+
+// unknownHint returns a line for stderr when the state bucket knows no
+// container of the node, pod or namespace that sf selects, "" otherwise,
+// so that a mistyped name does not follow silently forever. A pod may yet
+// come, so tail follows anyway. It says nothing when sf selects none of
+// them, or when the bucket cannot be read within stateLookupTimeout: a
+// bridge may keep none. It needs sf.parse first.
+func unknownHint(ctx context.Context, js jetstream.JetStream, sf *streamFlags) string {
+	places := sf.places()
+	if len(places) == 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, stateLookupTimeout)
+	defer cancel()
+	filter := consumer.StateFilter{Node: sf.node, Namespace: cmp.Or(sf.podNamespace, sf.namespace), Pod: sf.podName, PodUID: sf.podUID}
+	cs, err := consumer.ListState(ctx, js, consumer.StateOptions{Bucket: sf.bucket, Filter: filter})
+	if err != nil || len(cs) > 0 {
+		return ""
+	}
+	hint := fmt.Sprintf("no container of %s is known now (state bucket %s)", strings.Join(places, ", "), sf.bucket)
+	if h := sf.podUIDHint(); h != "" {
+		hint += "; " + h
+	}
+	return hint + "; following anyway"
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -514,5 +515,101 @@ func TestTailRefusesBadFlags(t *testing.T) {
 				t.Errorf("tail printed %q on stdout, want nothing", stdout.String())
 			}
 		})
+	}
+}
+
+// TestTailHintsAtAPodOrNodeTheStateBucketDoesNotKnow is tail --pod
+// demo/nope: one line on stderr says the state bucket knows no such pod,
+// and tail follows anyway, printing the pod's events if it comes. A pod or
+// node the bucket knows gets no hint.
+func TestTailHintsAtAPodOrNodeTheStateBucketDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	state := startStateWriters(t, env.url, env.js)
+	state.seed(t) // default/web-0 and default/job-1 on node-1, kube-system/dns-0 on node-2.example.com
+	nope := generator.Pod{UID: "dddd-4444", Namespace: "demo", Name: "nope"}
+	tests := []struct {
+		name string
+		args []string
+		hint string
+		node string        // where the event tail then prints comes from
+		pod  generator.Pod // and its pod
+	}{
+		{
+			name: "an unknown pod by name is hinted at",
+			args: []string{"--pod", "demo/nope"},
+			hint: "pleg-bridge tail: no container of pod demo/nope is known now (state bucket STATE); following anyway",
+			node: "node-1", pod: nope,
+		},
+		{
+			name: "an unknown node is hinted at",
+			args: []string{"--node", "wrong-node"},
+			hint: "pleg-bridge tail: no container of node wrong-node is known now (state bucket STATE); following anyway",
+			node: "wrong-node", pod: web,
+		},
+		{
+			name: "a pod name taken as a UID is hinted at with the way to name a pod",
+			args: []string{"--pod", "web-0"},
+			hint: "pleg-bridge tail: no container of pod UID web-0 is known now (state bucket STATE); " +
+				"--pod web-0 is taken as a pod UID, a pod by name is --pod <namespace>/web-0; following anyway",
+			node: "node-1", pod: generator.Pod{UID: "web-0", Namespace: "default", Name: "web-0"},
+		},
+		{
+			name: "an unknown pod of a known node is hinted at with both",
+			args: []string{"--node", "node-1", "--pod", "kube-system/dns-0"},
+			hint: "pleg-bridge tail: no container of node node-1, pod kube-system/dns-0 is known now (state bucket STATE); following anyway",
+			node: "node-1", pod: dns,
+		},
+		{name: "a known pod is not", args: []string{"--pod", "default/web-0"}, node: "node-1", pod: web},
+		{name: "a known node is not", args: []string{"--node", "node-2.example.com"}, node: "node-2.example.com", pod: dns},
+		{name: "a known namespace is not", args: []string{"-n", "kube-system"}, node: "node-2.example.com", pod: dns},
+		{name: "no filter is not", node: "node-1", pod: web},
+	}
+	for i, tt := range tests {
+		// One at a time: each prints the event the next one publishes.
+		t.Run(tt.name, func(t *testing.T) {
+			tail := startTail(t, env, append([]string{"--bucket", state.bucket}, tt.args...)...)
+			if got := readLines(t, tail.errs, 1)[0]; !strings.HasPrefix(got, "pleg-bridge tail: following ") {
+				t.Fatalf("tail's first line on stderr = %q, want it to say what it follows", got)
+			}
+			if tt.hint != "" {
+				if diff := cmp.Diff(tt.hint, readLines(t, tail.errs, 1)[0]); diff != "" {
+					t.Errorf("hint (-want +got):\n%s", diff)
+				}
+			}
+			// It follows anyway: the pod's next event is printed. Each case
+			// starts its own container: the stream stores an event of a
+			// container once.
+			container := fmt.Sprintf("app-%d", i)
+			env.publish(t, tt.node, lifecycle(generator.ContainerStarted, tt.pod, container, time.Hour))
+			if got := readLines(t, tail.lines, 1)[0]; !strings.Contains(got, tt.pod.Namespace+"/"+tt.pod.Name+"/"+container) {
+				t.Errorf("tail printed %q, want the event of %s/%s", got, tt.pod.Namespace, tt.pod.Name)
+			}
+			if err := tail.stop(t); err != nil {
+				t.Errorf("tail after cancel = %v, want nil", err)
+			}
+			// What follows the hint, or its absence, is where tail stopped.
+			if got := readLines(t, tail.errs, 1)[0]; !strings.HasPrefix(got, "pleg-bridge tail: stopped after stream sequence") {
+				t.Errorf("tail's next line on stderr = %q, want where it stopped", got)
+			}
+		})
+	}
+}
+
+// TestTailOfAMissingStreamFailsBeforeFollowing is tail --stream NOPE: the
+// error names the stream and the flag, and tail never said it follows.
+func TestTailOfAMissingStreamFailsBeforeFollowing(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	for _, cmd := range []string{"tail", "replay"} {
+		var stderr strings.Builder
+		err := run(t.Context(), []string{cmd, "--stream", "NOPE", "--node", "node-1"}, env.lookup, io.Discard, &stderr)
+		want := "stream NOPE not found on " + env.url + " (--stream; the bridges publish to PLEG_STREAM)"
+		if err == nil || err.Error() != want {
+			t.Errorf("%s --stream NOPE = %v, want %q", cmd, err, want)
+		}
+		if stderr.Len() > 0 {
+			t.Errorf("%s --stream NOPE said on stderr %q before failing, want nothing", cmd, stderr.String())
+		}
 	}
 }
