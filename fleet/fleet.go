@@ -337,6 +337,7 @@ func (f *fleet) rollout(ctx context.Context) (FaultRecord, error) {
 		Repaired: r.finished,
 		Replaced: r.pods,
 		Pods:     r.of,
+		Rolled:   r.made,
 	}, nil
 }
 

@@ -75,8 +75,9 @@ type FaultRecord struct {
 	Election time.Duration
 	Stalls   Stalls
 	// Replaced, for FaultRollingDeploy, is how many pods it replaced, of
-	// the fleet's Pods.
-	Replaced, Pods int
+	// the fleet's Pods, and Rolled the transitions it made on top of the
+	// churn.
+	Replaced, Pods, Rolled int
 }
 
 // WindowFigures are the measurements of one window besides its accounting.
@@ -232,8 +233,15 @@ func (r Report) Table(w io.Writer) error {
 	if len(r.Windows) > 0 {
 		churned -= r.Windows[0].Expected // the start-up's pods were there before the churn
 	}
-	fmt.Fprintf(&b, "\ningest: %d transitions made in %v of churn, %.1f/s (target %.0f/s); the stream held them %v after the churn stopped\n",
-		churned, roundDelay(churn), float64(churned)/churn.Seconds(), o.Rate, roundDelay(r.Settle))
+	rolled, byRollout := 0, ""
+	for _, f := range r.Faults {
+		rolled += f.Rolled
+	}
+	if rolled > 0 {
+		byRollout = fmt.Sprintf(", %d of them by the rolling deployment (the churn alone %.1f/s)", rolled, float64(churned-rolled)/churn.Seconds())
+	}
+	fmt.Fprintf(&b, "\ningest: %d transitions made in %v of churn, %.1f/s (target %.0f/s)%s; the stream held them %v after the churn stopped\n",
+		churned, roundDelay(churn), float64(churned)/churn.Seconds(), o.Rate, byRollout, roundDelay(r.Settle))
 
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
