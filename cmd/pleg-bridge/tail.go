@@ -31,7 +31,8 @@ func newTailCommand(env commandEnv) *cobra.Command {
 		Long: `Lines read from the stream's history (--all, --since, --from-seq) carry the
 date. On a terminal, a container that died with a non-zero exit code or was
 OOMKilled is shown in red. What tail follows, and where it stopped, is said
-on stderr.
+on stderr; so is a --pod, --node or --namespace of which the state bucket
+(--bucket) knows no container now, and tail follows it anyway.
 
 ` + streamFlagsHelp,
 		Example: `  pleg-bridge tail                                      # every event from now on
