@@ -127,11 +127,12 @@ type transitionKey struct {
 // container's transition of the same or an earlier step: from the first
 // step stored on, a bridge saw the container, and the rest of its life is
 // due (a ContainerStarted stored just before a SIGKILL makes its Died and
-// Removed due). A step before the first one stored stays excused: the
+// Removed due). A step before the first one stored is excused when it was
+// made in a blind time, whenever the rest of the container's life was: the
 // bridge first saw the container later in its life, with no start time to
-// report (a sandbox first seen NOTREADY has none by the contract, and a
-// container removed before its status could be read has none either). It
-// does no I/O.
+// report (a sandbox started and stopped while no bridge ran, first seen
+// NOTREADY, has none by the contract; a container removed before its
+// status could be read has none either). It does no I/O.
 func account(windows []Window, made []Transition, stored []Stored, health []HealthFailure, blind []Window) Accounting {
 	unseen := unobservable(made, blind)
 	// firstStep is the earliest lifecycle step stored of each container.
@@ -142,11 +143,16 @@ func account(windows []Window, made []Transition, stored []Stored, health []Heal
 		}
 	}
 	excused := func(t Transition) bool {
-		if !unseen[t.ContainerID] {
-			return false
-		}
 		first, seen := firstStep[t.ContainerID]
-		return !seen || lifecycleStep(t.Type) < first
+		switch {
+		case seen && lifecycleStep(t.Type) >= first:
+			return false // a bridge saw the container by this step
+		case unseen[t.ContainerID]:
+			return true // its whole life, and nothing of it stored
+		}
+		// A later step is stored: this one is excused if no bridge ran
+		// when it was made.
+		return seen && slices.ContainsFunc(blind, func(b Window) bool { return !t.At.Before(b.From) && t.At.Before(b.To) })
 	}
 	stored = slices.SortedFunc(slices.Values(stored), func(a, b Stored) int { return cmp.Compare(a.Seq, b.Seq) })
 	seqs := make(map[transitionKey][]uint64, len(stored))

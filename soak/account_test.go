@@ -229,9 +229,17 @@ func TestAccountUnobservable(t *testing.T) {
 	// Died is stored), so its start stays excused and its removal is due.
 	made = append(made, life("seen", 10.05, 13)...)
 	made = append(made, life("late", 10.5, 13)...)
+	// A sandbox started and stopped while no bridge ran, and removed once
+	// one ran again: first seen NOTREADY, its Died is stored and its start
+	// is excused; its removal is due. One started before the bridge died
+	// is not excused.
+	made = append(made, life("stopped", 11, 17)...)
+	made = append(made, life("earlier", 9, 17)...)
 	stored := []Stored{
 		{ContainerID: "seen", Type: ContainerStarted, Seq: 1, StoredAt: at(10.06)},
 		{ContainerID: "late", Type: ContainerDied, Seq: 2, StoredAt: at(14.5)},
+		{ContainerID: "stopped", Type: ContainerDied, Seq: 3, StoredAt: at(14.5)},
+		{ContainerID: "earlier", Type: ContainerDied, Seq: 4, StoredAt: at(14.5)},
 	}
 	a := account(windows, made, stored, nil, blind)
 	var unobservable, missing []string
@@ -241,13 +249,13 @@ func TestAccountUnobservable(t *testing.T) {
 	for _, f := range a.Missing {
 		missing = append(missing, f.ContainerID)
 	}
-	if want := []string{"inside ContainerStarted", "inside ContainerDied", "inside ContainerRemoved", "late ContainerStarted"}; !slices.Equal(unobservable, want) {
+	if want := []string{"inside ContainerStarted", "inside ContainerDied", "inside ContainerRemoved", "late ContainerStarted", "stopped ContainerStarted"}; !slices.Equal(unobservable, want) {
 		t.Errorf("unobservable %v, want %v", unobservable, want)
 	}
-	if got := strings.Join(slices.Compact(missing), ","); got != "before,after,alive,seen,late" {
-		t.Errorf("missing %s, want before, after, alive, seen and late", got)
+	if got := strings.Join(slices.Compact(missing), ","); got != "before,after,alive,seen,late,stopped,earlier" {
+		t.Errorf("missing %s, want before, after, alive, seen, late, stopped and earlier", got)
 	}
-	if !a.Failed() || a.Total.Unobservable != 4 || a.Total.Missing != 10 {
+	if !a.Failed() || a.Total.Unobservable != 5 || a.Total.Missing != 13 {
 		t.Errorf("failed %v, unobservable %d, missing %d", a.Failed(), a.Total.Unobservable, a.Total.Missing)
 	}
 	if b := account(windows, life("inside", 11, 13), nil, nil, blind); b.Failed() {
