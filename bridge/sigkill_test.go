@@ -183,10 +183,12 @@ func testSIGKILLAfterAnAck(t *testing.T, rtOpts crisim.Options, mode generator.M
 		if !waitFor(func() bool { return has(c, "ContainerStarted") }) {
 			failWithLog("ContainerStarted of container %d (%s): not in the stream", i, c)
 		}
-		// The SIGKILL comes delay after the ack, deliberately: this is
-		// the fault's timing, not a wait for something to happen.
-		time.Sleep(delay)
-		if err := child.Process.Kill(); err != nil {
+		// The SIGKILL is scheduled delay after the ack was seen: the
+		// fault's timing. What the test waits for is the process's end.
+		proc := child.Process
+		killErr := make(chan error, 1)
+		time.AfterFunc(delay, func() { killErr <- proc.Kill() })
+		if err := <-killErr; err != nil {
 			t.Fatal(err)
 		}
 		child.Wait() // killed: its error says so
