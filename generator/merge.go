@@ -200,6 +200,9 @@ func (r *containerRecord) fill(s *sighting) {
 	if r.startedAt.IsZero() {
 		r.startedAt = s.startedAt
 	}
+	if r.listedRunningAt.IsZero() {
+		r.listedRunningAt = s.listedRunningAt
+	}
 	if s.state != stateExited {
 		return
 	}
@@ -227,7 +230,9 @@ func (r *containerRecord) fill(s *sighting) {
 // reaching exited produces Died, preceded by a Started synthesized from
 // started_at if the start was never seen; reaching gone produces Died (if not
 // yet) and Removed. A sandbox has no started_at, so one first seen NOTREADY
-// gets no Started.
+// gets no Started. A container that a listing showed running, but whose
+// status was never read (listedRunningAt), did start: a Started synthesized
+// at the time of that listing precedes its Died.
 func (r *containerRecord) pendingEvents(pod Pod, src Source, at time.Time) []Event {
 	var out []Event
 	emit := func(t LifecycleEventType, ev Event) {
@@ -249,9 +254,11 @@ func (r *containerRecord) pendingEvents(pod Pod, src Source, at time.Time) []Eve
 	if !r.emitted.has(ContainerStarted) && !r.emitted.has(ContainerDied) {
 		switch {
 		case r.state == stateRunning:
-			emit(ContainerStarted, Event{State: StateRunning, Time: orTime(startTime, at)})
+			emit(ContainerStarted, Event{State: StateRunning, Time: orTime(startTime, orTime(r.listedRunningAt, at))})
 		case r.state > stateRunning && !r.startedAt.IsZero():
 			emit(ContainerStarted, Event{State: StateRunning, Time: r.startedAt})
+		case r.state > stateRunning && !r.listedRunningAt.IsZero():
+			emit(ContainerStarted, Event{State: StateRunning, Time: r.listedRunningAt})
 		}
 	}
 	if r.state >= stateExited && !r.emitted.has(ContainerDied) {

@@ -51,6 +51,14 @@ func created(id string) sighting {
 	return sighting{info: Container{ID: id, Name: "app"}, sandboxID: "sb", state: stateCreated}
 }
 
+// listedRunning is a container a relist at listed running, whose status
+// call failed (see relister.inspect).
+func listedRunning(id string, listed time.Time) sighting {
+	s := created(id)
+	s.listedRunningAt = listed
+	return s
+}
+
 func gone(id string) sighting {
 	return sighting{info: Container{ID: id}, sandboxID: "sb", state: stateGone}
 }
@@ -154,6 +162,38 @@ func TestMergeTransitions(t *testing.T) {
 				{ContainerDied, "c1", StateUnknown, "-", at(11), SourceRelist},
 				{ContainerRemoved, "c1", StateRemoved, "-", at(11), SourceRelist},
 			},
+		},
+		{
+			name: "a container listed running whose status was never read, found gone, starts at that listing before it dies",
+			steps: []step{
+				relistStep(at(10), listedRunning("c1", at(10))),
+				relistStep(at(11), listedRunning("c1", at(11))),
+				relistStep(at(12)),
+			},
+			want: []brief{
+				{ContainerStarted, "c1", StateRunning, "-", at(10), SourceRelist},
+				{ContainerDied, "c1", StateUnknown, "-", at(12), SourceRelist},
+				{ContainerRemoved, "c1", StateRemoved, "-", at(12), SourceRelist},
+			},
+		},
+		{
+			name: "a container listed running whose status is read later starts at its started_at",
+			steps: []step{
+				relistStep(at(10), listedRunning("c1", at(10))),
+				relistStep(at(11), exited("c1", at(3), at(8), 1)),
+			},
+			want: []brief{
+				{ContainerStarted, "c1", StateRunning, "-", at(3), SourceRelist},
+				{ContainerDied, "c1", StateExited, "1", at(8), SourceRelist},
+			},
+		},
+		{
+			name: "a container listed running whose status was never read, seen running without started_at, starts at that listing",
+			steps: []step{
+				relistStep(at(10), listedRunning("c1", at(10))),
+				relistStep(at(11), running("c1", time.Time{})),
+			},
+			want: []brief{{ContainerStarted, "c1", StateRunning, "-", at(10), SourceRelist}},
 		},
 		{
 			name: "the same transition seen by both sources is reported once",

@@ -117,6 +117,14 @@ type sighting struct {
 	exitCode   *int32
 	reason     string
 	message    string
+	// listedRunningAt is when a relist listed the container running but
+	// could not read its status (see relister.inspect): the sighting
+	// keeps the state the cache held, so that the next relist reads the
+	// status again, and this says that the container did start, and by
+	// when. A record keeps the first such time: if the status is never
+	// read (the container is gone by then), its ContainerStarted is
+	// reported at that time, with no started_at.
+	listedRunningAt time.Time
 }
 
 // podObservation is one source's view of one pod at one time.

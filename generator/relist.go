@@ -325,6 +325,12 @@ func (r *relister) reportSkipped(seen map[string]bool, kind, id, why string) {
 // state, so the next relist sees the change again and retries (the kubelet's
 // podsToReinspect); a container removed in between keeps what the listing
 // said. It reports whether a status call failed so.
+//
+// A container listed running whose status call failed keeps that its
+// listing at at showed it started (sighting.listedRunningAt): if it is gone
+// before a status call succeeds, its start is still reported. One listed
+// exited keeps nothing: containerd lists a container whose start failed as
+// exited too, without started_at, so exited alone does not say it ran.
 func (r *relister) inspect(ctx context.Context, pods map[string]*podObservation, at time.Time) (reinspect bool, err error) {
 	type job struct {
 		pod string
@@ -364,6 +370,9 @@ func (r *relister) inspect(ctx context.Context, pods map[string]*podObservation,
 				cached := stateCreated
 				if rec := r.lookup(j.pod, j.s.info.ID); rec != nil {
 					cached = rec.state
+				}
+				if j.s.state == stateRunning {
+					j.s.listedRunningAt = at
 				}
 				j.s.state = cached
 				failed.Store(true)
