@@ -107,8 +107,11 @@ type DurableOptions struct {
 	// SubjectPrefix is the first token of every subject,
 	// schemas.DefaultSubjectPrefix if empty.
 	SubjectPrefix string
-	// Filter selects the events by node, pod and type. The server applies
-	// it while it copies events into the group's work stream.
+	// Filter selects the events by node, namespace, pod and type. The
+	// server applies it while it copies events into the group's work
+	// stream; the fields it cannot (Filter's doc) are checked by the
+	// members, which acknowledge the events that do not match without
+	// calling the handler.
 	Filter Filter
 	// StartTime or DeliverAll say where a new group starts: at the first
 	// event stored at or after StartTime, or at the beginning of the stream.
@@ -342,6 +345,14 @@ func (m *member) process(ctx context.Context, msg jetstream.Msg) {
 	}
 	if deliveries > m.opts.MaxDeliveries {
 		m.deadLetter(ctx, msg, DeadLetter{Event: e, Deliveries: deliveries - 1, Err: ErrDeliveriesExhausted})
+		return
+	}
+	if !m.opts.Filter.Matches(e) {
+		// Copied by the legacy source, which cannot select a namespace:
+		// not the group's, done with.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+		defer cancel()
+		_ = msg.DoubleAck(actx)
 		return
 	}
 	err = m.call(ctx, msg, e)

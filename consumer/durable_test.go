@@ -345,7 +345,7 @@ func TestConsumeDeadLettersAnEventWhoseLastDeliveryCrashed(t *testing.T) {
 func TestConsumeDeadLettersMessagesThatDoNotDecode(t *testing.T) {
 	t.Parallel()
 	url, js := newServerStream(t)
-	publishRaw(t, js, "pleg.node-1.x.ContainerDied", "not a CloudEvent")
+	publishRaw(t, js, "pleg.node-1.default.x.ContainerDied", "not a CloudEvent")
 	good := publishEvents(t, js, died())
 	calls := make(chan consumer.Event)
 	dead := make(chan consumer.DeadLetter, 1)
@@ -357,8 +357,8 @@ func TestConsumeDeadLettersMessagesThatDoNotDecode(t *testing.T) {
 	}
 	d := receive(t, dead, 1)[0]
 	var de *consumer.DecodeError
-	if !errors.As(d.Err, &de) || de.Sequence != 1 || de.NATSSubject != "pleg.node-1.x.ContainerDied" {
-		t.Errorf("dead letter error %v, want a *DecodeError for message 1 on pleg.node-1.x.ContainerDied", d.Err)
+	if !errors.As(d.Err, &de) || de.Sequence != 1 || de.NATSSubject != "pleg.node-1.default.x.ContainerDied" {
+		t.Errorf("dead letter error %v, want a *DecodeError for message 1 on pleg.node-1.default.x.ContainerDied", d.Err)
 	}
 	if d.Event.Sequence != 1 || d.Deliveries != 1 {
 		t.Errorf("dead letter for sequence %d after %d deliveries, want 1 and 1", d.Event.Sequence, d.Deliveries)

@@ -437,7 +437,7 @@ func TestDecodesWhatPublishEncodes(t *testing.T) {
 					DetectedBy: "relist",
 					ObservedAt: at.Add(time.Second),
 				},
-				NATSSubject: "pleg.node-1_example_com.uid%20with%20space%25.ContainerDied",
+				NATSSubject: "pleg.node-1_example_com.default.uid%20with%20space%25.ContainerDied",
 			}
 			if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(consumer.Event{}, "RawData")); diff != "" {
 				t.Errorf("Decode(Encode(event)) mismatch (-want +got):\n%s", diff)

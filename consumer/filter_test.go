@@ -22,14 +22,16 @@ func TestFilterSubject(t *testing.T) {
 		{name: "an empty filter selects everything", prefix: "pleg", want: "pleg.>"},
 		{name: "a node selects its subtree", filter: consumer.Filter{Node: "node-1"}, prefix: "pleg", want: "pleg.node-1.>"},
 		{name: "a node name with dots is encoded", filter: consumer.Filter{Node: "ip-10-0-0-1.ec2.internal"}, prefix: "pleg", want: "pleg.ip-10-0-0-1_ec2_internal.>"},
-		{name: "a pod selects it on any node", filter: consumer.Filter{PodUID: "6f1c2a7e-8b9d"}, prefix: "pleg", want: "pleg.*.6f1c2a7e-8b9d.>"},
-		{name: "a UID with wildcards and spaces is escaped", filter: consumer.Filter{PodUID: "a*b >c"}, prefix: "pleg", want: "pleg.*.a%2Ab%20%3Ec.>"},
-		{name: "a type selects it on any node and pod", filter: consumer.Filter{Type: "ContainerDied"}, prefix: "pleg", want: "pleg.*.*.ContainerDied"},
-		{name: "a CloudEvent type is accepted as a type", filter: consumer.Filter{Type: "pleg.v1.ContainerRemoved"}, prefix: "pleg", want: "pleg.*.*.ContainerRemoved"},
-		{name: "the short form of tail --type is accepted as a type", filter: consumer.Filter{Type: "died"}, prefix: "pleg", want: "pleg.*.*.ContainerDied"},
-		{name: "a type in another case is accepted", filter: consumer.Filter{Type: "Started"}, prefix: "pleg", want: "pleg.*.*.ContainerStarted"},
-		{name: "node pod and type together select one subject", filter: consumer.Filter{Node: "n", PodUID: "u", Type: "ContainerStarted"}, prefix: "pleg", want: "pleg.n.u.ContainerStarted"},
-		{name: "node and type leave the pod a wildcard", filter: consumer.Filter{Node: "n", Type: "ContainerStarted"}, prefix: "pleg", want: "pleg.n.*.ContainerStarted"},
+		{name: "a namespace selects it on every node", filter: consumer.Filter{Namespace: "shop"}, prefix: "pleg", want: "pleg.*.shop.>"},
+		{name: "a pod selects it on any node", filter: consumer.Filter{PodUID: "6f1c2a7e-8b9d"}, prefix: "pleg", want: "pleg.*.*.6f1c2a7e-8b9d.>"},
+		{name: "a UID with wildcards and spaces is escaped", filter: consumer.Filter{PodUID: "a*b >c"}, prefix: "pleg", want: "pleg.*.*.a%2Ab%20%3Ec.>"},
+		{name: "a type selects it on any node and pod", filter: consumer.Filter{Type: "ContainerDied"}, prefix: "pleg", want: "pleg.*.*.*.ContainerDied"},
+		{name: "a CloudEvent type is accepted as a type", filter: consumer.Filter{Type: "pleg.v1.ContainerRemoved"}, prefix: "pleg", want: "pleg.*.*.*.ContainerRemoved"},
+		{name: "the short form of tail --type is accepted as a type", filter: consumer.Filter{Type: "died"}, prefix: "pleg", want: "pleg.*.*.*.ContainerDied"},
+		{name: "a type in another case is accepted", filter: consumer.Filter{Type: "Started"}, prefix: "pleg", want: "pleg.*.*.*.ContainerStarted"},
+		{name: "every token together selects one subject", filter: consumer.Filter{Node: "n", Namespace: "ns", PodUID: "u", Type: "ContainerStarted"}, prefix: "pleg", want: "pleg.n.ns.u.ContainerStarted"},
+		{name: "a namespace and a type leave node and pod wildcards", filter: consumer.Filter{Namespace: "shop", Type: "died"}, prefix: "pleg", want: "pleg.*.shop.*.ContainerDied"},
+		{name: "a pod name is not in the subject", filter: consumer.Filter{Namespace: "shop", PodName: "web-0"}, prefix: "pleg", want: "pleg.*.shop.>"},
 		{name: "a prefix of several tokens is kept", filter: consumer.Filter{Node: "n"}, prefix: "acme.pleg", want: "acme.pleg.n.>"},
 	}
 	for _, tt := range tests {
@@ -61,6 +63,15 @@ func TestFilterSubjectErrors(t *testing.T) {
 		{name: "an empty prefix is refused", prefix: "", wantErr: "subject prefix"},
 	}
 	for _, tt := range tests {
+		t.Run(tt.name+", legacy", func(t *testing.T) {
+			t.Parallel()
+			got, err := tt.filter.LegacySubject(tt.prefix)
+			if err == nil {
+				t.Fatalf("LegacySubject(%q) = %q, want an error", tt.prefix, got)
+			}
+		})
+	}
+	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got, err := tt.filter.Subject(tt.prefix)
@@ -71,6 +82,69 @@ func TestFilterSubjectErrors(t *testing.T) {
 				t.Errorf("Subject(%q) error = %q, want it to contain %q", tt.prefix, err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestFilterLegacySubject(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		filter consumer.Filter
+		want   string
+	}{
+		{name: "everything is one subject for both layouts", want: ""},
+		{name: "a node is one subject for both layouts", filter: consumer.Filter{Node: "node-1"}, want: ""},
+		{name: "a namespace cannot be selected in the legacy layout", filter: consumer.Filter{Namespace: "shop"}, want: "pleg.*.*.*"},
+		{name: "a pod", filter: consumer.Filter{Namespace: "shop", PodUID: "u1"}, want: "pleg.*.u1.*"},
+		{name: "a node and a type", filter: consumer.Filter{Node: "n.1", Type: "died"}, want: "pleg.n_1.*.ContainerDied"},
+	}
+	for _, tt := range tests {
+		got, err := tt.filter.LegacySubject("pleg")
+		if err != nil || got != tt.want {
+			t.Errorf("%s: %+v.LegacySubject(pleg) = %q, %v; want %q", tt.name, tt.filter, got, err, tt.want)
+		}
+	}
+}
+
+func TestFilterMatches(t *testing.T) {
+	t.Parallel()
+	e := consumer.Event{Node: "node-1", PodUID: "u1", Type: "pleg.v1.ContainerDied"}
+	e.Data.Pod.Namespace, e.Data.Pod.Name = "shop", "web-0"
+	e.Data.Pod.Labels = map[string]string{"app": "web", "tier": "front"}
+	code := int32(137)
+	e.Data.ExitCode = &code
+	sel := func(s string) consumer.Selector {
+		t.Helper()
+		sel, err := consumer.ParseSelector(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sel
+	}
+	for _, f := range []consumer.Filter{
+		{}, {Node: "node-1"}, {Namespace: "shop"}, {PodUID: "u1"}, {Namespace: "shop", PodName: "web-0"}, {Type: "died"},
+		{Node: "node-1", Namespace: "shop", PodUID: "u1", PodName: "web-0", Type: "ContainerDied"},
+		{Selector: sel("app=web,tier!=db")}, {Failed: true}, {Namespace: "shop", Selector: sel("app in (web,api)"), Failed: true},
+	} {
+		if !f.Matches(e) {
+			t.Errorf("%+v.Matches(%s in shop/web-0 on node-1) = false, want true", f, e.Type)
+		}
+	}
+	for _, f := range []consumer.Filter{
+		{Node: "node-2"}, {Namespace: "payments"}, {PodUID: "u2"}, {Namespace: "shop", PodName: "web-1"}, {Type: "started"},
+		{Selector: sel("app=api")}, {Selector: sel("!tier")},
+	} {
+		if f.Matches(e) {
+			t.Errorf("%+v.Matches(%s in shop/web-0 on node-1) = true, want false", f, e.Type)
+		}
+	}
+}
+
+func TestFilterRefusesAnInvalidNamespace(t *testing.T) {
+	t.Parallel()
+	err := consumer.Replay(t.Context(), nil, consumer.Options{Filter: consumer.Filter{Namespace: "Shop_1"}}, func(consumer.Event) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), `"Shop_1"`) {
+		t.Errorf("Replay with namespace Shop_1: error %v, want one naming the namespace", err)
 	}
 }
 

@@ -28,6 +28,7 @@ type fixture struct {
 	containerID string
 	sandbox     bool
 	attempt     uint32
+	legacy      bool // published on the subject layout without the namespace token
 	exitCode    *int32
 	reason      string
 	state       string
@@ -43,7 +44,10 @@ func (f fixture) ceType() string { return "pleg.v1." + f.lifecycle }
 func (f fixture) id() string { return f.containerID + "/" + f.lifecycle }
 
 func (f fixture) subject(prefix string) string {
-	return schemas.Subject(prefix, f.node, f.podUID, f.lifecycle)
+	if f.legacy {
+		return schemas.LegacySubject(prefix, f.node, f.podUID, f.lifecycle)
+	}
+	return schemas.Subject(prefix, f.node, f.namespace, f.podUID, f.lifecycle)
 }
 
 func (f fixture) ceSubject() string {

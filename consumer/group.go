@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -20,50 +21,74 @@ import (
 var ErrGroupChanged = errors.New("durable group exists with another source, filter or partition count")
 
 // partitionTransform returns the subject transform that the group's work
-// stream applies while it sources the event stream. Its source is the
-// four-token event subject <prefix>.<node>.<pod>.<type> with the filter's
-// values as literal tokens and "*" elsewhere, so the server copies only the
-// matching events. Its destination is "<partition>." followed by the same
-// four tokens, where <partition> is the server's hash of the pod token
-// modulo partitions: every event of one pod lands in one partition. A
-// filter on one pod puts everything in partition 0.
+// stream applies while it sources the event stream's current layout. Its
+// source is the five-token event subject
+// <prefix>.<node>.<namespace>.<pod>.<type> with the filter's values as
+// literal tokens and "*" elsewhere, so the server copies only the matching
+// events. Its destination is "<partition>." followed by the same tokens,
+// where <partition> is the server's hash of the pod token modulo
+// partitions: every event of one pod lands in one partition. A filter on
+// one pod puts everything in partition 0.
 func partitionTransform(prefix string, f Filter, partitions int) (jetstream.SubjectTransformConfig, error) {
-	if err := schemas.ValidatePrefix(prefix); err != nil {
-		return jetstream.SubjectTransformConfig{}, fmt.Errorf("subject prefix: %w", err)
-	}
-	typ, err := lifecycleType(f.Type)
+	typ, err := groupFilter(prefix, f)
 	if err != nil {
 		return jetstream.SubjectTransformConfig{}, err
 	}
-	literal := [3]string{}
-	if f.Node != "" {
-		literal[0] = schemas.EncodeToken(f.Node)
-	}
-	if f.PodUID != "" {
-		literal[1] = schemas.EncodeToken(f.PodUID)
-	}
-	literal[2] = typ
+	return transformOf(prefix, []string{f.Node, f.Namespace, f.PodUID, typ}, 2, partitions), nil
+}
 
+// legacyPartitionTransform is partitionTransform for the legacy layout,
+// <prefix>.<node>.<pod>.<type>: the transform every group had before the
+// namespace token, so that a group made then is recognised. It cannot
+// select a namespace: the group's members check it on each event.
+func legacyPartitionTransform(prefix string, f Filter, partitions int) (jetstream.SubjectTransformConfig, error) {
+	typ, err := groupFilter(prefix, f)
+	if err != nil {
+		return jetstream.SubjectTransformConfig{}, err
+	}
+	return transformOf(prefix, []string{f.Node, f.PodUID, typ}, 1, partitions), nil
+}
+
+// groupFilter checks what a group's transform needs: the prefix, the type
+// (returned as a Lifecycle event type, "" for any) and the namespace.
+func groupFilter(prefix string, f Filter) (string, error) {
+	if err := schemas.ValidatePrefix(prefix); err != nil {
+		return "", fmt.Errorf("subject prefix: %w", err)
+	}
+	if err := f.validate(); err != nil {
+		return "", err
+	}
+	return lifecycleType(f.Type)
+}
+
+// transformOf builds a partitioning transform over the subject tokens after
+// prefix: values holds the raw filter values ("" for any), pod is the index
+// of the pod UID token.
+func transformOf(prefix string, values []string, pod, partitions int) jetstream.SubjectTransformConfig {
 	src := []string{prefix}
 	dst := []string{prefix}
 	partition := "0"
 	wildcard := 0
-	for i, lit := range literal {
-		if lit != "" {
+	for i, v := range values {
+		if v != "" {
+			lit := v
+			if i != len(values)-1 { // the type is not encoded
+				lit = schemas.EncodeToken(v)
+			}
 			src, dst = append(src, lit), append(dst, lit)
 			continue
 		}
 		wildcard++
 		src = append(src, "*")
 		dst = append(dst, "{{wildcard("+strconv.Itoa(wildcard)+")}}")
-		if i == 1 {
+		if i == pod {
 			partition = "{{partition(" + strconv.Itoa(partitions) + "," + strconv.Itoa(wildcard) + ")}}"
 		}
 	}
 	return jetstream.SubjectTransformConfig{
 		Source:      strings.Join(src, "."),
 		Destination: partition + "." + strings.Join(dst, "."),
-	}, nil
+	}
 }
 
 // partitionFilter is the filter subject of partition k's consumer.
@@ -72,47 +97,68 @@ func partitionFilter(k int) string { return strconv.Itoa(k) + ".>" }
 // partitionConsumerName is the durable name of partition k's consumer.
 func partitionConsumerName(group string, k int) string { return group + "-" + strconv.Itoa(k) }
 
-// workStreamSource returns the source of the group's work stream, starting
-// where the options say when the work stream is created.
-func (o DurableOptions) workStreamSource(ctx context.Context, js jetstream.JetStream, tr jetstream.SubjectTransformConfig) (jetstream.StreamSource, error) {
-	src := jetstream.StreamSource{
-		Name:              o.stream(),
-		SubjectTransforms: []jetstream.SubjectTransformConfig{tr},
-	}
+// workStreamSource returns the source of the group's work stream: the
+// event stream through two transforms, one per subject layout (legacy,
+// then current), starting where the options say when the work stream is
+// created. One source, so that the server copies the events in the event
+// stream's order, a pod's events in a legacy then in the current layout
+// included.
+//
+// The start is always a sequence: the server starts a source without one
+// at the work stream's last message time.
+func (o DurableOptions) workStreamSource(ctx context.Context, js jetstream.JetStream, legacy, current jetstream.SubjectTransformConfig) (*jetstream.StreamSource, error) {
+	var start uint64
 	switch {
 	case !o.StartTime.IsZero():
-		start := o.StartTime
-		src.OptStartTime = &start
+		seq, err := firstSince(ctx, js, o.stream(), o.subjectPrefix()+".>", o.StartTime)
+		if err != nil {
+			return nil, err
+		}
+		start = seq
 	case o.DeliverAll:
-		// A source without a start position copies from the first message.
+		start = 1
 	default:
 		stream, err := js.Stream(ctx, o.stream())
 		if err != nil {
-			return jetstream.StreamSource{}, fmt.Errorf("look up stream %s: %w", o.stream(), err)
+			return nil, fmt.Errorf("look up stream %s: %w", o.stream(), err)
 		}
-		src.OptStartSeq = stream.CachedInfo().State.LastSeq + 1
+		start = stream.CachedInfo().State.LastSeq + 1
 	}
-	return src, nil
+	return &jetstream.StreamSource{
+		Name:              o.stream(),
+		OptStartSeq:       start,
+		SubjectTransforms: []jetstream.SubjectTransformConfig{legacy, current},
+	}, nil
 }
 
 // ensureGroup creates the group's work stream if it does not exist, checks
 // it if it does, creates or updates one durable consumer per partition and
 // returns them, partition k at index k.
 func ensureGroup(ctx context.Context, js jetstream.JetStream, o DurableOptions) ([]jetstream.Consumer, error) {
-	tr, err := partitionTransform(o.subjectPrefix(), o.Filter, o.Partitions)
+	current, err := partitionTransform(o.subjectPrefix(), o.Filter, o.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	legacy, err := legacyPartitionTransform(o.subjectPrefix(), o.Filter, o.Partitions)
 	if err != nil {
 		return nil, err
 	}
 	name := o.WorkStream()
 	stream, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		stream, err = createWorkStream(ctx, js, o, tr)
+		stream, err = createWorkStream(ctx, js, o, legacy, current)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up work stream %s of group %s: %w", name, o.Name, err)
 	}
-	if err := checkWorkStream(stream.CachedInfo().Config, o.stream(), tr); err != nil {
+	upgrade, err := checkWorkStream(stream.CachedInfo().Config, o.stream(), legacy, current)
+	if err != nil {
 		return nil, fmt.Errorf("group %s: work stream %s: %w", o.Name, name, err)
+	}
+	if upgrade {
+		if stream, err = upgradeWorkStream(ctx, js, stream, o.stream(), current); err != nil {
+			return nil, fmt.Errorf("group %s: work stream %s: add the current subject layout: %w", o.Name, name, err)
+		}
 	}
 
 	conss := make([]jetstream.Consumer, o.Partitions)
@@ -142,8 +188,8 @@ func ensureGroup(ctx context.Context, js jetstream.JetStream, o DurableOptions) 
 
 // createWorkStream creates the group's work stream. If another member
 // created it meanwhile, it returns that one.
-func createWorkStream(ctx context.Context, js jetstream.JetStream, o DurableOptions, tr jetstream.SubjectTransformConfig) (jetstream.Stream, error) {
-	src, err := o.workStreamSource(ctx, js, tr)
+func createWorkStream(ctx context.Context, js jetstream.JetStream, o DurableOptions, legacy, current jetstream.SubjectTransformConfig) (jetstream.Stream, error) {
+	src, err := o.workStreamSource(ctx, js, legacy, current)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +197,7 @@ func createWorkStream(ctx context.Context, js jetstream.JetStream, o DurableOpti
 		Name: o.WorkStream(),
 		Description: fmt.Sprintf("pleg-bridge group %s: events of %s in %d partitions by pod UID",
 			o.Name, o.stream(), o.Partitions),
-		Sources: []*jetstream.StreamSource{&src},
+		Sources: []*jetstream.StreamSource{src},
 		// An event leaves the work stream once its partition's consumer
 		// acks it, so the stream holds the group's backlog, not a copy of
 		// the history.
@@ -165,18 +211,91 @@ func createWorkStream(ctx context.Context, js jetstream.JetStream, o DurableOpti
 	return stream, err
 }
 
-// checkWorkStream reports ErrGroupChanged if cfg does not source exactly
-// origin through tr into a work queue.
-func checkWorkStream(cfg jetstream.StreamConfig, origin string, tr jetstream.SubjectTransformConfig) error {
+// checkWorkStream reports ErrGroupChanged if cfg is not a work queue with
+// one source, origin through legacy and current. A work stream made before
+// the namespace token, whose source has the legacy transform only, is
+// accepted with upgrade true.
+func checkWorkStream(cfg jetstream.StreamConfig, origin string, legacy, current jetstream.SubjectTransformConfig) (upgrade bool, err error) {
 	if cfg.Retention != jetstream.WorkQueuePolicy || len(cfg.Sources) != 1 || cfg.Sources[0] == nil {
-		return fmt.Errorf("%w: it is not a work queue with one source", ErrGroupChanged)
+		return false, fmt.Errorf("%w: it is not a work queue with one source", ErrGroupChanged)
 	}
 	src := cfg.Sources[0]
-	if src.Name != origin || !slices.Equal(src.SubjectTransforms, []jetstream.SubjectTransformConfig{tr}) {
-		return fmt.Errorf("%w: it sources %s through %+v, want %s through %+v",
-			ErrGroupChanged, src.Name, src.SubjectTransforms, origin, tr)
+	want := []jetstream.SubjectTransformConfig{legacy, current}
+	if src.Name == origin && slices.Equal(src.SubjectTransforms, want[:1]) {
+		return true, nil
 	}
-	return nil
+	if src.Name != origin || !slices.Equal(src.SubjectTransforms, want) {
+		return false, fmt.Errorf("%w: it sources %s through %+v, want %s through %+v",
+			ErrGroupChanged, src.Name, src.SubjectTransforms, origin, want)
+	}
+	return false, nil
+}
+
+// upgradeWorkStream gives the source of a work stream made before the
+// namespace token the current layout's transform too. The server treats a
+// source with other transforms as a new one, so the update says where it
+// starts: after the last event the old source copied, or at the first
+// event of the current layout stored since the group was made if that is
+// earlier (the old transform could not copy those). In the second case
+// the legacy events between the two are copied again: the group receives
+// them at least once, as after a crash, never not at all.
+func upgradeWorkStream(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, origin string, current jetstream.SubjectTransformConfig) (jetstream.Stream, error) {
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	start, err := firstSince(ctx, js, origin, current.Source, info.Created)
+	if err != nil {
+		return nil, err
+	}
+	if len(info.Sources) == 1 && info.Sources[0].Seq > 0 {
+		start = min(start, info.Sources[0].Seq+1)
+	} else {
+		// The old source has not reported how far it got: from the
+		// group's creation.
+		all, err := firstSince(ctx, js, origin, ">", info.Created)
+		if err != nil {
+			return nil, err
+		}
+		start = min(start, all)
+	}
+	cfg := info.Config
+	src := *cfg.Sources[0]
+	src.OptStartSeq, src.OptStartTime = start, nil
+	src.SubjectTransforms = append(slices.Clone(src.SubjectTransforms), current)
+	cfg.Sources = []*jetstream.StreamSource{&src}
+	return js.UpdateStream(ctx, cfg)
+}
+
+// firstSince returns the sequence of the first message on subject that
+// stream stored at or after t, or the sequence after its last message if
+// there is none.
+func firstSince(ctx context.Context, js jetstream.JetStream, stream, subject string, t time.Time) (uint64, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("look up stream %s: %w", stream, err)
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &t,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("find the first message on %s since %s: %w", subject, t.Format(time.RFC3339), err)
+	}
+	defer deleteConsumer(ctx, js, stream, cons)
+	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
+		return s.CachedInfo().State.LastSeq + 1, nil
+	}
+	msg, err := cons.Next(jetstream.FetchMaxWait(ackTimeout))
+	if err != nil {
+		return 0, fmt.Errorf("find the first message on %s since %s: %w", subject, t.Format(time.RFC3339), err)
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return 0, fmt.Errorf("find the first message on %s since %s: %w", subject, t.Format(time.RFC3339), err)
+	}
+	return meta.Sequence.Stream, nil
 }
 
 // sourceHeader is the header in which JetStream records where a sourced

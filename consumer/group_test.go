@@ -19,17 +19,26 @@ func TestPartitionTransform(t *testing.T) {
 			name:   "without a filter every event is copied and partitioned by its pod token",
 			prefix: "pleg",
 			want: jetstream.SubjectTransformConfig{
-				Source:      "pleg.*.*.*",
-				Destination: "{{partition(8,2)}}.pleg.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}",
+				Source:      "pleg.*.*.*.*",
+				Destination: "{{partition(8,3)}}.pleg.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}",
 			},
 		},
 		{
-			name:   "a node filter is a literal token and the pod is the first wildcard",
+			name:   "a node filter is a literal token and the pod is the second wildcard",
 			prefix: "pleg",
 			filter: Filter{Node: "node.1", Type: "pleg.v1.ContainerDied"},
 			want: jetstream.SubjectTransformConfig{
-				Source:      "pleg.node_1.*.ContainerDied",
-				Destination: "{{partition(8,1)}}.pleg.node_1.{{wildcard(1)}}.ContainerDied",
+				Source:      "pleg.node_1.*.*.ContainerDied",
+				Destination: "{{partition(8,2)}}.pleg.node_1.{{wildcard(1)}}.{{wildcard(2)}}.ContainerDied",
+			},
+		},
+		{
+			name:   "a namespace filter is a literal token",
+			prefix: "pleg",
+			filter: Filter{Namespace: "shop"},
+			want: jetstream.SubjectTransformConfig{
+				Source:      "pleg.*.shop.*.*",
+				Destination: "{{partition(8,2)}}.pleg.{{wildcard(1)}}.shop.{{wildcard(2)}}.{{wildcard(3)}}",
 			},
 		},
 		{
@@ -37,8 +46,8 @@ func TestPartitionTransform(t *testing.T) {
 			prefix: "a.b",
 			filter: Filter{PodUID: "uid-1"},
 			want: jetstream.SubjectTransformConfig{
-				Source:      "a.b.*.uid-1.*",
-				Destination: "0.a.b.{{wildcard(1)}}.uid-1.{{wildcard(2)}}",
+				Source:      "a.b.*.*.uid-1.*",
+				Destination: "0.a.b.{{wildcard(1)}}.{{wildcard(2)}}.uid-1.{{wildcard(3)}}",
 			},
 		},
 	}
@@ -53,6 +62,38 @@ func TestPartitionTransform(t *testing.T) {
 				t.Errorf("partitionTransform (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// The legacy transform must be the one groups were made with before the
+// namespace token, byte for byte, or their work streams would be refused.
+func TestLegacyPartitionTransformIsTheOldOne(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		filter Filter
+		want   jetstream.SubjectTransformConfig
+	}{
+		{want: jetstream.SubjectTransformConfig{
+			Source:      "pleg.*.*.*",
+			Destination: "{{partition(8,2)}}.pleg.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}",
+		}},
+		{filter: Filter{Node: "node.1", Type: "pleg.v1.ContainerDied"}, want: jetstream.SubjectTransformConfig{
+			Source:      "pleg.node_1.*.ContainerDied",
+			Destination: "{{partition(8,1)}}.pleg.node_1.{{wildcard(1)}}.ContainerDied",
+		}},
+		{filter: Filter{Namespace: "shop", PodUID: "uid-1"}, want: jetstream.SubjectTransformConfig{
+			Source:      "pleg.*.uid-1.*",
+			Destination: "0.pleg.{{wildcard(1)}}.uid-1.{{wildcard(2)}}",
+		}},
+	}
+	for _, tt := range tests {
+		got, err := legacyPartitionTransform("pleg", tt.filter, 8)
+		if err != nil {
+			t.Fatalf("legacyPartitionTransform(%+v): %v", tt.filter, err)
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("legacyPartitionTransform(%+v) (-want +got):\n%s", tt.filter, diff)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -61,10 +62,15 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 
 // consumerConfig validates the options and returns the ordered consumer
 // configuration, with deliverPolicy used when neither StartTime nor
-// DeliverAll is set.
-func (o Options) consumerConfig(deliverPolicy jetstream.DeliverPolicy) (jetstream.OrderedConsumerConfig, error) {
+// DeliverAll is set. Its filter subjects are the filter's subject and, if
+// stream holds events of the legacy layout that the filter may select
+// (legacySubjects), the legacy filter subject too.
+func (o Options) consumerConfig(ctx context.Context, js jetstream.JetStream, deliverPolicy jetstream.DeliverPolicy) (jetstream.OrderedConsumerConfig, error) {
 	subject, err := o.Filter.Subject(o.subjectPrefix())
 	if err != nil {
+		return jetstream.OrderedConsumerConfig{}, err
+	}
+	if err := o.Filter.validate(); err != nil {
 		return jetstream.OrderedConsumerConfig{}, err
 	}
 	if o.DeliverAll && !o.StartTime.IsZero() {
@@ -81,6 +87,13 @@ func (o Options) consumerConfig(deliverPolicy jetstream.DeliverPolicy) (jetstrea
 		FilterSubjects: []string{subject},
 		DeliverPolicy:  deliverPolicy,
 	}
+	legacy, err := o.Filter.LegacySubject(o.subjectPrefix())
+	if err != nil {
+		return jetstream.OrderedConsumerConfig{}, err
+	}
+	if legacy != "" && legacyEvents(ctx, js, o.stream(), legacy) {
+		cfg.FilterSubjects = append(cfg.FilterSubjects, legacy)
+	}
 	switch {
 	case o.StartSeq != 0:
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
@@ -95,15 +108,35 @@ func (o Options) consumerConfig(deliverPolicy jetstream.DeliverPolicy) (jetstrea
 	return cfg, nil
 }
 
+// legacyEvents reports whether stream holds a message on a subject that
+// matches legacy, the filter of the subject layout without the namespace
+// token: one request, a get of the first such message, which the server
+// answers from its subject index. Only then does a consumer need the second
+// filter subject, and so only then does it need the permission to read
+// beyond its namespace: a reader whose permissions are limited to
+// namespaces, which cannot make that request, reads the current layout only
+// (a stream still holding legacy events is for readers of the whole
+// stream).
+func legacyEvents(ctx context.Context, js jetstream.JetStream, stream, legacy string) bool {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return false
+	}
+	_, err = s.GetMsg(ctx, max(s.CachedInfo().State.FirstSeq, 1), jetstream.WithGetMsgSubject(legacy))
+	return err == nil
+}
+
 func (o Options) stream() string        { return cmp.Or(o.Stream, schemas.DefaultStream) }
 func (o Options) subjectPrefix() string { return cmp.Or(o.SubjectPrefix, schemas.DefaultSubjectPrefix) }
 
 // decode decodes msg, reporting a message that is not a pleg-bridge event
-// to OnError. ok is false for such a message.
+// to OnError. ok is false for such a message, and for an event that does
+// not match the filter (Filter.Matches: the fields the server cannot
+// check).
 func (o Options) decode(msg jetstream.Msg) (e Event, ok bool) {
 	e, err := DecodeMsg(msg)
 	if err == nil {
-		return e, true
+		return e, o.Filter.Matches(e)
 	}
 	if o.OnError != nil {
 		de := &DecodeError{NATSSubject: msg.Subject(), Err: err}

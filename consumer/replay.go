@@ -25,7 +25,7 @@ import (
 // waits for the next matching message or for ctx.
 func Replay(ctx context.Context, js jetstream.JetStream, opts Options, fn func(Event) error) error {
 	opts.DeliverAll = false
-	cfg, err := opts.consumerConfig(jetstream.DeliverAllPolicy)
+	cfg, err := opts.consumerConfig(ctx, js, jetstream.DeliverAllPolicy)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}

@@ -30,7 +30,7 @@ func TestReplayReturnsTheStoredEventsInOrderAndEnds(t *testing.T) {
 	_, js := newStream(t)
 	fs := containers(5)
 	want := publishEvents(t, js, fs[:2]...)
-	publishRaw(t, js, "pleg.node-1.x.ContainerDied", "{}")
+	publishRaw(t, js, "pleg.node-1.default.x.ContainerDied", "{}")
 	want = append(want, publishEvents(t, js, fs[2:]...)...)
 
 	var errs []error

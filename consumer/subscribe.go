@@ -29,7 +29,7 @@ func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn fun
 	if !opts.EndTime.IsZero() {
 		return errors.New("subscribe: EndTime is for Replay only")
 	}
-	cfg, err := opts.consumerConfig(jetstream.DeliverNewPolicy)
+	cfg, err := opts.consumerConfig(ctx, js, jetstream.DeliverNewPolicy)
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}

@@ -130,7 +130,7 @@ func TestSubscribeFromTheBeginningSkipsAndReportsBadMessages(t *testing.T) {
 	t.Parallel()
 	_, js := newStream(t)
 	first := publishEvents(t, js, died())
-	publishRaw(t, js, "pleg.node-1.x.ContainerDied", "not a CloudEvent")
+	publishRaw(t, js, "pleg.node-1.default.x.ContainerDied", "not a CloudEvent")
 	removed := died()
 	removed.lifecycle = "ContainerRemoved"
 	want := append(first, publishEvents(t, js, removed)...)
@@ -142,8 +142,8 @@ func TestSubscribeFromTheBeginningSkipsAndReportsBadMessages(t *testing.T) {
 	select {
 	case err := <-s.errs:
 		var de *consumer.DecodeError
-		if !errors.As(err, &de) || de.Sequence != 2 || de.NATSSubject != "pleg.node-1.x.ContainerDied" {
-			t.Errorf("OnError got %v, want a *DecodeError for message 2 on pleg.node-1.x.ContainerDied", err)
+		if !errors.As(err, &de) || de.Sequence != 2 || de.NATSSubject != "pleg.node-1.default.x.ContainerDied" {
+			t.Errorf("OnError got %v, want a *DecodeError for message 2 on pleg.node-1.default.x.ContainerDied", err)
 		}
 	case <-time.After(waitTimeout):
 		t.Fatal("OnError was not called for the bad message")

@@ -69,10 +69,11 @@ func TestAsyncAPIDescribesWhatPublishSends(t *testing.T) {
 				if diff := cmp.Diff(documented[mode], slices.Sorted(maps.Keys(msg.Header))); diff != "" {
 					t.Errorf("headers (-documented +sent):\n%s", diff)
 				}
-				// {prefix}.{node}.{podUID}.{eventType}
+				// {prefix}.{node}.{namespace}.{podUID}.{eventType}
 				tokens := strings.Split(msg.Subject, ".")
-				if len(tokens) != 4 || tokens[0] != "pleg" || tokens[1] != schemas.EncodeToken("node-1") ||
-					tokens[2] != schemas.EncodeToken(testPodUID) || tokens[3] != string(typ) {
+				if len(tokens) != 5 || tokens[0] != "pleg" || tokens[1] != schemas.EncodeToken("node-1") ||
+					tokens[2] != schemas.EncodeToken(events[typ].Pod.Namespace) ||
+					tokens[3] != schemas.EncodeToken(testPodUID) || tokens[4] != string(typ) {
 					t.Errorf("subject %q does not fit the channel address", msg.Subject)
 				}
 				if !slices.Contains(enum, string(typ)) {

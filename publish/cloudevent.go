@@ -168,13 +168,14 @@ func CloudEventType(t generator.LifecycleEventType) string {
 }
 
 // nodeSubjects returns the subject filter of every event of the Encoder's
-// node: <prefix>.<node>.>.
+// node: <prefix>.<node>.>, in both subject layouts (the legacy one, without
+// the namespace token, included).
 func (e *Encoder) nodeSubjects() string {
 	return e.prefix + "." + schemas.EncodeToken(e.node) + ".>"
 }
 
 // Encode returns the NATS message of ev: its subject
-// <prefix>.<node>.<podUID>.<eventType> (tokens encoded by schemas.EncodeToken), the
+// <prefix>.<node>.<namespace>.<podUID>.<eventType> (tokens encoded by schemas.EncodeToken), the
 // Nats-Msg-Id header set to the CloudEvent id, and the CloudEvent in the
 // Encoder's content mode. It fails for an event of an unknown type, without
 // a container ID or pod UID, or without any time, and for a time of the data
@@ -184,7 +185,7 @@ func (e *Encoder) Encode(ev generator.Event) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg := &nats.Msg{Subject: schemas.Subject(e.prefix, e.node, ev.Pod.UID, string(ev.Type))}
+	msg := &nats.Msg{Subject: schemas.Subject(e.prefix, e.node, ev.Pod.Namespace, ev.Pod.UID, string(ev.Type))}
 	id := EventID(ev.Container.ID, ev.Type)
 	switch e.mode {
 	case ModeBinary:

@@ -65,7 +65,7 @@ func encodeWithSDK(e *Encoder, ev generator.Event) (*nats.Msg, error) {
 	}
 	ce.DataEncoded = encoded
 
-	msg := &nats.Msg{Subject: schemas.Subject(e.prefix, e.node, ev.Pod.UID, string(ev.Type))}
+	msg := &nats.Msg{Subject: schemas.Subject(e.prefix, e.node, ev.Pod.Namespace, ev.Pod.UID, string(ev.Type))}
 	if e.mode == ModeBinary {
 		msg.Header = binaryHeaders(&ce)
 		msg.Data = ce.DataEncoded

@@ -267,7 +267,7 @@ func TestEncode(t *testing.T) {
 				if ce.Subject != "default/web-0/app" {
 					t.Errorf("subject = %q, want default/web-0/app", ce.Subject)
 				}
-				want := "pleg.node-1." + testPodUID + ".ContainerStarted"
+				want := "pleg.node-1.default." + testPodUID + ".ContainerStarted"
 				if msg.Subject != want {
 					t.Errorf("NATS subject = %q, want %q", msg.Subject, want)
 				}
@@ -420,20 +420,21 @@ func TestEncode(t *testing.T) {
 			},
 		},
 		{
-			name:   "dots and wildcards in node and pod UID never reach the subject raw",
+			name:   "dots and wildcards in node, namespace and pod UID never reach the subject raw",
 			opts:   publish.EncoderOptions{Node: "node.example.com"},
 			evType: generator.ContainerDied,
 			event: func(ev *generator.Event) {
 				ev.Pod.UID = "a.*>b c"
+				ev.Pod.Namespace = "ns.*>"
 			},
 			check: func(t *testing.T, msg *nats.Msg, ce structured) {
-				want := "pleg." + schemas.EncodeToken("node.example.com") + "." + schemas.EncodeToken("a.*>b c") + ".ContainerDied"
+				want := "pleg." + schemas.EncodeToken("node.example.com") + "." + schemas.EncodeToken("ns.*>") + "." + schemas.EncodeToken("a.*>b c") + ".ContainerDied"
 				if msg.Subject != want {
 					t.Errorf("NATS subject = %q, want %q", msg.Subject, want)
 				}
 				tokens := strings.Split(msg.Subject, ".")
-				if len(tokens) != 4 {
-					t.Errorf("NATS subject %q has %d tokens, want 4", msg.Subject, len(tokens))
+				if len(tokens) != 5 {
+					t.Errorf("NATS subject %q has %d tokens, want 5", msg.Subject, len(tokens))
 				}
 				if strings.ContainsAny(msg.Subject, "*> \t") {
 					t.Errorf("NATS subject %q holds a wildcard or whitespace", msg.Subject)

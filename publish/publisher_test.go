@@ -253,7 +253,7 @@ func TestPublisherDeliversCloudEventsWithSubjectsIDsAndHeaders(t *testing.T) {
 			msgs := fetchAll(t, f.js, len(sent))
 			for i, m := range msgs {
 				ev := sent[i]
-				wantSubject := "pleg.node-1." + testPodUID + "." + string(ev.Type)
+				wantSubject := "pleg.node-1.default." + testPodUID + "." + string(ev.Type)
 				if m.Subject() != wantSubject {
 					t.Errorf("message %d subject = %q, want %q", i, m.Subject(), wantSubject)
 				}

@@ -269,7 +269,7 @@ func TestTheReadGivesBackTheEventsAnEarlierRunStored(t *testing.T) {
 					firstSeq = ack.Sequence
 				}
 			}
-			foreign := nats.NewMsg("pleg.node-1.pod-c.ContainerStarted")
+			foreign := nats.NewMsg("pleg.node-1.default.pod-c.ContainerStarted")
 			foreign.Header.Set(jetstream.MsgIDHeader, "not-an-event")
 			foreign.Data = []byte("{}")
 			if _, err := js.PublishMsg(t.Context(), foreign); err != nil {

@@ -115,8 +115,8 @@ func TestAsyncAPIDescribesTheChannel(t *testing.T) {
 	}
 	ch := get(t, doc, "channels", "lifecycleEvents")
 	address := str(t, ch, "address")
-	if address != "{prefix}.{node}.{podUID}.{eventType}" {
-		t.Errorf("address = %q, want the subject scheme {prefix}.{node}.{podUID}.{eventType}", address)
+	if address != "{prefix}.{node}.{namespace}.{podUID}.{eventType}" {
+		t.Errorf("address = %q, want the subject scheme {prefix}.{node}.{namespace}.{podUID}.{eventType}", address)
 	}
 	var inAddress []string
 	for _, m := range regexp.MustCompile(`\{([^}]*)\}`).FindAllStringSubmatch(address, -1) {
@@ -132,7 +132,7 @@ func TestAsyncAPIDescribesTheChannel(t *testing.T) {
 	if diff := cmp.Diff(lifecycleNames(), strs(t, params, "eventType", "enum")); diff != "" {
 		t.Errorf("eventType enum (-published +documented):\n%s", diff)
 	}
-	for _, p := range []string{"node", "podUID"} {
+	for _, p := range []string{"node", "namespace", "podUID"} {
 		for _, ex := range strs(t, params, p, "examples") {
 			if raw, err := schemas.DecodeToken(ex); err != nil || schemas.EncodeToken(raw) != ex {
 				t.Errorf("%s example %q is not an encoded token: %v", p, ex, err)

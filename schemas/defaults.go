@@ -8,6 +8,6 @@ const (
 	// DefaultStream is the JetStream stream name.
 	DefaultStream = "PLEG"
 	// DefaultSubjectPrefix is the first subject token: events are published
-	// on pleg.<node>.<podUID>.<eventType> and the stream takes pleg.>.
+	// on pleg.<node>.<namespace>.<podUID>.<eventType> and the stream takes pleg.>.
 	DefaultSubjectPrefix = "pleg"
 )

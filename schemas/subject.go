@@ -135,11 +135,37 @@ func unhex(c byte) (byte, bool) {
 }
 
 // Subject returns the NATS subject of a lifecycle event, as the contract
-// defines it: <prefix>.<node>.<podUID>.<eventType>, with node and podUID encoded by
-// EncodeToken. prefix must have passed ValidatePrefix, and eventType is a
-// lifecycle event name such as "ContainerDied"; neither is checked here.
-func Subject(prefix, node, podUID, eventType string) string {
+// defines it: <prefix>.<node>.<namespace>.<podUID>.<eventType>, with node,
+// namespace and podUID encoded by EncodeToken. The order puts the node
+// first, as in the state bucket's keys, so that a node's bridge may be
+// limited to <prefix>.<node>.>, a namespace's readers to
+// <prefix>.*.<namespace>.>, and one wildcard selects one namespace across
+// nodes, one pod (<prefix>.*.*.<podUID>.*) or one type
+// (<prefix>.*.*.*.<eventType>). prefix must have passed ValidatePrefix, and
+// eventType is a lifecycle event name such as "ContainerDied"; neither is
+// checked here.
+func Subject(prefix, node, namespace, podUID, eventType string) string {
+	return prefix + "." + EncodeToken(node) + "." + EncodeToken(namespace) + "." + EncodeToken(podUID) + "." + eventType
+}
+
+// LegacySubject returns the subject of a lifecycle event in the layout that
+// bridges before the namespace token wrote: <prefix>.<node>.<podUID>.<eventType>.
+// No bridge publishes it any more; ParseSubject and the consumer package
+// still read it for as long as a stream keeps such events, and tests use it
+// to write them.
+func LegacySubject(prefix, node, podUID, eventType string) string {
 	return prefix + "." + EncodeToken(node) + "." + EncodeToken(podUID) + "." + eventType
+}
+
+// SubjectParts are the decoded tokens of an event subject.
+type SubjectParts struct {
+	Node      string
+	Namespace string // "" for a legacy subject, which has no namespace token
+	PodUID    string
+	Type      string // the lifecycle event name, "ContainerDied"
+	// Legacy is true for a subject of the layout without the namespace
+	// token (LegacySubject).
+	Legacy bool
 }
 
 // ValidatePrefix checks a subject prefix: one or more non-empty tokens
@@ -165,31 +191,44 @@ func ValidatePrefix(prefix string) error {
 	return nil
 }
 
-// ParseSubject splits a subject made by Subject with the same prefix into
-// the decoded node name, the decoded pod UID and the lifecycle event name.
-// It fails if prefix is invalid, if the subject is not under prefix or does
-// not have exactly three tokens after it, if the event name is empty or a
-// wildcard, or if a token does not decode (the error wraps ErrInvalidToken).
-func ParseSubject(prefix, subject string) (node, podUID, eventType string, err error) {
+// ParseSubject splits a subject made by Subject (or LegacySubject) with the
+// same prefix into its decoded parts. The two layouts differ in their number
+// of tokens after the prefix: four, or three for a legacy subject. It fails if
+// prefix is invalid, if the subject is not under prefix or has another
+// number of tokens after it, if the event name is empty or a wildcard, or if
+// a token does not decode (the error wraps ErrInvalidToken).
+func ParseSubject(prefix, subject string) (SubjectParts, error) {
 	if err := ValidatePrefix(prefix); err != nil {
-		return "", "", "", err
+		return SubjectParts{}, err
 	}
 	rest, ok := strings.CutPrefix(subject, prefix+".")
 	if !ok {
-		return "", "", "", fmt.Errorf("parse subject %q: not under prefix %q", subject, prefix)
+		return SubjectParts{}, fmt.Errorf("parse subject %q: not under prefix %q", subject, prefix)
 	}
 	toks := strings.Split(rest, ".")
-	if len(toks) != 3 {
-		return "", "", "", fmt.Errorf("parse subject %q: want 3 tokens after prefix %q, got %d", subject, prefix, len(toks))
+	var p SubjectParts
+	var uidTok string
+	switch len(toks) {
+	case 4:
+		ns, err := DecodeToken(toks[1])
+		if err != nil {
+			return SubjectParts{}, fmt.Errorf("parse subject %q: namespace: %w", subject, err)
+		}
+		p.Namespace, uidTok = ns, toks[2]
+	case 3:
+		p.Legacy, uidTok = true, toks[1]
+	default:
+		return SubjectParts{}, fmt.Errorf("parse subject %q: want 4 tokens after prefix %q (3 in the legacy layout), got %d", subject, prefix, len(toks))
 	}
-	if eventType = toks[2]; eventType == "" || eventType == "*" || eventType == ">" {
-		return "", "", "", fmt.Errorf("parse subject %q: event type %q", subject, eventType)
+	if p.Type = toks[len(toks)-1]; p.Type == "" || p.Type == "*" || p.Type == ">" {
+		return SubjectParts{}, fmt.Errorf("parse subject %q: event type %q", subject, p.Type)
 	}
-	if node, err = DecodeToken(toks[0]); err != nil {
-		return "", "", "", fmt.Errorf("parse subject %q: node: %w", subject, err)
+	var err error
+	if p.Node, err = DecodeToken(toks[0]); err != nil {
+		return SubjectParts{}, fmt.Errorf("parse subject %q: node: %w", subject, err)
 	}
-	if podUID, err = DecodeToken(toks[1]); err != nil {
-		return "", "", "", fmt.Errorf("parse subject %q: pod UID: %w", subject, err)
+	if p.PodUID, err = DecodeToken(uidTok); err != nil {
+		return SubjectParts{}, fmt.Errorf("parse subject %q: pod UID: %w", subject, err)
 	}
-	return node, podUID, eventType, nil
+	return p, nil
 }

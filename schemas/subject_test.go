@@ -181,44 +181,55 @@ func BenchmarkEncodeToken(b *testing.B) {
 func TestSubject(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name                   string
-		prefix, node, uid, typ string
-		want                   string
+		name                       string
+		prefix, node, ns, uid, typ string
+		want                       string
 	}{
 		{
 			name:   "the design's example subject",
-			prefix: "pleg", node: "node-1", uid: "6f1c2a7e-8b9d-4c3e-a1f0-2b3c4d5e6f70", typ: "ContainerDied",
-			want: "pleg.node-1.6f1c2a7e-8b9d-4c3e-a1f0-2b3c4d5e6f70.ContainerDied",
+			prefix: "pleg", node: "node-1", ns: "shop", uid: "6f1c2a7e-8b9d-4c3e-a1f0-2b3c4d5e6f70", typ: "ContainerDied",
+			want: "pleg.node-1.shop.6f1c2a7e-8b9d-4c3e-a1f0-2b3c4d5e6f70.ContainerDied",
 		},
 		{
 			name:   "a dotted node name stays one token",
-			prefix: "pleg", node: "ip-10-0-0-1.ec2.internal", uid: "u1", typ: "ContainerStarted",
-			want: "pleg.ip-10-0-0-1_ec2_internal.u1.ContainerStarted",
+			prefix: "pleg", node: "ip-10-0-0-1.ec2.internal", ns: "kube-system", uid: "u1", typ: "ContainerStarted",
+			want: "pleg.ip-10-0-0-1_ec2_internal.kube-system.u1.ContainerStarted",
 		},
 		{
 			name:   "a multi-token prefix is kept and wildcards in names are escaped",
-			prefix: "prod.pleg", node: "*", uid: ">", typ: "ContainerRemoved",
-			want: "prod.pleg.%2A.%3E.ContainerRemoved",
+			prefix: "prod.pleg", node: "*", ns: "a.b", uid: ">", typ: "ContainerRemoved",
+			want: "prod.pleg.%2A.a_b.%3E.ContainerRemoved",
 		},
 		{
-			name:   "empty names still give four or more tokens",
-			prefix: "pleg", node: "", uid: "", typ: "ContainerDied",
-			want: "pleg.%.%.ContainerDied",
+			name:   "empty names still give five or more tokens",
+			prefix: "pleg", node: "", ns: "", uid: "", typ: "ContainerDied",
+			want: "pleg.%.%.%.ContainerDied",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := schemas.Subject(tt.prefix, tt.node, tt.uid, tt.typ)
+			got := schemas.Subject(tt.prefix, tt.node, tt.ns, tt.uid, tt.typ)
 			if got != tt.want {
-				t.Fatalf("Subject(%q, %q, %q, %q) = %q, want %q", tt.prefix, tt.node, tt.uid, tt.typ, got, tt.want)
+				t.Fatalf("Subject(%q, %q, %q, %q, %q) = %q, want %q", tt.prefix, tt.node, tt.ns, tt.uid, tt.typ, got, tt.want)
 			}
-			node, uid, typ, err := schemas.ParseSubject(tt.prefix, got)
+			parts, err := schemas.ParseSubject(tt.prefix, got)
 			if err != nil {
 				t.Fatalf("ParseSubject(%q, %q): %v", tt.prefix, got, err)
 			}
-			if diff := cmp.Diff([]string{tt.node, tt.uid, tt.typ}, []string{node, uid, typ}); diff != "" {
-				t.Errorf("ParseSubject(%q, %q) node, pod UID, type (-want +got):\n%s", tt.prefix, got, diff)
+			want := schemas.SubjectParts{Node: tt.node, Namespace: tt.ns, PodUID: tt.uid, Type: tt.typ}
+			if diff := cmp.Diff(want, parts); diff != "" {
+				t.Errorf("ParseSubject(%q, %q) (-want +got):\n%s", tt.prefix, got, diff)
+			}
+
+			legacy := schemas.LegacySubject(tt.prefix, tt.node, tt.uid, tt.typ)
+			parts, err = schemas.ParseSubject(tt.prefix, legacy)
+			if err != nil {
+				t.Fatalf("ParseSubject(%q, %q): %v", tt.prefix, legacy, err)
+			}
+			want = schemas.SubjectParts{Node: tt.node, PodUID: tt.uid, Type: tt.typ, Legacy: true}
+			if diff := cmp.Diff(want, parts); diff != "" {
+				t.Errorf("ParseSubject(%q, %q), a legacy subject (-want +got):\n%s", tt.prefix, legacy, diff)
 			}
 		})
 	}
@@ -232,22 +243,25 @@ func TestParseSubjectRejects(t *testing.T) {
 		subject   string
 		wantToken bool // the error wraps ErrInvalidToken
 	}{
-		{name: "a subject under another prefix", prefix: "pleg", subject: "other.node-1.u1.ContainerDied"},
-		{name: "a subject whose first token only starts with the prefix", prefix: "pleg", subject: "plegx.node-1.u1.ContainerDied"},
+		{name: "a subject under another prefix", prefix: "pleg", subject: "other.node-1.ns.u1.ContainerDied"},
+		{name: "a subject whose first token only starts with the prefix", prefix: "pleg", subject: "plegx.node-1.ns.u1.ContainerDied"},
 		{name: "too few tokens", prefix: "pleg", subject: "pleg.node-1.ContainerDied"},
-		{name: "too many tokens", prefix: "pleg", subject: "pleg.a.node-1.u1.ContainerDied"},
-		{name: "an empty event type", prefix: "pleg", subject: "pleg.node-1.u1."},
-		{name: "a wildcard event type", prefix: "pleg", subject: "pleg.node-1.u1.*"},
-		{name: "an invalid prefix", prefix: "pleg.>", subject: "pleg.>.node-1.u1.ContainerDied"},
-		{name: "a node token that does not decode", prefix: "pleg", subject: "pleg.%41.u1.ContainerDied", wantToken: true},
-		{name: "a pod UID token that does not decode", prefix: "pleg", subject: "pleg.node-1.*.ContainerDied", wantToken: true},
+		{name: "too many tokens", prefix: "pleg", subject: "pleg.a.node-1.ns.u1.ContainerDied"},
+		{name: "an empty event type", prefix: "pleg", subject: "pleg.node-1.ns.u1."},
+		{name: "a wildcard event type", prefix: "pleg", subject: "pleg.node-1.ns.u1.*"},
+		{name: "a wildcard event type, legacy layout", prefix: "pleg", subject: "pleg.node-1.u1.>"},
+		{name: "an invalid prefix", prefix: "pleg.>", subject: "pleg.>.node-1.ns.u1.ContainerDied"},
+		{name: "a node token that does not decode", prefix: "pleg", subject: "pleg.%41.ns.u1.ContainerDied", wantToken: true},
+		{name: "a namespace token that does not decode", prefix: "pleg", subject: "pleg.node-1.*.u1.ContainerDied", wantToken: true},
+		{name: "a pod UID token that does not decode", prefix: "pleg", subject: "pleg.node-1.ns.*.ContainerDied", wantToken: true},
+		{name: "a pod UID token that does not decode, legacy layout", prefix: "pleg", subject: "pleg.node-1.*.ContainerDied", wantToken: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			node, uid, typ, err := schemas.ParseSubject(tt.prefix, tt.subject)
+			parts, err := schemas.ParseSubject(tt.prefix, tt.subject)
 			if err == nil {
-				t.Fatalf("ParseSubject(%q, %q) = %q, %q, %q, nil; want an error", tt.prefix, tt.subject, node, uid, typ)
+				t.Fatalf("ParseSubject(%q, %q) = %+v, nil; want an error", tt.prefix, tt.subject, parts)
 			}
 			if got := errors.Is(err, schemas.ErrInvalidToken); got != tt.wantToken {
 				t.Errorf("ParseSubject(%q, %q) error %v: wraps ErrInvalidToken = %v, want %v", tt.prefix, tt.subject, err, got, tt.wantToken)
