@@ -109,11 +109,19 @@ func foldSubject(tokens []string) string {
 // legacy event) are applied, and so is everything else: an event on a
 // subject that lies about its contents is not delivered either.
 func (f Filter) Matches(e Event) bool {
+	ns, name := e.Data.Pod.Namespace, e.Data.Pod.Name
+	if ns == "" || name == "" {
+		// Data without the pod's names: the CloudEvent subject
+		// "<namespace>/<pod>[/<container>]" has them.
+		var rest string
+		ns, rest, _ = strings.Cut(e.Subject, "/")
+		name, _, _ = strings.Cut(rest, "/")
+	}
 	switch {
 	case f.Node != "" && e.Node != f.Node,
-		f.Namespace != "" && e.Data.Pod.Namespace != f.Namespace,
+		f.Namespace != "" && ns != f.Namespace,
 		f.PodUID != "" && e.PodUID != f.PodUID,
-		f.PodName != "" && e.Data.Pod.Name != f.PodName:
+		f.PodName != "" && name != f.PodName:
 		return false
 	}
 	if f.Type != "" {

@@ -48,7 +48,7 @@ func TestTypeNamesAreTheGoAPIs(t *testing.T) {
 			t.Fatalf("parseType(%q): %v", in, err)
 		}
 		got, err := consumer.Filter{Type: in}.Subject("pleg")
-		if want := "pleg.*.*." + typ; err != nil || got != want {
+		if want := "pleg.*.*.*." + typ; err != nil || got != want {
 			t.Errorf("consumer.Filter{Type: %q}.Subject = %q, %v; want %q as --type %s selects", in, got, err, want, in)
 		}
 	}

@@ -126,8 +126,8 @@ func TestRunEndToEnd(t *testing.T) {
 		if e.Node != "node-1.example.com" || e.PodUID != "odd.uid*with>chars" {
 			t.Errorf("event node %q pod %q", e.Node, e.PodUID)
 		}
-		if !strings.HasPrefix(e.NATSSubject, "pleg.node-1_example_com.odd_uid%2Awith%3Echars.") {
-			t.Errorf("subject %q does not carry the encoded node and pod", e.NATSSubject)
+		if !strings.HasPrefix(e.NATSSubject, "pleg.node-1_example_com.shop.odd_uid%2Awith%3Echars.") {
+			t.Errorf("subject %q does not carry the encoded node, namespace and pod", e.NATSSubject)
 		}
 	}
 	want := []string{

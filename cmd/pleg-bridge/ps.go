@@ -32,6 +32,9 @@ type psFlags struct {
 	node      string
 	namespace string
 	pod       string
+	selector  string
+	failed    bool
+	labels    consumer.Selector // parsed --selector
 	all       bool
 	sandboxes bool
 	watch     bool
@@ -56,6 +59,7 @@ until Ctrl-C.`,
 		Example: `  pleg-bridge ps                                # running containers of the cluster
   pleg-bridge ps --node node-1 --all            # also exited ones, with exit code and reason
   pleg-bridge ps --namespace shop
+  pleg-bridge ps -n shop -l app=web --failed    # containers of app=web pods whose last exit failed
   pleg-bridge ps --pod shop/web-0 --watch       # the list, then one row per change
   pleg-bridge ps --json | jq .event.data.exitCode`,
 		Args: noArgs,
@@ -69,6 +73,8 @@ until Ctrl-C.`,
 	fl.StringVar(&f.node, "node", "", "only containers of this node")
 	fl.StringVarP(&f.namespace, "namespace", "n", "", "only containers of this namespace")
 	fl.StringVar(&f.pod, "pod", "", "only containers of this pod: namespace/name or pod UID")
+	fl.StringVarP(&f.selector, "selector", "l", "", "only containers of pods whose labels match this Kubernetes label selector: app=web, tier!=db, 'env in (prod,stage)', !canary")
+	fl.BoolVar(&f.failed, "failed", false, "only containers whose last exit was a failure: a non-zero exit code or a reason such as OOMKilled (implies --all)")
 	fl.BoolVarP(&f.all, "all", "a", false, "show exited containers too, not only running ones")
 	fl.BoolVar(&f.sandboxes, "sandboxes", false, "show pod sandboxes too")
 	fl.BoolVarP(&f.watch, "watch", "w", false, "after the list, print each change until interrupted")
@@ -109,7 +115,7 @@ func runPS(ctx context.Context, cmd string, f *psFlags, stdout, stderr io.Writer
 			if err := p.list(listed); err != nil {
 				return err
 			}
-			if p.shown == 0 && filter != (consumer.StateFilter{}) {
+			if p.shown == 0 && f.describe() != "" {
 				fmt.Fprintf(stderr, "no %s containers match %s\n", p.which(), f.describe())
 			}
 			if !f.watch {
@@ -137,6 +143,15 @@ var errListDone = errors.New("listed")
 // or a pod UID.
 func (f *psFlags) filter() (consumer.StateFilter, error) {
 	filter := consumer.StateFilter{Node: f.node, Namespace: f.namespace}
+	var err error
+	if f.labels, err = consumer.ParseSelector(f.selector); err != nil {
+		return filter, fmt.Errorf("--selector: %w", err)
+	}
+	if f.namespace != "" {
+		if err := consumer.ValidateNamespace(f.namespace); err != nil {
+			return filter, fmt.Errorf("--namespace: %w", err)
+		}
+	}
 	if f.pod == "" {
 		return filter, nil
 	}
@@ -151,6 +166,9 @@ func (f *psFlags) filter() (consumer.StateFilter, error) {
 	if f.namespace != "" && f.namespace != ns {
 		return filter, fmt.Errorf("--pod %q is not in --namespace %q", f.pod, f.namespace)
 	}
+	if err := consumer.ValidateNamespace(ns); err != nil {
+		return filter, fmt.Errorf("--pod %q: %w", f.pod, err)
+	}
 	filter.Namespace, filter.Pod = ns, name
 	return filter, nil
 }
@@ -159,10 +177,13 @@ func (f *psFlags) filter() (consumer.StateFilter, error) {
 // nothing.
 func (f *psFlags) describe() string {
 	var parts []string
-	for _, p := range []struct{ name, v string }{{"--node", f.node}, {"--namespace", f.namespace}, {"--pod", f.pod}} {
+	for _, p := range []struct{ name, v string }{{"--node", f.node}, {"--namespace", f.namespace}, {"--pod", f.pod}, {"--selector", f.selector}} {
 		if p.v != "" {
 			parts = append(parts, p.name+" "+p.v)
 		}
+	}
+	if f.failed {
+		parts = append(parts, "--failed")
 	}
 	return strings.Join(parts, " ")
 }
@@ -183,6 +204,9 @@ type psPrinter struct {
 
 // which says which containers the list shows.
 func (p *psPrinter) which() string {
+	if p.f.failed {
+		return "failed"
+	}
 	if p.f.all {
 		return "known"
 	}
@@ -192,10 +216,16 @@ func (p *psPrinter) which() string {
 // shows reports whether the list shows c: sandboxes only with
 // --sandboxes, exited containers only with --all.
 func (p *psPrinter) shows(c consumer.ContainerState) bool {
-	if c.Event.Data.Container.Sandbox && !p.f.sandboxes {
+	if c.Event.Data.Container.Sandbox && !p.f.sandboxes || !p.selects(c) {
 		return false
 	}
-	return p.f.all || c.Event.Data.State == "running"
+	return p.f.all || p.f.failed || c.Event.Data.State == "running"
+}
+
+// selects reports whether c matches --selector and --failed, which the
+// state bucket's keys do not carry.
+func (p *psPrinter) selects(c consumer.ContainerState) bool {
+	return p.f.labels.Matches(c.Event.Data.Pod.Labels) && (!p.f.failed || consumer.Failed(c.Event))
 }
 
 // list prints the containers of the starting state, sorted by node,
@@ -256,7 +286,10 @@ func (p *psPrinter) change(ch consumer.StateChange) error {
 	} else {
 		p.known[c.Key] = c
 	}
-	if c.Event.Data.Container.Sandbox && !p.f.sandboxes {
+	if c.Event.Data.Container.Sandbox && !p.f.sandboxes || !p.f.labels.Matches(c.Event.Data.Pod.Labels) {
+		return nil
+	}
+	if p.f.failed && !consumer.Failed(c.Event) {
 		return nil
 	}
 	if p.f.json {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
 // replay runs pleg-bridge replay to the end and returns its output lines.
@@ -204,6 +206,9 @@ func TestReplayRefusesBadFlags(t *testing.T) {
 		{name: "a tail-only flag is named", args: []string{"--pod", "p", "--all"}, wantErr: "all", wantUsage: true},
 		{name: "an unreachable server is named by its URL", args: []string{"--pod", "p", "--nats-url", "nats://127.0.0.1:1"}, wantErr: "nats://127.0.0.1:1"},
 		{name: "a missing stream is named", args: []string{"--pod", "p", "--stream", "NOPE"}, wantErr: "NOPE"},
+		{name: "a namespace that is not a DNS label is named", args: []string{"-n", "Shop_1"}, wantErr: `--namespace: invalid namespace "Shop_1"`, wantUsage: true},
+		{name: "a pod's namespace that is not a DNS label is named", args: []string{"--pod", "Shop/web-0"}, wantErr: `--pod: invalid namespace "Shop"`, wantUsage: true},
+		{name: "a bad selector is named with its column", args: []string{"-n", "shop", "-l", "env in (prod"}, wantErr: `--selector: invalid label selector "env in (prod": column 13`, wantUsage: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -233,5 +238,39 @@ func TestReplayStopsQuietlyWhenCanceled(t *testing.T) {
 	var stdout, stderr strings.Builder
 	if err := run(ctx, []string{"replay", "--since", "1h"}, env.lookup, &stdout, &stderr); err != nil {
 		t.Errorf("replay with a canceled context = %v, want nil", err)
+	}
+}
+
+func TestReplaySelectsByLabelsAndFailures(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	api := generator.Pod{UID: "cccc-3333", Namespace: "shop", Name: "api-0", Meta: &generator.PodMeta{Labels: map[string]string{"app": "api", "tier": "back"}}}
+	front := generator.Pod{UID: "dddd-4444", Namespace: "shop", Name: "front-0", Meta: &generator.PodMeta{Labels: map[string]string{"app": "web", "tier": "front"}}}
+	ok := lifecycle(generator.ContainerDied, front, "app", 3*time.Hour+2*time.Second)
+	zero := int32(0)
+	ok.ExitCode, ok.Reason = &zero, "Completed"
+	env.publish(t, "node-1",
+		lifecycle(generator.ContainerStarted, api, "app", 3*time.Hour),
+		lifecycle(generator.ContainerStarted, front, "app", 3*time.Hour+time.Second),
+		ok,
+		lifecycle(generator.ContainerDied, api, "app", 3*time.Hour+3*time.Second))
+	tests := []struct {
+		args []string
+		want []string // the pod and type of each line
+	}{
+		{args: []string{"-n", "shop", "-l", "app=web"}, want: []string{"ContainerStarted shop/front-0/app", "ContainerDied shop/front-0/app"}},
+		{args: []string{"-n", "shop", "-l", "tier in (back,db),!canary"}, want: []string{"ContainerStarted shop/api-0/app", "ContainerDied shop/api-0/app"}},
+		{args: []string{"-n", "shop", "--failed"}, want: []string{"ContainerDied shop/api-0/app"}},
+		{args: []string{"-n", "shop", "-l", "app=web", "--failed"}},
+	}
+	for _, tt := range tests {
+		var got []string
+		for _, l := range replay(t, env, tt.args...) {
+			f := strings.Fields(l)
+			got = append(got, f[2]+" "+f[3])
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("replay %s printed (-want +got):\n%s", strings.Join(tt.args, " "), diff)
+		}
 	}
 }

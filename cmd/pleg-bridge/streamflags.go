@@ -31,20 +31,24 @@ type streamFlags struct {
 	namespace string
 	container string
 	typ       string
+	selector  string
+	failed    bool
 	json      bool
 	color     string
 
 	// Set by parse.
 	podUID, podNamespace, podName, lifecycleType string
+	labels                                       consumer.Selector
 }
 
 // streamFlagsHelp is the part of tail's and replay's help that explains
 // the filters.
-const streamFlagsHelp = `Filters combine: an event must match all of them. --node, a --pod UID and
---type are applied by the NATS server, which sends only matching events.
-The subjects carry no names, so --pod namespace/name, --namespace and
---container are checked on each event the server sends: without --node or a
-pod UID, that is every event of the stream.`
+const streamFlagsHelp = `Filters combine: an event must match all of them. --node, --namespace (also
+the namespace of --pod namespace/name), a --pod UID and --type are subject
+tokens, applied by the NATS server, which sends only matching events. A pod's
+name, --container, --selector and --failed are not in the subject: they are
+checked on each event the server sends, so give them with --namespace or
+--node to keep that traffic small.`
 
 // addStreamFlags defines the shared flags on c, with defaults from the
 // PLEG_ environment the agent itself reads.
@@ -56,10 +60,12 @@ func addStreamFlags(c *cobra.Command, getenv func(string) string) *streamFlags {
 	fs.StringVar(&f.prefix, "prefix", cmp.Or(getenv("PLEG_SUBJECT_PREFIX"), schemas.DefaultSubjectPrefix), "subject prefix (env PLEG_SUBJECT_PREFIX)")
 	fs.StringVar(&f.bucket, "bucket", cmp.Or(getenv("PLEG_STATE_BUCKET"), schemas.DefaultStateBucket), "the bridges' state bucket, which completes --node, --namespace and --pod (env PLEG_STATE_BUCKET)")
 	fs.StringVar(&f.node, "node", "", "only events of this node (node name)")
-	fs.StringVar(&f.pod, "pod", "", "only events of this pod: its UID, or namespace/name (checked on each event)")
-	fs.StringVarP(&f.namespace, "namespace", "n", "", "only events of pods in this namespace (checked on each event)")
+	fs.StringVar(&f.pod, "pod", "", "only events of this pod: its UID, or namespace/name (the name is checked on each event)")
+	fs.StringVarP(&f.namespace, "namespace", "n", "", "only events of pods in this namespace")
 	fs.StringVarP(&f.container, "container", "c", "", "only events of containers with this name (checked on each event; never a sandbox)")
 	fs.StringVar(&f.typ, "type", "", "only events of this type: started, died or removed (any case; ContainerDied works too)")
+	fs.StringVarP(&f.selector, "selector", "l", "", "only events of pods whose labels match this Kubernetes label selector: app=web, tier!=db, 'env in (prod,stage)', !canary (checked on each event)")
+	fs.BoolVar(&f.failed, "failed", false, "only failures: deaths with a non-zero exit code or a reason such as OOMKilled (checked on each event)")
 	fs.BoolVar(&f.json, "json", false, "print each event as its CloudEvent JSON on one line")
 	fs.StringVar(&f.color, "color", "auto", "highlight containers that died with a non-zero exit or OOMKilled: auto (on a terminal, unless NO_COLOR is set), always or never")
 	_ = c.RegisterFlagCompletionFunc("type", cobra.FixedCompletions([]string{"started", "died", "removed"}, cobra.ShellCompDirectiveNoFileComp))
@@ -85,6 +91,18 @@ func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
 	if f.podNamespace != "" && f.namespace != "" && f.podNamespace != f.namespace {
 		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--pod %s is not in --namespace %s", f.pod, f.namespace)
 	}
+	if ns := cmp.Or(f.podNamespace, f.namespace); ns != "" {
+		if err := consumer.ValidateNamespace(ns); err != nil {
+			flag := "--namespace"
+			if f.podNamespace != "" {
+				flag = "--pod"
+			}
+			return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "%s: %w", flag, err)
+		}
+	}
+	if f.labels, err = consumer.ParseSelector(f.selector); err != nil {
+		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--selector: %w", err)
+	}
 	if f.typ != "" {
 		if f.lifecycleType, err = parseType(f.typ); err != nil {
 			return consumer.Options{}, eventFilter{}, &usageError{cmd: cmd, err: err}
@@ -93,7 +111,15 @@ func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
 	opts := consumer.Options{
 		Stream:        f.stream,
 		SubjectPrefix: f.prefix,
-		Filter:        consumer.Filter{Node: f.node, PodUID: f.podUID, Type: f.lifecycleType},
+		Filter: consumer.Filter{
+			Node:      f.node,
+			Namespace: cmp.Or(f.podNamespace, f.namespace),
+			PodUID:    f.podUID,
+			PodName:   f.podName,
+			Type:      f.lifecycleType,
+			Selector:  f.labels,
+			Failed:    f.failed,
+		},
 	}
 	match := eventFilter{namespace: cmp.Or(f.podNamespace, f.namespace), pod: f.podName, container: f.container}
 	return opts, match, nil
@@ -109,6 +135,12 @@ func (f *streamFlags) describe() string {
 	}
 	if f.lifecycleType != "" {
 		parts = append(parts, "type "+f.lifecycleType)
+	}
+	if !f.labels.Empty() {
+		parts = append(parts, "labels "+f.labels.String())
+	}
+	if f.failed {
+		parts = append(parts, "failures only")
 	}
 	return strings.Join(parts, ", ")
 }
