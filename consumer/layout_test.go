@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
 
 // bothLayouts publishes, as a bridge upgraded over an old stream does, the
@@ -148,5 +151,63 @@ func TestConsumeUpgradesAGroupMadeBeforeTheNamespaceToken(t *testing.T) {
 	case e := <-calls:
 		t.Errorf("handler called again after the new events, for %s", e.NATSSubject)
 	default:
+	}
+}
+
+// A namespace-scoped reader receives its namespace's events and nothing
+// else: the bytes its connection receives, from a stream of 50 namespaces,
+// are those of its own events plus the protocol's. Before the namespace
+// token (the same events in the legacy layout) it received all 50.
+func TestReplayOfANamespaceReceivesOnlyItsBytes(t *testing.T) {
+	t.Parallel()
+	const namespaces, perNamespace = 50, 20
+	received := func(legacy bool) (got []consumer.Event, in uint64, own int) {
+		t.Helper()
+		_, url := publishtest.NewServer(t)
+		_, js := publishtest.Connect(t, url)
+		if _, err := publish.EnsureStream(t.Context(), js, publish.StreamOptions{SubjectPrefix: "pleg"}); err != nil {
+			t.Fatal(err)
+		}
+		var fs []fixture
+		for i := range perNamespace {
+			for n := range namespaces {
+				f := died()
+				f.legacy = legacy
+				f.namespace = fmt.Sprintf("team-%02d", n)
+				f.podUID = fmt.Sprintf("6f1c2a7e-0000-4000-8000-%06d%06d", n, i)
+				f.containerID = fmt.Sprintf("c-%d-%d", n, i)
+				fs = append(fs, f)
+			}
+		}
+		for _, e := range publishEvents(t, js, fs...) {
+			if e.Data.Pod.Namespace == "team-07" {
+				own += len(e.NATSSubject) + len(e.RawData)
+			}
+		}
+		nc, rjs := publishtest.Connect(t, url)
+		before := nc.Stats().InBytes
+		if err := consumer.Replay(t.Context(), rjs, consumer.Options{Filter: consumer.Filter{Namespace: "team-07"}}, collect(&got)); err != nil {
+			t.Fatal(err)
+		}
+		return got, nc.Stats().InBytes - before, own
+	}
+	got, in, own := received(false)
+	if len(got) != perNamespace {
+		t.Fatalf("replay of one namespace delivered %d events, want %d", len(got), perNamespace)
+	}
+	gotLegacy, inLegacy, _ := received(true)
+	if len(gotLegacy) != perNamespace {
+		t.Fatalf("replay of one namespace in the legacy layout delivered %d events, want %d", len(gotLegacy), perNamespace)
+	}
+	t.Logf("a replay of 1 namespace of %d: %d bytes received (its events' subjects and data: %d); legacy layout: %d bytes (%.1fx)",
+		namespaces, in, own, inLegacy, float64(inLegacy)/float64(in))
+	// Each message carries its body (more than the data) and headers; a
+	// replay adds its requests' replies. Three times the data is a wide
+	// bound that one other namespace's share already breaks.
+	if in > uint64(3*own) {
+		t.Errorf("replay of one namespace received %d bytes, want at most 3x its own events' %d", in, own)
+	}
+	if inLegacy < uint64(namespaces/2)*in {
+		t.Errorf("replay of the legacy layout received %d bytes, want about %d times the %d of the current one", inLegacy, namespaces, in)
 	}
 }
