@@ -1,7 +1,8 @@
 // Package consumer is what downstream Go services import to read the
 // pleg-bridge event stream: it decodes the CloudEvents pleg-bridge publishes
 // (structured and binary mode) into Event, builds JetStream filter subjects
-// for a node, a pod or a Lifecycle event type (Filter), follows live events
+// for a node, a namespace, a pod or a Lifecycle event type and selects by
+// labels and failures (Filter), follows live events
 // (Subscribe), reads history (Replay), consumes durably as a member of a
 // group of replicas (Consume), lists the current containers of a node, a
 // namespace, a pod or the cluster and then follows their changes from the
@@ -16,13 +17,14 @@
 // DurableOptions.Name, consists of:
 //
 //   - A work stream, "<stream>_<name>", that sources the event stream on the
-//     server. The source's subject transform is the group's filter (node,
-//     pod, type as literal tokens; a namespace is not in the subject, so it
-//     cannot be filtered on the server) and prefixes each copied subject
-//     with a partition number, {{partition(N,…)}} of the pod UID token:
-//     "pleg.node-1.<uid>.ContainerDied" becomes
-//     "5.pleg.node-1.<uid>.ContainerDied". So all events of a pod land in
-//     one partition, in stream order. The work stream has work-queue
+//     server. The source's subject transforms are the group's filter (node,
+//     namespace, pod, type as literal tokens) and prefix each copied
+//     subject with a partition number, {{partition(N,…)}} of the pod UID
+//     token: "pleg.node-1.shop.<uid>.ContainerDied" becomes
+//     "5.pleg.node-1.shop.<uid>.ContainerDied". So all events of a pod land
+//     in one partition, in stream order. A second transform in the same
+//     source copies the events of the legacy layout (without the namespace
+//     token) the same way. The work stream has work-queue
 //     retention: it holds the group's backlog, and an acknowledged event
 //     leaves it. It keeps sourcing while no member runs, so a group
 //     restarted hours later resumes where it stopped (within the event
