@@ -138,7 +138,11 @@ type Generator struct {
 	stream         *streamSupervisor
 
 	lastRelist atomic.Int64 // unix ns of the start of the last good relist
-	lastGC     time.Time    // used by the merge goroutine only
+	// fullRelists counts the full relists the relist loop began, so that
+	// the trigger can tell one begun after it took an ID
+	// (triggerSet.awaitListing) from one that may have listed before.
+	fullRelists atomic.Uint64
+	lastGC      time.Time // used by the merge goroutine only
 	// lastFull is the last full relist merged; lastOther is when the merge
 	// goroutine, the only one to use it, last merged anything else.
 	lastFull    lastFullMerge
@@ -470,11 +474,15 @@ func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration)
 // the runtime answered, before the merge.
 func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 	start := time.Now()
+	seq := g.fullRelists.Add(1)
 	b, err := g.relistFull(ctx, listed, g.submit)
 	if err != nil {
+		if ctx.Err() == nil {
+			g.triggers.relistFailed(seq)
+		}
 		return err
 	}
-	g.triggers.confirmAll()
+	g.triggers.confirmAll(seq)
 	g.metrics.relistDuration.Observe(time.Since(start).Seconds())
 	if !g.relistStart.IsZero() {
 		g.metrics.relistInterval.Observe(start.Sub(g.relistStart).Seconds())

@@ -26,6 +26,24 @@ import (
 // running, exited, or gone) until a targeted relist of its sandbox shows it,
 // and looked at again after 25 ms, then 50 ms, and so on, up to
 // triggerLooks times; past that, the periodic relist finds it.
+//
+// An event that names an ID the cache does not hold (a new pod, a new
+// container) needs the runtime to say which sandbox it is in. Asking for
+// each such ID in turn, one or two calls each, made the trigger goroutine
+// slower than the events as soon as the runtime was: at 100 new pods a
+// second and 10 ms a call it fell seconds behind, asked about containers
+// that were gone by then, and lost three of four short-lived containers
+// whole (the 1.7 soak under CPU saturation, and
+// TestContainerdEventsKeepUpWithASlowRuntime). So the trigger goroutine
+// takes every event that is waiting before it asks, and asks for the
+// unknown IDs together: a few are looked up one by one, coalesceAbove or
+// more (or any, while others already wait for one) wait for one full
+// relist, which lists them all in two calls however many they are. The
+// slower the runtime, the more IDs each listing answers, so the trigger
+// keeps up. An ID that a lookup or a full relist does not show, or that a
+// failed call could not show, is asked about again after 25 ms, then
+// 50 ms, and so on, up to triggerLooks times, with whatever else is
+// unknown by then.
 
 const (
 	// triggerLooks bounds the targeted relists one expectation asks for,
@@ -33,8 +51,9 @@ const (
 	triggerLooks = 8
 	// triggerRelookFirst is the wait before the second look.
 	triggerRelookFirst = 25 * time.Millisecond
-	// coalesceAbove is how many sandboxes due for a targeted relist at once
-	// make one full relist instead, in containerd-events mode.
+	// coalesceAbove is how many sandboxes due for a targeted relist at once,
+	// or how many IDs the cache does not know taken at once, make one full
+	// relist instead, in containerd-events mode.
 	coalesceAbove = 8
 )
 
@@ -47,6 +66,7 @@ const (
 	triggerConfirmed   = "confirmed"   // a targeted relist showed it
 	triggerRelooked    = "relooked"    // a targeted relist did not show it yet: asked again
 	triggerUnconfirmed = "unconfirmed" // no look showed it: left to the periodic relist
+	triggerListed      = "listed"      // its ID, not cached, waits for a full relist with others
 	triggerUnresolved  = "unresolved"  // CRI never listed its ID: left to the periodic relist
 )
 
@@ -72,16 +92,29 @@ type triggerSet struct {
 
 	mu      sync.Mutex
 	pending map[string]*expectation // guarded by mu; by container or sandbox ID
+	// listing holds the IDs the cache did not hold that wait for a full
+	// relist begun after they were taken, by ID (see resolveAll).
+	listing map[string]*awaited // guarded by mu
 }
 
-// unresolved is an event to resolve again: tries attempts so far.
+// unresolved is an event whose ID the cache does not hold: tries attempts
+// to resolve it so far.
 type unresolved struct {
 	ev    TaskEvent
 	tries int
 }
 
+// awaited is an ID waiting for a full relist: its furthest event, and the
+// number of full relists begun before it was taken (Generator.fullRelists),
+// which cannot have listed it.
+type awaited struct {
+	unresolved
+	after uint64
+}
+
 func newTriggerSet(g *Generator, results *prometheus.CounterVec) *triggerSet {
-	return &triggerSet{g: g, results: results, pending: make(map[string]*expectation), retries: make(chan unresolved, 1024)}
+	return &triggerSet{g: g, results: results, pending: make(map[string]*expectation),
+		listing: make(map[string]*awaited), retries: make(chan unresolved, 1024)}
 }
 
 // wantOf is the state a topic's event means its container has reached.
@@ -98,68 +131,179 @@ func wantOf(topic string) (cstate, bool) {
 }
 
 // runTriggers takes containerd's events from the subscription's buffer until
-// ctx is done. Resolving a container the cache does not know asks CRI, so
-// it runs here, off the subscription's reader, which never blocks.
+// ctx is done. Resolving IDs the cache does not know asks CRI, so it runs
+// here, off the subscription's reader, which never blocks: first every
+// event already waiting is taken, then the unknown IDs among them are
+// resolved together (resolveAll).
 func (g *Generator) runTriggers(ctx context.Context) error {
+	var unknown []unresolved
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case ev := <-g.taskBuf:
-			g.triggers.handle(ctx, ev, 0)
+			unknown = g.triggers.take(ctx, ev, 0, unknown)
 		case r := <-g.triggers.retries:
-			g.triggers.handle(ctx, r.ev, r.tries)
+			unknown = g.triggers.take(ctx, r.ev, r.tries, unknown)
 		}
+		// What is buffered now, not what keeps coming: a storm must not
+		// keep the lookups out.
+		for range len(g.taskBuf) {
+			unknown = g.triggers.take(ctx, <-g.taskBuf, 0, unknown)
+		}
+		for range len(g.triggers.retries) {
+			r := <-g.triggers.retries
+			unknown = g.triggers.take(ctx, r.ev, r.tries, unknown)
+		}
+		g.triggers.resolveAll(ctx, unknown)
+		clear(unknown)
+		unknown = unknown[:0]
 	}
 }
 
-// handle turns one event into an expectation and a targeted relist. tries
-// counts earlier attempts to resolve an ID that CRI did not list yet.
-func (t *triggerSet) handle(ctx context.Context, ev TaskEvent, tries int) {
-	g := t.g
+// take turns one event into an expectation and a targeted relist, if the
+// cache holds its ID, and returns unknown with the event appended if it does
+// not. tries counts earlier attempts to resolve the ID.
+func (t *triggerSet) take(ctx context.Context, ev TaskEvent, tries int, unknown []unresolved) []unresolved {
 	if ev.ExecID != "" {
 		t.results.WithLabelValues(triggerExec).Inc()
-		return
+		return unknown
 	}
 	want, ok := wantOf(ev.Topic)
 	if !ok {
-		return // DecodeEnvelope lets no other topic through
+		return unknown // DecodeEnvelope lets no other topic through
 	}
-	scope, state, found := g.locate(ev.ID)
+	scope, state, found := t.g.locate(ev.ID)
 	switch {
 	case found && state >= want:
 		t.results.WithLabelValues(triggerKnown).Inc()
-		return
-	case !found && want == stateGone:
+	case found:
+		t.expect(ctx, ev, want, scope)
+	case want == stateGone:
 		// Never seen: nothing was reported, so there is nothing to remove.
 		t.results.WithLabelValues(triggerKnown).Inc()
-		return
-	case !found:
-		var err error
-		scope, found, err = g.resolve(ctx, ev.ID)
-		if err != nil && ctx.Err() != nil {
-			return
-		}
-		if !found {
-			// CRI does not list it yet (containerd's event came first), or
-			// the runtime did not answer: look again shortly, bounded.
-			if tries+1 >= triggerLooks {
-				t.results.WithLabelValues(triggerUnresolved).Inc()
-				g.logger.Debug("containerd event names an ID that CRI does not list; the periodic relist covers it",
-					"topic", ev.Topic, "id", ev.ID, "err", err)
-				return
-			}
-			retry := unresolved{ev: ev, tries: tries + 1}
-			time.AfterFunc(relookDelay(tries+1), func() {
-				select {
-				case t.retries <- retry:
-				default: // a storm of them: the periodic relist covers it
-					t.results.WithLabelValues(triggerUnresolved).Inc()
-				}
-			})
-			return
-		}
+	default:
+		unknown = append(unknown, unresolved{ev: ev, tries: tries})
 	}
+	return unknown
+}
+
+// resolveAll finds out where the IDs of unknown are, which the cache did not
+// hold when their events were taken, and asks for their targeted relists.
+// Fewer than coalesceAbove IDs are looked up one by one (resolve), unless
+// IDs already wait for a full relist; then, or for more, they all wait for
+// one full relist, which confirmAll judges them by. An ID that a lookup does
+// not find is resolved again a little later (retry); so is one whose lookup
+// fails, with those not looked up yet: the runtime is not answering.
+func (t *triggerSet) resolveAll(ctx context.Context, unknown []unresolved) {
+	if len(unknown) == 0 {
+		return
+	}
+	// One per ID, with its furthest state: the events of a container
+	// that started and stopped while its start waited are looked up once.
+	ids := make([]unresolved, 0, len(unknown))
+	at := make(map[string]int, len(unknown))
+	for _, u := range unknown {
+		i, ok := at[u.ev.ID]
+		if !ok {
+			at[u.ev.ID] = len(ids)
+			ids = append(ids, u)
+			continue
+		}
+		ids[i] = furthest(ids[i], u)
+	}
+	t.mu.Lock()
+	waiting := len(t.listing) > 0
+	t.mu.Unlock()
+	if waiting || len(ids) >= coalesceAbove {
+		t.awaitListing(ids)
+		return
+	}
+	for i, u := range ids {
+		want, _ := wantOf(u.ev.Topic)
+		// A targeted relist asked for by another event (its sandbox's)
+		// may have listed it meanwhile.
+		scope, state, cached := t.g.locate(u.ev.ID)
+		if cached && state >= want {
+			t.results.WithLabelValues(triggerKnown).Inc()
+			continue
+		}
+		if !cached {
+			var found bool
+			var err error
+			scope, found, err = t.g.resolve(ctx, u.ev.ID)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return
+			case err != nil:
+				t.g.logger.Debug("looking up the ID of a containerd event failed; looking again shortly",
+					"topic", u.ev.Topic, "id", u.ev.ID, "err", err)
+				for _, u := range ids[i:] {
+					t.retry(u, "the runtime did not answer")
+				}
+				return
+			case !found:
+				t.retry(u, "CRI does not list it")
+				continue
+			}
+		}
+		t.expect(ctx, u.ev, want, scope)
+	}
+}
+
+// furthest is the one of two events of an ID that reports the further
+// state, with the more tries of the two.
+func furthest(a, b unresolved) unresolved {
+	wa, _ := wantOf(a.ev.Topic)
+	wb, _ := wantOf(b.ev.Topic)
+	out := a
+	if wb > wa {
+		out.ev = b.ev
+	}
+	out.tries = max(a.tries, b.tries)
+	return out
+}
+
+// awaitListing leaves ids to a full relist begun from now on, and asks for
+// one.
+func (t *triggerSet) awaitListing(ids []unresolved) {
+	after := t.g.fullRelists.Load()
+	t.mu.Lock()
+	for _, u := range ids {
+		if a, ok := t.listing[u.ev.ID]; ok {
+			a.unresolved = furthest(a.unresolved, u)
+			continue
+		}
+		t.listing[u.ev.ID] = &awaited{unresolved: u, after: after}
+	}
+	t.mu.Unlock()
+	t.results.WithLabelValues(triggerListed).Add(float64(len(ids)))
+	t.g.requestRelist()
+}
+
+// retry resolves u's ID again after a wait, up to triggerLooks times in
+// all; past that, it is left to the periodic relist. why says why it is
+// not resolved yet.
+func (t *triggerSet) retry(u unresolved, why string) {
+	if u.tries+1 >= triggerLooks {
+		t.results.WithLabelValues(triggerUnresolved).Inc()
+		t.g.logger.Debug("containerd event names an ID that CRI does not list; the periodic relist covers it",
+			"topic", u.ev.Topic, "id", u.ev.ID, "tries", u.tries+1, "reason", why)
+		return
+	}
+	again := unresolved{ev: u.ev, tries: u.tries + 1}
+	time.AfterFunc(relookDelay(again.tries), func() {
+		select {
+		case t.retries <- again:
+		default: // a storm of them: the periodic relist covers it
+			t.results.WithLabelValues(triggerUnresolved).Inc()
+		}
+	})
+}
+
+// expect records what the cache should come to show of ev's ID, found in
+// scope's sandbox, and asks for a targeted relist of it at once.
+func (t *triggerSet) expect(ctx context.Context, ev TaskEvent, want cstate, scope relistScope) {
 	t.mu.Lock()
 	e, ok := t.pending[ev.ID]
 	if !ok {
@@ -172,11 +316,29 @@ func (t *triggerSet) handle(ctx context.Context, ev TaskEvent, tries int) {
 	e.looks++
 	t.mu.Unlock()
 	t.results.WithLabelValues(triggerRequested).Inc()
-	if g.logger.Enabled(ctx, slog.LevelDebug) {
+	if g := t.g; g.logger.Enabled(ctx, slog.LevelDebug) {
 		g.logger.Debug("containerd event", "topic", ev.Topic, "id", ev.ID, "sandbox_id", scope.sandboxID,
 			"published", ev.At.UTC(), "age", time.Since(ev.At))
 	}
-	g.targeted.RequestAfter(scope, 0)
+	t.g.targeted.RequestAfter(scope, 0)
+}
+
+// relistFailed resolves again, a little later, the IDs that waited for
+// full relist number seq, which failed (retry): waiting for the next one
+// could take a safety-net period.
+func (t *triggerSet) relistFailed(seq uint64) {
+	var due []unresolved
+	t.mu.Lock()
+	for id, a := range t.listing {
+		if a.after < seq {
+			delete(t.listing, id)
+			due = append(due, a.unresolved)
+		}
+	}
+	t.mu.Unlock()
+	for _, u := range due {
+		t.retry(u, "the full relist failed")
+	}
 }
 
 // confirm checks, after a targeted relist of s's sandbox was merged (b) or
@@ -187,11 +349,49 @@ func (t *triggerSet) confirm(s relistScope, b *batch) {
 	t.check(func(e *expectation) bool { return e.scope.sandboxID == s.sandboxID }, b != nil)
 }
 
-// confirmAll checks every expectation after a full relist was merged, as
-// confirm does for one sandbox: a burst coalesced into this relist left the
-// queue, so nothing else would look at what it did not show before the
-// safety-net relist.
-func (t *triggerSet) confirmAll() {
+// confirmAll checks every expectation after full relist number seq (see
+// Generator.fullRelists) was merged, as confirm does for one sandbox: a
+// burst coalesced into this relist left the queue, so nothing else would
+// look at what it did not show before the safety-net relist. The IDs that
+// waited for a full relist begun after they were taken (awaitListing) are
+// judged first: one the cache holds now becomes an expectation, checked
+// with the others; one it does not is resolved again later (retry).
+func (t *triggerSet) confirmAll(seq uint64) {
+	var due []*awaited
+	t.mu.Lock()
+	for id, a := range t.listing {
+		if a.after < seq { // a relist begun before may have listed before the event came
+			delete(t.listing, id)
+			due = append(due, a)
+		}
+	}
+	t.mu.Unlock()
+	if len(due) > 0 {
+		// Looked up in the cache without the lock: locate reads every pod.
+		type listed struct {
+			want  cstate
+			scope relistScope
+		}
+		found := make(map[string]listed, len(due))
+		for _, a := range due {
+			if scope, _, ok := t.g.locate(a.ev.ID); ok {
+				want, _ := wantOf(a.ev.Topic)
+				found[a.ev.ID] = listed{want, scope}
+			} else {
+				t.retry(a.unresolved, "a full relist did not list it")
+			}
+		}
+		t.mu.Lock()
+		for id, l := range found {
+			if e, ok := t.pending[id]; ok {
+				e.want = max(e.want, l.want)
+			} else {
+				// The full relist was its first look.
+				t.pending[id] = &expectation{want: l.want, scope: l.scope, looks: 1}
+			}
+		}
+		t.mu.Unlock()
+	}
 	t.check(func(*expectation) bool { return true }, true)
 }
 

@@ -554,3 +554,102 @@ func TestAContainerCRIDoesNotListYetIsResolvedAgainBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestContainerdEventsKeepUpWithASlowRuntime: under CPU load every CRI call
+// takes a while. Short-lived pods start at 100 a second while each call
+// takes 10 ms; containerd's events name IDs the cache does not know yet,
+// faster than they can be looked up one at a time. Every container must
+// still be reported, Started, Died and Removed, in order, by the events'
+// relists, long before the safety-net relist; none may be looked up only
+// once it is gone.
+func TestContainerdEventsKeepUpWithASlowRuntime(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f, stop := startTriggered(t, generator.Options{})
+		defer stop()
+		for _, method := range []string{"ListContainers", "ListPodSandbox", "ContainerStatus"} {
+			f.rt.SetLatency(method, 10*time.Millisecond)
+		}
+		m := f.rt.Model()
+		const pods = 100
+		var ids []string
+		for i := range pods {
+			advance(10 * time.Millisecond)
+			sb := must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("uid-%d", i)}))
+			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+			must(0, m.StartContainer(c))
+			ids = append(ids, sb, c)
+			time.AfterFunc(time.Second, func() {
+				must(0, m.StopContainer(c, 1, "Error", ""))
+				must(0, m.RemovePodSandbox(sb))
+			})
+		}
+		f.rec.Wait(t, 6*pods, time.Minute)
+		byID := map[string][]string{}
+		for _, e := range f.rec.Events() {
+			byID[e.Container.ID] = append(byID[e.Container.ID], string(e.Type))
+		}
+		want := []string{"ContainerStarted", "ContainerDied", "ContainerRemoved"}
+		for _, id := range ids {
+			if diff := cmp.Diff(want, byID[id]); diff != "" {
+				t.Errorf("%.12s (-want +got):\n%s", id, diff)
+			}
+		}
+		if n := triggerCount(t, f, "unresolved"); n != 0 {
+			t.Errorf("%v IDs left unresolved, want none", n)
+		}
+	})
+}
+
+// TestUnknownIDsAreLookedUpAgainWhenTheRuntimeFails: the runtime fails the
+// call that was to say where a new container is, or the full relist that
+// was to list a burst of new pods. The IDs are asked about again within
+// milliseconds, not left to the safety-net relist.
+func TestUnknownIDsAreLookedUpAgainWhenTheRuntimeFails(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f, stop := startTriggered(t, generator.Options{})
+		defer stop()
+		m := f.rt.Model()
+		sb, _ := runningPod(t, f)
+		advance(10 * time.Second) // past every look the starts asked for
+
+		// One new container: its lookup fails.
+		f.rt.FailNext("ListContainers", status.Error(codes.Unavailable, "runtime busy"))
+		c := must(m.CreateContainer(sb, crisim.ContainerConfig{Name: "late"}))
+		must(0, m.StartContainer(c))
+		started := time.Now()
+		evs := f.rec.Wait(t, 3, time.Second)
+		if last := evs[len(evs)-1]; last.Type != generator.ContainerStarted || last.Container.ID != c {
+			t.Errorf("last event %s, want the new container's start", generatortest.Line(last))
+		}
+		if d := time.Since(started); d > 100*time.Millisecond {
+			t.Errorf("a container whose lookup failed reported after %v, want within 100 ms", d)
+		}
+		advance(10 * time.Second)
+
+		// A burst of new pods, more than are looked up one by one, comes
+		// while the trigger waits for a lookup: the full relist that was
+		// to list them fails.
+		f.rt.Hang()
+		c = must(m.CreateContainer(sb, crisim.ContainerConfig{Name: "slow"}))
+		must(0, m.StartContainer(c))
+		synctest.Wait() // its lookup hangs
+		for i := range 10 {
+			sb := must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("burst-%d", i)}))
+			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+			must(0, m.StartContainer(c))
+		}
+		synctest.Wait() // their events wait for the trigger
+		f.rt.FailNext("ListPodSandbox", status.Error(codes.Unavailable, "runtime busy"))
+		f.rt.Unhang()
+		started = time.Now()
+		f.rec.Wait(t, 4+20, time.Second)
+		if d := time.Since(started); d > 200*time.Millisecond {
+			t.Errorf("a burst whose full relist failed reported after %v, want within 200 ms", d)
+		}
+		if n := triggerCount(t, f, "listed"); n < 20 {
+			t.Errorf("pleg_bridge_containerd_triggers_total{result=\"listed\"} = %v, want the burst's 20 IDs left to a full relist", n)
+		}
+	})
+}

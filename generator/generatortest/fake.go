@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/generator"
@@ -29,6 +30,7 @@ type FakeRuntime struct {
 	opened  chan struct{}                   // one signal per WatchEvents call that subscribed
 	muted   bool                            // guarded by mu; streams stay open but deliver nothing
 	calls   map[string][]string             // guarded by mu; the sandbox filter of each list call
+	latency map[string]time.Duration        // guarded by mu; how long each call of a method takes
 	// taskStreams counts the open WatchTaskEvents calls, which are in
 	// streams too.
 	taskStreams int // guarded by mu
@@ -46,7 +48,7 @@ var (
 // NewFakeRuntime returns a fake over a new model with opts.
 func NewFakeRuntime(opts crisim.Options) *FakeRuntime {
 	return &FakeRuntime{model: crisim.NewRuntime(opts), failing: map[string][]error{}, streams: map[int]context.CancelCauseFunc{},
-		opened: make(chan struct{}, streamOpenedBuffer), calls: map[string][]string{}}
+		opened: make(chan struct{}, streamOpenedBuffer), calls: map[string][]string{}, latency: map[string]time.Duration{}}
 }
 
 // Model is the in-memory runtime the test drives.
@@ -58,6 +60,21 @@ func (f *FakeRuntime) FailNext(method string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.failing[method] = append(f.failing[method], err)
+}
+
+// SetLatency makes every later call to method (e.g. "ListContainers",
+// "ContainerStatus") take d before it is answered, or until its ctx ends,
+// as a runtime on a saturated CPU does; 0 removes the delay. The call reads
+// the model after the wait, so it sees what changed meanwhile. Inside a
+// synctest bubble the wait is virtual.
+func (f *FakeRuntime) SetLatency(method string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d <= 0 {
+		delete(f.latency, method)
+		return
+	}
+	f.latency[method] = d
 }
 
 // EndStreams ends every open WatchEvents and WatchTaskEvents call with a
@@ -140,12 +157,21 @@ func (f *FakeRuntime) recordList(method, sandboxID string) {
 
 func (f *FakeRuntime) enter(ctx context.Context, method string) error {
 	f.mu.Lock()
-	hang := f.hang
+	hang, delay := f.hang, f.latency[method]
 	var err error
 	if q := f.failing[method]; len(q) > 0 {
 		err, f.failing[method] = q[0], q[1:]
 	}
 	f.mu.Unlock()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	if err != nil {
 		return err
 	}
