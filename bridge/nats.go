@@ -94,34 +94,11 @@ func connectNATS(url, name string, opts NATSOptions, connected prometheus.Gauge,
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("NATS error", "err", err) }),
 	}
-	if opts.Creds != "" {
-		nopts = append(nopts, nats.UserCredentials(opts.Creds))
+	auth, err := opts.ClientOptions(log)
+	if err != nil {
+		return nil, err
 	}
-	if opts.NKeySeed != "" {
-		o, err := nats.NkeyOptionFromSeed(opts.NKeySeed)
-		if err != nil {
-			return nil, fmt.Errorf("read NATS NKey seed %q: %w", opts.NKeySeed, err)
-		}
-		nopts = append(nopts, o)
-	}
-	if opts.User != "" {
-		nopts = append(nopts, nats.UserInfo(opts.User, opts.Password))
-	}
-	if opts.Token != "" {
-		nopts = append(nopts, nats.Token(opts.Token))
-	}
-	if opts.TokenFile != "" {
-		nopts = append(nopts, nats.TokenHandler(tokenFromFile(opts.TokenFile, log)))
-	}
-	if opts.TLSCA != "" {
-		nopts = append(nopts, nats.RootCAs(opts.TLSCA))
-	}
-	if opts.TLSCert != "" {
-		nopts = append(nopts, nats.ClientCert(opts.TLSCert, opts.TLSKey))
-	}
-	if opts.InboxPrefix != "" {
-		nopts = append(nopts, nats.CustomInboxPrefix(opts.InboxPrefix))
-	}
+	nopts = append(nopts, auth...)
 	connected.Set(0)
 	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
@@ -220,4 +197,43 @@ func ReadToken(path string) (string, error) {
 		return "", errors.New("the file is empty")
 	}
 	return tok, nil
+}
+
+// ClientOptions returns the nats.go options that authenticate and secure a
+// connection as o says: credentials file, NKey seed, user and password,
+// token or token file (read again at every reconnect, a failure to read it
+// logged on log), TLS CA and client certificate, and the inbox prefix. The
+// bridge and the command-line tools connect with the same settings. An
+// NKey seed file that cannot be read is an error naming it.
+func (o NATSOptions) ClientOptions(log *slog.Logger) ([]nats.Option, error) {
+	var nopts []nats.Option
+	if o.Creds != "" {
+		nopts = append(nopts, nats.UserCredentials(o.Creds))
+	}
+	if o.NKeySeed != "" {
+		opt, err := nats.NkeyOptionFromSeed(o.NKeySeed)
+		if err != nil {
+			return nil, fmt.Errorf("read NATS NKey seed %q: %w", o.NKeySeed, err)
+		}
+		nopts = append(nopts, opt)
+	}
+	if o.User != "" {
+		nopts = append(nopts, nats.UserInfo(o.User, o.Password))
+	}
+	if o.Token != "" {
+		nopts = append(nopts, nats.Token(o.Token))
+	}
+	if o.TokenFile != "" {
+		nopts = append(nopts, nats.TokenHandler(tokenFromFile(o.TokenFile, log)))
+	}
+	if o.TLSCA != "" {
+		nopts = append(nopts, nats.RootCAs(o.TLSCA))
+	}
+	if o.TLSCert != "" {
+		nopts = append(nopts, nats.ClientCert(o.TLSCert, o.TLSKey))
+	}
+	if o.InboxPrefix != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(o.InboxPrefix))
+	}
+	return nopts, nil
 }

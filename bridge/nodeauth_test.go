@@ -115,7 +115,7 @@ func TestBridgeRunsWithItsNodesMintedCredentials(t *testing.T) {
 	if err := model.StopContainer(app, 0, "Completed", ""); err != nil {
 		t.Fatal(err)
 	}
-	subject := func(typ string) string { return "pleg." + tok + ".uid-1." + typ }
+	subject := func(typ string) string { return "pleg." + tok + ".shop.uid-1." + typ }
 	checkLines(t, readSubjects(t, admin, schemas.DefaultStream, 3),
 		[]string{subject("ContainerStarted"), subject("ContainerStarted"), subject("ContainerDied")})
 	waitKeys(t, kv, tok+".>", 2)

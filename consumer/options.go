@@ -21,6 +21,11 @@ type Options struct {
 	// schemas.DefaultSubjectPrefix if empty.
 	SubjectPrefix string
 	Filter        Filter
+	// Legacy says whether to read, besides the current subject layout,
+	// the events of the legacy one, which bridges before the namespace
+	// token wrote: LegacyAuto (the zero value) if the stream holds any that
+	// the filter may select (see Filter.LegacySubject).
+	Legacy LegacyMode
 	// StartTime, if set, starts at the first message the stream stored at or
 	// after it. Times are JetStream's storage times, which trail the events'
 	// own times by the publishing delay.
@@ -46,6 +51,32 @@ type Options struct {
 	// called from the goroutine that called Subscribe or Replay.
 	OnError func(error)
 }
+
+// LegacyMode says whether Subscribe and Replay read the events of the
+// legacy subject layout, <prefix>.<node>.<podUID>.<eventType>. It matters
+// only for a filter on a namespace, a pod or a type: a filter on nothing or
+// on a node selects both layouts with one subject anyway.
+type LegacyMode int
+
+const (
+	// LegacyAuto reads them if the stream holds a message that the legacy
+	// filter subject matches: one get of a message by subject, bounded by
+	// legacyProbeTimeout. A reader that may not make that request (one
+	// limited to namespaces: a legacy subject carries no namespace to limit
+	// it by) reads the current layout only; the server reports the refusal
+	// on the connection's error handler.
+	LegacyAuto LegacyMode = iota
+	// LegacyNever reads the current layout only, without asking.
+	LegacyNever
+	// LegacyAlways reads both without asking: a consumer with two filter
+	// subjects, which a reader limited to namespaces may not create.
+	LegacyAlways
+)
+
+// legacyProbeTimeout bounds LegacyAuto's request: the server answers it
+// from its subject index, or refuses it without a reply, which only the
+// timeout ends.
+const legacyProbeTimeout = time.Second
 
 // DecodeError reports a message in the stream that could not be decoded.
 type DecodeError struct {
@@ -91,7 +122,7 @@ func (o Options) consumerConfig(ctx context.Context, js jetstream.JetStream, del
 	if err != nil {
 		return jetstream.OrderedConsumerConfig{}, err
 	}
-	if legacy != "" && legacyEvents(ctx, js, o.stream(), legacy) {
+	if legacy != "" && (o.Legacy == LegacyAlways || o.Legacy == LegacyAuto && legacyEvents(ctx, js, o.stream(), legacy)) {
 		cfg.FilterSubjects = append(cfg.FilterSubjects, legacy)
 	}
 	switch {
@@ -116,8 +147,10 @@ func (o Options) consumerConfig(ctx context.Context, js jetstream.JetStream, del
 // beyond its namespace: a reader whose permissions are limited to
 // namespaces, which cannot make that request, reads the current layout only
 // (a stream still holding legacy events is for readers of the whole
-// stream).
+// stream), after legacyProbeTimeout.
 func legacyEvents(ctx context.Context, js jetstream.JetStream, stream, legacy string) bool {
+	ctx, cancel := context.WithTimeout(ctx, legacyProbeTimeout)
+	defer cancel()
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return false

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -27,7 +26,7 @@ var psColumns = []string{"NODE", "NAMESPACE", "POD", "CONTAINER", "STATE", "EXIT
 
 // psFlags are ps's flags.
 type psFlags struct {
-	natsURL   string
+	nats      *natsFlags
 	bucket    string
 	node      string
 	namespace string
@@ -68,7 +67,7 @@ until Ctrl-C.`,
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.natsURL, "nats-url", cmp.Or(env.getenv("PLEG_NATS_URL"), defaultNATSURL), "NATS server URL (env PLEG_NATS_URL)")
+	f.nats = addNATSFlags(fl, env.getenv)
 	fl.StringVar(&f.bucket, "bucket", cmp.Or(env.getenv("PLEG_STATE_BUCKET"), schemas.DefaultStateBucket), "the bridges' state bucket (env PLEG_STATE_BUCKET)")
 	fl.StringVar(&f.node, "node", "", "only containers of this node")
 	fl.StringVarP(&f.namespace, "namespace", "n", "", "only containers of this namespace")
@@ -79,7 +78,7 @@ until Ctrl-C.`,
 	fl.BoolVar(&f.sandboxes, "sandboxes", false, "show pod sandboxes too")
 	fl.BoolVarP(&f.watch, "watch", "w", false, "after the list, print each change until interrupted")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object a line: key, op and the container's latest CloudEvent")
-	registerStateCompletions(c, stateFlags{natsURL: &f.natsURL, bucket: &f.bucket, node: &f.node, namespace: &f.namespace, pod: &f.pod})
+	registerStateCompletions(c, stateFlags{nats: f.nats, bucket: &f.bucket, node: &f.node, namespace: &f.namespace, pod: &f.pod})
 	return c
 }
 
@@ -91,15 +90,11 @@ func runPS(ctx context.Context, cmd string, f *psFlags, stdout, stderr io.Writer
 	if err != nil {
 		return &usageError{cmd: cmd, err: err}
 	}
-	nc, err := nats.Connect(f.natsURL, nats.Name("pleg-bridge ps"))
+	ctx, nc, js, err := f.nats.connect(ctx, "pleg-bridge ps")
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s (--nats-url): %w", redactURLs(f.natsURL), err)
+		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("create JetStream handle: %w", err)
-	}
 	p := &psPrinter{f: f, w: stdout, now: now}
 	opts := consumer.StateOptions{
 		Bucket: f.bucket, Filter: filter,
@@ -126,6 +121,9 @@ func runPS(ctx context.Context, cmd string, f *psFlags, stdout, stderr io.Writer
 			return p.change(ch)
 		}
 	})
+	if err := refusal(ctx); err != nil {
+		return err
+	}
 	switch {
 	case errors.Is(err, errListDone):
 		return nil

@@ -71,14 +71,14 @@ func runReplay(ctx context.Context, cmd string, sf *streamFlags, o replayOptions
 	opts.StartTime, opts.EndTime = o.since, o.until
 	opts.OnError = func(err error) { fmt.Fprintf(env.stderr, "skip message: %v\n", err) }
 
-	nc, js, err := sf.connect("pleg-bridge replay")
+	ctx, nc, js, err := sf.nats.connect(ctx, "pleg-bridge replay")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	if _, err := sf.lastSeq(ctx, js); err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return refusal(ctx)
 		}
 		return err
 	}
@@ -91,6 +91,9 @@ func runReplay(ctx context.Context, cmd string, sf *streamFlags, o replayOptions
 		matched++
 		return p.print(e)
 	})
+	if err := refusal(ctx); err != nil {
+		return err
+	}
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

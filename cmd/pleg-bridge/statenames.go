@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
@@ -26,7 +25,8 @@ const stateLookupTimeout = 2 * time.Second
 // the state bucket, and at where the bucket is. Completion reads them
 // when it runs: cobra has parsed the flags before the one being completed.
 type stateFlags struct {
-	natsURL, bucket      *string
+	nats                 *natsFlags
+	bucket               *string
 	node, namespace, pod *string
 }
 
@@ -49,7 +49,7 @@ func (f stateFlags) complete(flag string) cobra.CompletionFunc {
 		if ns, _, ok := strings.Cut(toComplete, "/"); ok && flag == "pod" && ns != "" {
 			filter.Namespace = ns // the server sends only that namespace's containers
 		}
-		cs, err := listStateAt(c.Context(), *f.natsURL, *f.bucket, filter)
+		cs, err := listStateAt(c.Context(), f.nats, *f.bucket, filter)
 		if err != nil {
 			fmt.Fprintf(c.ErrOrStderr(), "complete --%s: %v\n", flag, err)
 			return nil, cobra.ShellCompDirectiveNoFileComp
@@ -100,22 +100,22 @@ func stateName(flag string, r schemas.StateRef) string {
 	return ""
 }
 
-// listStateAt connects to the NATS server at natsURL and lists the
-// containers of bucket that filter selects, within stateLookupTimeout.
-func listStateAt(ctx context.Context, natsURL, bucket string, filter consumer.StateFilter) ([]consumer.ContainerState, error) {
+// listStateAt connects to the NATS server of nf and lists the containers
+// of bucket that filter selects, within stateLookupTimeout.
+func listStateAt(ctx context.Context, nf *natsFlags, bucket string, filter consumer.StateFilter) ([]consumer.ContainerState, error) {
 	deadline := time.Now().Add(stateLookupTimeout)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	// nats.Connect takes no context: its timeout bounds the dial, and the
 	// handshake with a server that accepts and then says nothing.
-	nc, err := nats.Connect(natsURL, nats.Name("pleg-bridge completion"), nats.Timeout(time.Until(deadline)), nats.NoReconnect())
+	ctx, nc, js, err := nf.connect(ctx, "pleg-bridge completion", nats.Timeout(time.Until(deadline)), nats.NoReconnect())
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s (--nats-url): %w", redactURLs(natsURL), err)
+		return nil, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("create JetStream handle: %w", err)
+	cs, err := consumer.ListState(ctx, js, consumer.StateOptions{Bucket: bucket, Filter: filter})
+	if rerr := refusal(ctx); rerr != nil {
+		return nil, rerr
 	}
-	return consumer.ListState(ctx, js, consumer.StateOptions{Bucket: bucket, Filter: filter})
+	return cs, err
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
@@ -22,7 +21,7 @@ const defaultNATSURL = "nats://127.0.0.1:4222"
 // streamFlags are the flags tail and replay share: where the events are,
 // which of them to print and how.
 type streamFlags struct {
-	natsURL   string
+	nats      *natsFlags
 	stream    string
 	prefix    string
 	bucket    string
@@ -55,7 +54,7 @@ checked on each event the server sends, so give them with --namespace or
 func addStreamFlags(c *cobra.Command, getenv func(string) string) *streamFlags {
 	f := &streamFlags{}
 	fs := c.Flags()
-	fs.StringVar(&f.natsURL, "nats-url", cmp.Or(getenv("PLEG_NATS_URL"), defaultNATSURL), "NATS server URL (env PLEG_NATS_URL)")
+	f.nats = addNATSFlags(fs, getenv)
 	fs.StringVar(&f.stream, "stream", cmp.Or(getenv("PLEG_STREAM"), schemas.DefaultStream), "JetStream stream name (env PLEG_STREAM)")
 	fs.StringVar(&f.prefix, "prefix", cmp.Or(getenv("PLEG_SUBJECT_PREFIX"), schemas.DefaultSubjectPrefix), "subject prefix (env PLEG_SUBJECT_PREFIX)")
 	fs.StringVar(&f.bucket, "bucket", cmp.Or(getenv("PLEG_STATE_BUCKET"), schemas.DefaultStateBucket), "the bridges' state bucket, which completes --node, --namespace and --pod (env PLEG_STATE_BUCKET)")
@@ -70,7 +69,7 @@ func addStreamFlags(c *cobra.Command, getenv func(string) string) *streamFlags {
 	fs.StringVar(&f.color, "color", "auto", "highlight containers that died with a non-zero exit or OOMKilled: auto (on a terminal, unless NO_COLOR is set), always or never")
 	_ = c.RegisterFlagCompletionFunc("type", cobra.FixedCompletions([]string{"started", "died", "removed"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = c.RegisterFlagCompletionFunc("color", cobra.FixedCompletions([]string{"auto", "always", "never"}, cobra.ShellCompDirectiveNoFileComp))
-	registerStateCompletions(c, stateFlags{natsURL: &f.natsURL, bucket: &f.bucket, node: &f.node, namespace: &f.namespace, pod: &f.pod})
+	registerStateCompletions(c, stateFlags{nats: f.nats, bucket: &f.bucket, node: &f.node, namespace: &f.namespace, pod: &f.pod})
 	return f
 }
 
@@ -178,7 +177,7 @@ func (f *streamFlags) podUIDHint() string {
 func (f *streamFlags) lastSeq(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	s, err := js.Stream(ctx, f.stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, fmt.Errorf("stream %s not found on %s (--stream; the bridges publish to PLEG_STREAM)", f.stream, redactURLs(f.natsURL))
+		return 0, fmt.Errorf("stream %s not found on %s (--stream; the bridges publish to PLEG_STREAM)", f.stream, redactURLs(f.nats.url))
 	}
 	if err != nil {
 		return 0, fmt.Errorf("look up stream %s: %w", f.stream, err)
@@ -188,21 +187,7 @@ func (f *streamFlags) lastSeq(ctx context.Context, js jetstream.JetStream) (uint
 
 // where names the stream and the server, without a password.
 func (f *streamFlags) where() string {
-	return fmt.Sprintf("stream %s on %s", f.stream, redactURLs(f.natsURL))
-}
-
-// connect connects to the flags' NATS URL under the client name name.
-func (f *streamFlags) connect(name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(f.natsURL, nats.Name(name))
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s (--nats-url): %w", redactURLs(f.natsURL), err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("create JetStream handle: %w", err)
-	}
-	return nc, js, nil
+	return fmt.Sprintf("stream %s on %s", f.stream, redactURLs(f.nats.url))
 }
 
 // redactURLs hides the passwords of a comma-separated list of server URLs.

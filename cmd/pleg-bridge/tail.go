@@ -86,7 +86,7 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 	opts.DeliverAll, opts.StartTime, opts.StartSeq = o.all, o.since, o.fromSeq
 	opts.OnError = func(err error) { fmt.Fprintf(env.stderr, "skip message: %v\n", err) }
 
-	nc, js, err := sf.connect("pleg-bridge tail")
+	ctx, nc, js, err := sf.nats.connect(ctx, "pleg-bridge tail")
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 	stored, err := sf.lastSeq(ctx, js)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return refusal(ctx)
 		}
 		return err
 	}
@@ -145,6 +145,9 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 		matched++
 		return p.print(e)
 	})
+	if err := refusal(ctx); err != nil {
+		return err
+	}
 	if err != nil {
 		return endOfOutput(err)
 	}
