@@ -321,14 +321,18 @@ function checkMessage(m, opts, schemas) {
   if (!msgId) reasons.push("no Nats-Msg-Id header");
   else if (msgId.length !== 1 || msgId[0] !== wire.id) reasons.push(`Nats-Msg-Id ${JSON.stringify(msgId)} is not the id ${JSON.stringify(wire.id)}`);
 
-  // 4. The subject: <prefix>.<node-token>.<poduid-token>.<Type>.
+  // 4. The subject: <prefix>.<node-token>.<namespace-token>.<poduid-token>.<Type>,
+  //    or, written by bridges before the namespace token, the legacy
+  //    <prefix>.<node-token>.<poduid-token>.<Type>.
   const typeToken = EVENT_TYPES.get(wire.type);
-  if (typeToken && typeof wire.node === "string" && typeof wire.poduid === "string") {
-    const want = `${opts.prefix}.${encodeToken(wire.node)}.${encodeToken(wire.poduid)}.${typeToken}`;
-    if (m.subject !== want) reasons.push(`NATS subject ${JSON.stringify(m.subject)}, want ${JSON.stringify(want)}`);
+  const namespace = wireData && wireData.pod && wireData.pod.namespace;
+  if (typeToken && typeof wire.node === "string" && typeof wire.poduid === "string" && typeof namespace === "string") {
+    const want = `${opts.prefix}.${encodeToken(wire.node)}.${encodeToken(namespace)}.${encodeToken(wire.poduid)}.${typeToken}`;
+    const legacy = `${opts.prefix}.${encodeToken(wire.node)}.${encodeToken(wire.poduid)}.${typeToken}`;
+    if (m.subject !== want && m.subject !== legacy) reasons.push(`NATS subject ${JSON.stringify(m.subject)}, want ${JSON.stringify(want)}`);
   } else {
     const n = opts.prefix.split(".").length;
-    if (m.subject.split(".").length !== n + 3) reasons.push(`NATS subject ${JSON.stringify(m.subject)} does not have ${n + 3} tokens`);
+    if (m.subject.split(".").length !== n + 4) reasons.push(`NATS subject ${JSON.stringify(m.subject)} does not have ${n + 4} tokens`);
   }
 
   // 5. The SDK's event agrees with the wire (a decoding or mapping mismatch
