@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // replay runs pleg-bridge replay to the end and returns its output lines.
@@ -272,5 +274,38 @@ func TestReplaySelectsByLabelsAndFailures(t *testing.T) {
 		if diff := cmp.Diff(tt.want, got); diff != "" {
 			t.Errorf("replay %s printed (-want +got):\n%s", strings.Join(tt.args, " "), diff)
 		}
+	}
+}
+
+// A stream an upgraded bridge writes to still holds the events of its
+// predecessor, on subjects without the namespace token: replay and tail
+// read them beside the new ones, the namespace filter included.
+func TestReplayAndTailReadBothSubjectLayouts(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	old := lifecycle(generator.ContainerStarted, web, "app", 3*time.Hour+4*time.Minute+5*time.Second)
+	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: "node-1", SubjectPrefix: testPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := enc.Encode(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Subject = schemas.LegacySubject(testPrefix, "node-1", web.UID, string(old.Type))
+	if _, err := env.js.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatalf("publish %s: %v", msg.Subject, err)
+	}
+	env.publish(t, "node-1", lifecycle(generator.ContainerDied, web, "app", 3*time.Hour+9*time.Minute+500*time.Millisecond))
+	env.publish(t, "node-2.example.com", lifecycle(generator.ContainerStarted, dns, "dns", 3*time.Hour+5*time.Minute+750*time.Millisecond))
+
+	for _, args := range [][]string{{"-n", "default"}, {"--pod", "default/web-0"}, {"--pod", web.UID}} {
+		if diff := cmp.Diff(dated(webStarted, webDied), replay(t, env, args...)); diff != "" {
+			t.Errorf("replay %s printed (-want +got):\n%s", strings.Join(args, " "), diff)
+		}
+	}
+	r := startTail(t, env, "--all", "-n", "default")
+	if diff := cmp.Diff(dated(webStarted, webDied), readLines(t, r.lines, 2)); diff != "" {
+		t.Errorf("tail --all -n default printed (-want +got):\n%s", diff)
 	}
 }
