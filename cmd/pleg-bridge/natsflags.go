@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -88,6 +91,12 @@ func (f *natsFlags) connect(ctx context.Context, name string, extra ...nats.Opti
 	nc, err := nats.Connect(f.url, append(opts, extra...)...)
 	if err != nil {
 		cancel(nil)
+		if errors.Is(err, nats.ErrNoServers) {
+			// nats.go drops the dial error of its first round: say why.
+			if why := dialError(f.url); why != nil {
+				err = fmt.Errorf("%w (%w)", err, why)
+			}
+		}
 		return ctx, nil, nil, fmt.Errorf("connect to NATS at %s (--nats-url): %w", redactURLs(f.url), err)
 	}
 	js, err := jetstream.New(nc)
@@ -105,6 +114,27 @@ func (f *natsFlags) connect(ctx context.Context, name string, extra ...nats.Opti
 func legacyProbe(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, `"$JS.API.STREAM.MSG.GET.`) || strings.Contains(s, `"$JS.API.DIRECT.GET.`)
+}
+
+// dialError returns why the first of the comma-separated server URLs
+// cannot be reached over TCP (connection refused, a name that does not
+// resolve), nil if it can or the URL does not parse.
+func dialError(urls string) error {
+	first, _, _ := strings.Cut(urls, ",")
+	u, err := url.Parse(strings.TrimSpace(first))
+	if err != nil || u.Host == "" {
+		return nil
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "4222")
+	}
+	conn, err := net.DialTimeout("tcp", host, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	conn.Close()
+	return nil
 }
 
 // refusal returns the permission violation that canceled ctx (see

@@ -207,6 +207,7 @@ func TestReplayRefusesBadFlags(t *testing.T) {
 		{name: "a --pod with too many slashes is named", args: []string{"--pod", "a/b/c"}, wantErr: "--pod", wantUsage: true},
 		{name: "a tail-only flag is named", args: []string{"--pod", "p", "--all"}, wantErr: "all", wantUsage: true},
 		{name: "an unreachable server is named by its URL", args: []string{"--pod", "p", "--nats-url", "nats://127.0.0.1:1"}, wantErr: "nats://127.0.0.1:1"},
+		{name: "a refused connection says so", args: []string{"--pod", "p", "--nats-url", "nats://127.0.0.1:1"}, wantErr: "connection refused"},
 		{name: "a missing stream is named", args: []string{"--pod", "p", "--stream", "NOPE"}, wantErr: "NOPE"},
 		{name: "a namespace that is not a DNS label is named", args: []string{"-n", "Shop_1"}, wantErr: `--namespace: invalid namespace "Shop_1"`, wantUsage: true},
 		{name: "a pod's namespace that is not a DNS label is named", args: []string{"--pod", "Shop/web-0"}, wantErr: `--pod: invalid namespace "Shop"`, wantUsage: true},
