@@ -3,12 +3,15 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,11 +30,20 @@ import (
 type natsFlags struct {
 	url  string
 	auth bridge.NATSOptions
+	// context names the nats CLI context to fill in what neither a flag
+	// nor a PLEG_NATS_* variable sets; "" means the selected one, if any.
+	context string
+	// Set by addNATSFlags: what the context may not override.
+	fs     *pflag.FlagSet
+	getenv func(string) string
+	// contextUsed names the context connect applied, for messages.
+	contextUsed string
 }
 
 // addNATSFlags defines the NATS flags on fs.
 func addNATSFlags(fs *pflag.FlagSet, getenv func(string) string) *natsFlags {
-	f := &natsFlags{}
+	f := &natsFlags{fs: fs, getenv: getenv}
+	fs.StringVar(&f.context, "context", getenv("NATS_CONTEXT"), "nats CLI context to connect with (env NATS_CONTEXT; default: the context selected with 'nats context select', if any); flags and PLEG_NATS_* variables override its settings")
 	fs.StringVar(&f.url, "nats-url", cmp.Or(getenv("PLEG_NATS_URL"), defaultNATSURL), "NATS server URL (env PLEG_NATS_URL)")
 	fs.StringVar(&f.auth.Creds, "creds", getenv("PLEG_NATS_CREDS"), "NATS credentials file, JWT and NKey seed, as pleg-bridge creds writes (env PLEG_NATS_CREDS)")
 	fs.StringVar(&f.auth.NKeySeed, "nkey", getenv("PLEG_NATS_NKEY_SEED"), "NATS NKey seed file (env PLEG_NATS_NKEY_SEED)")
@@ -71,6 +83,9 @@ var errRefused = errors.New("NATS refused it: the credentials do not allow it")
 // ctx, is canceled with the violation as its cause (see refusal), and when
 // the connection closes.
 func (f *natsFlags) connect(ctx context.Context, name string, extra ...nats.Option) (context.Context, *nats.Conn, jetstream.JetStream, error) {
+	if err := f.applyContext(); err != nil {
+		return ctx, nil, nil, err
+	}
 	if err := f.check(); err != nil {
 		return ctx, nil, nil, err
 	}
@@ -105,6 +120,100 @@ func (f *natsFlags) connect(ctx context.Context, name string, extra ...nats.Opti
 		return ctx, nil, nil, fmt.Errorf("create JetStream handle: %w", err)
 	}
 	return ctx, nc, js, nil
+}
+
+// natsContext is a nats CLI context file (ADR-21): the settings pleg-bridge
+// uses of it.
+type natsContext struct {
+	URL         string `json:"url"`
+	Token       string `json:"token"`
+	User        string `json:"user"`
+	Password    string `json:"password"`
+	Creds       string `json:"creds"`
+	NKey        string `json:"nkey"`
+	Cert        string `json:"cert"`
+	Key         string `json:"key"`
+	CA          string `json:"ca"`
+	InboxPrefix string `json:"inbox_prefix"`
+	NSC         string `json:"nsc"`
+	JSDomain    string `json:"jetstream_domain"`
+	JSAPIPrefix string `json:"jetstream_api_prefix"`
+}
+
+// natsConfigDir is where the nats CLI keeps its contexts:
+// $XDG_CONFIG_HOME/nats, else ~/.config/nats.
+func (f *natsFlags) natsConfigDir() string {
+	if d := f.getenv("XDG_CONFIG_HOME"); d != "" {
+		return filepath.Join(d, "nats")
+	}
+	if h := f.getenv("HOME"); h != "" {
+		return filepath.Join(h, ".config", "nats")
+	}
+	return ""
+}
+
+// applyContext fills in, from the named or the selected nats CLI context,
+// every setting that neither a flag nor a PLEG_NATS_* variable set. A
+// named context that cannot be read is an error naming its file; no
+// selected context is not.
+func (f *natsFlags) applyContext() error {
+	dir := f.natsConfigDir()
+	name := f.context
+	if name == "" && dir != "" {
+		if b, err := os.ReadFile(filepath.Join(dir, "context.txt")); err == nil {
+			name = strings.TrimSpace(string(b))
+		}
+	}
+	if name == "" || f.contextUsed != "" {
+		return nil
+	}
+	if dir == "" || strings.ContainsAny(name, `/\`) {
+		return fmt.Errorf("nats context %q (--context): not a context name, or no HOME to find it in", name)
+	}
+	file := filepath.Join(dir, "context", name+".json")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("nats context %q (--context): %w", name, err)
+	}
+	var c natsContext
+	if err := json.Unmarshal(b, &c); err != nil {
+		return fmt.Errorf("nats context %q: %s: %w", name, file, err)
+	}
+	if c.NSC != "" || c.JSDomain != "" || c.JSAPIPrefix != "" {
+		return fmt.Errorf("nats context %q: %s sets nsc, jetstream_domain or jetstream_api_prefix, which pleg-bridge does not support; give the settings as flags", name, file)
+	}
+	for _, s := range []struct {
+		flag, env string
+		dst       *string
+		v         string
+	}{
+		{"nats-url", "PLEG_NATS_URL", &f.url, c.URL},
+		{"creds", "PLEG_NATS_CREDS", &f.auth.Creds, c.Creds},
+		{"nkey", "PLEG_NATS_NKEY_SEED", &f.auth.NKeySeed, c.NKey},
+		{"user", "PLEG_NATS_USER", &f.auth.User, c.User},
+		{"password", "PLEG_NATS_PASSWORD", &f.auth.Password, c.Password},
+		{"token", "PLEG_NATS_TOKEN", &f.auth.Token, c.Token},
+		{"tls-ca", "PLEG_NATS_TLS_CA", &f.auth.TLSCA, c.CA},
+		{"tls-cert", "PLEG_NATS_TLS_CERT", &f.auth.TLSCert, c.Cert},
+		{"tls-key", "PLEG_NATS_TLS_KEY", &f.auth.TLSKey, c.Key},
+		{"inbox-prefix", "", &f.auth.InboxPrefix, c.InboxPrefix},
+	} {
+		if s.v == "" || f.fs.Changed(s.flag) || s.env != "" && f.getenv(s.env) != "" {
+			continue
+		}
+		*s.dst = expandHome(s.v, f.getenv("HOME"))
+	}
+	f.contextUsed = name
+	return nil
+}
+
+// expandHome expands a leading "~/" as the nats CLI does in its contexts'
+// file paths.
+func expandHome(p, home string) string {
+	if rest, ok := strings.CutPrefix(p, "~/"); ok && home != "" {
+		return filepath.Join(home, rest)
+	}
+	return p
 }
 
 // legacyProbe reports whether err refuses the consumer package's look for

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +99,68 @@ func TestReadersRefuseCredentialsThatCannotGoTogether(t *testing.T) {
 		err := run(t.Context(), append([]string{"replay", "-n", "default"}, tt.args...), env.lookup, &out, &errs)
 		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("replay %s = %v, want an error naming %s", strings.Join(tt.args, " "), err, tt.wantErr)
+		}
+	}
+}
+
+func TestReadersUseTheNatsCLIContexts(t *testing.T) {
+	t.Parallel()
+	env := authEnv(t)
+	env.publish(t, "node-1", lifecycle(generator.ContainerStarted, web, "app", 3*time.Hour))
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "nats", "context"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "nats", name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("context/lab.json", `{"description": "the lab", "url": "`+env.url+`", "user": "admin", "password": "s3cret"}`)
+	write("context/wrong.json", `{"url": "`+env.url+`", "user": "admin", "password": "nope"}`)
+	write("context.txt", "lab\n")
+	lookup := func(extra map[string]string) lookupFunc {
+		return lookupOf(func(k string) string {
+			if v, ok := extra[k]; ok {
+				return v
+			}
+			if k == "XDG_CONFIG_HOME" {
+				return dir
+			}
+			if k == "PLEG_NATS_URL" {
+				return "" // the context says where
+			}
+			return env.getenv(k)
+		})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	tests := []struct {
+		name    string
+		args    []string
+		extra   map[string]string
+		wantErr string
+	}{
+		{name: "the selected context", args: nil},
+		{name: "a named context", args: []string{"--context", "lab"}},
+		{name: "NATS_CONTEXT names it", extra: map[string]string{"NATS_CONTEXT": "lab"}},
+		{name: "a flag overrides the context", args: []string{"--context", "wrong", "--password", "s3cret"}},
+		{name: "a variable overrides the context", args: []string{"--context", "wrong"}, extra: map[string]string{"PLEG_NATS_PASSWORD": "s3cret"}},
+		{name: "the context's wrong password is used", args: []string{"--context", "wrong"}, wantErr: "Authorization Violation"},
+		{name: "a missing context names its file", args: []string{"--context", "nope"}, wantErr: filepath.Join(dir, "nats", "context", "nope.json")},
+	}
+	for _, tt := range tests {
+		var out, errs strings.Builder
+		err := run(ctx, append([]string{"replay", "-n", "default"}, tt.args...), lookup(tt.extra), &out, &errs)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: replay = %v, want an error containing %q", tt.name, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !strings.Contains(out.String(), "default/web-0/app") {
+			t.Errorf("%s: replay = %v, printed %q (stderr %q), want the event of default/web-0/app", tt.name, err, out.String(), errs.String())
 		}
 	}
 }

@@ -187,6 +187,9 @@ func (f *streamFlags) lastSeq(ctx context.Context, js jetstream.JetStream) (uint
 
 // where names the stream and the server, without a password.
 func (f *streamFlags) where() string {
+	if f.nats.contextUsed != "" {
+		return fmt.Sprintf("stream %s on %s (nats context %s)", f.stream, redactURLs(f.nats.url), f.nats.contextUsed)
+	}
 	return fmt.Sprintf("stream %s on %s", f.stream, redactURLs(f.nats.url))
 }
 
