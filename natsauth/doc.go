@@ -1,6 +1,7 @@
 // Package natsauth gives each node's bridge its own NATS identity, in
 // operator (JWT) mode, so that a node can publish events only under its own
-// name: <prefix>.<node token>.> and its own keys of the state bucket.
+// name: <prefix>.<node token>.> and its own keys of the state bucket; and
+// gives readers identities limited to Kubernetes namespaces.
 //
 // The account that holds the stream has a scoped signing key: a key whose
 // users carry no permissions of their own, and get the key's permission
@@ -11,6 +12,12 @@
 // seed and the node's name alone, with no change to the account or the
 // server.
 //
-// natsauth imports schemas, nats-io/jwt and nats-io/nkeys only. The
-// pleg-bridge creds command and the tests use it.
+// Readers work the same way with a second scoped key (ReaderRole,
+// ReaderTemplate): MintReader tags the user with its namespaces (and the
+// durable groups whose work streams it may consume), and the template
+// expands {{tag(namespace)}} into one consumer filter per namespace.
+//
+// natsauth imports schemas, consumer (to validate namespace names),
+// nats-io/jwt and nats-io/nkeys only. The pleg-bridge creds
+// command and the tests use it.
 package natsauth

@@ -139,37 +139,44 @@ func Mint(opts MintOptions) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mint credentials: %w", err)
 	}
-	if opts.SigningKey == nil {
-		return nil, errors.New("mint credentials: no signing key")
-	}
-	if pub, err := opts.SigningKey.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
-		return nil, errors.New("mint credentials: the signing key is not an account signing key (seed SA...)")
-	}
-	if !nkeys.IsValidPublicAccountKey(opts.Account) {
-		return nil, fmt.Errorf("mint credentials: account %q is not an account public key (A...)", opts.Account)
-	}
-	if opts.Expiry < 0 {
-		return nil, fmt.Errorf("mint credentials: expiry %s is negative", opts.Expiry)
-	}
-	user, err := nkeys.CreateUser()
-	if err != nil {
-		return nil, fmt.Errorf("mint credentials: create user key: %w", err)
-	}
-	upub, err := user.PublicKey()
-	if err != nil {
-		return nil, fmt.Errorf("mint credentials: %w", err)
-	}
-	useed, err := user.Seed()
-	if err != nil {
-		return nil, fmt.Errorf("mint credentials: %w", err)
-	}
-	token, err := jwt.IssueUserJWT(opts.SigningKey, opts.Account, upub, name, opts.Expiry)
-	if err != nil {
-		return nil, fmt.Errorf("mint credentials: issue user JWT: %w", err)
-	}
-	creds, err := jwt.FormatUserConfig(token, useed)
+	creds, err := issue(opts.SigningKey, opts.Account, name, opts.Expiry, nil)
 	if err != nil {
 		return nil, fmt.Errorf("mint credentials: %w", err)
 	}
 	return creds, nil
+}
+
+// issue returns the credentials file of a new user key, named name and
+// tagged tags, issued by the scoped signing key for account, with no
+// permissions of its own.
+func issue(key nkeys.KeyPair, account, name string, expiry time.Duration, tags []string) ([]byte, error) {
+	if key == nil {
+		return nil, errors.New("no signing key")
+	}
+	if pub, err := key.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
+		return nil, errors.New("the signing key is not an account signing key (seed SA...)")
+	}
+	if !nkeys.IsValidPublicAccountKey(account) {
+		return nil, fmt.Errorf("account %q is not an account public key (A...)", account)
+	}
+	if expiry < 0 {
+		return nil, fmt.Errorf("expiry %s is negative", expiry)
+	}
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, fmt.Errorf("create user key: %w", err)
+	}
+	upub, err := user.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	useed, err := user.Seed()
+	if err != nil {
+		return nil, err
+	}
+	token, err := jwt.IssueUserJWT(key, account, upub, name, expiry, tags...)
+	if err != nil {
+		return nil, fmt.Errorf("issue user JWT: %w", err)
+	}
+	return jwt.FormatUserConfig(token, useed)
 }

@@ -99,7 +99,7 @@ func TestNodeCredentialsReachOnlyTheirNode(t *testing.T) {
 	}
 
 	a := connect(t, srv.URL, srv.Mint(t, nodeA), nats.CustomInboxPrefix(natsauth.InboxPrefix(nodeA)))
-	subject := "pleg." + tokA + ".6f1c2a7e.ContainerStarted"
+	subject := schemas.Subject("pleg", nodeA, "shop", "6f1c2a7e", "ContainerStarted")
 	ack, err := a.js.Publish(ctx, subject, []byte(`{}`), jetstream.WithMsgID("e1"))
 	if err != nil {
 		t.Fatalf("node A cannot publish its event: %v", err)
@@ -162,9 +162,9 @@ func TestNodeCredentialsReachOnlyTheirNode(t *testing.T) {
 	}
 
 	for _, s := range []string{
-		"pleg." + tokB + ".6f1c2a7e.ContainerStarted",
-		"pleg.node-1.6f1c2a7e.ContainerStarted", // a prefix of A's name is another node
-		"pleg.*.6f1c2a7e.ContainerStarted",
+		"pleg." + tokB + ".shop.6f1c2a7e.ContainerStarted",
+		"pleg.node-1.shop.6f1c2a7e.ContainerStarted", // a prefix of A's name is another node
+		"pleg.*.shop.6f1c2a7e.ContainerStarted",
 		"$KV.PLEG_STATE." + tokB + ".shop.web-0.u1.c1",
 		"$JS.API.STREAM.CREATE.PLEG",
 		"$JS.API.STREAM.UPDATE.PLEG",
@@ -177,7 +177,7 @@ func TestNodeCredentialsReachOnlyTheirNode(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE.PLEG.x.pleg.>",
 		"$JS.API.CONSUMER.CREATE.KV_PLEG_STATE.x.$KV.PLEG_STATE.>",
 		"$JS.API.CONSUMER.DURABLE.CREATE.PLEG.x",
-		"$JS.API.DIRECT.GET.PLEG.pleg." + tokB + ".6f1c2a7e.ContainerStarted",
+		"$JS.API.DIRECT.GET.PLEG.pleg." + tokB + ".shop.6f1c2a7e.ContainerStarted",
 	} {
 		a.refused(t, "publish", s)
 	}
@@ -191,7 +191,7 @@ func TestNodeCredentialsReachOnlyTheirNode(t *testing.T) {
 
 	// Node B, from the same key, publishes its own events only.
 	b := connect(t, srv.URL, srv.Mint(t, "node-2"), nats.CustomInboxPrefix(natsauth.InboxPrefix("node-2")))
-	if _, err := b.js.Publish(ctx, "pleg."+tokB+".u2.ContainerDied", []byte(`{}`)); err != nil {
+	if _, err := b.js.Publish(ctx, schemas.Subject("pleg", "node-2", "shop", "u2", "ContainerDied"), []byte(`{}`)); err != nil {
 		t.Errorf("node B cannot publish its event: %v", err)
 	}
 	b.refused(t, "publish", subject)
@@ -283,7 +283,7 @@ func TestADeliverySubjectCannotForgeAnotherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := connect(t, srv.URL, srv.Mint(t, "node-1"), nats.CustomInboxPrefix(natsauth.InboxPrefix("node-1")))
-	if _, err := a.js.Publish(ctx, "pleg.node-1.u1.ContainerStarted", []byte(`{}`)); err != nil {
+	if _, err := a.js.Publish(ctx, schemas.Subject("pleg", "node-1", "shop", "u1", "ContainerStarted"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := a.js.KeyValue(ctx, "PLEG_STATE")
@@ -296,7 +296,7 @@ func TestADeliverySubjectCannotForgeAnotherNode(t *testing.T) {
 
 	for _, tt := range []struct{ stream, filter, deliver string }{
 		{"PLEG", "pleg.node-1.>", "$KV.PLEG_STATE.node-2.shop.web-0.u1.c1"},
-		{"KV_PLEG_STATE", "$KV.PLEG_STATE.node-1.>", "pleg.node-2.u1.ContainerStarted"},
+		{"KV_PLEG_STATE", "$KV.PLEG_STATE.node-1.>", schemas.Subject("pleg", "node-2", "shop", "u1", "ContainerStarted")},
 	} {
 		// Someone listens on the delivery subject, so that the consumer
 		// delivers.
@@ -321,7 +321,7 @@ func TestADeliverySubjectCannotForgeAnotherNode(t *testing.T) {
 	}
 	// A message published after the deliveries is stored after them, if
 	// they were stored: once it is there, nothing of node-2 is.
-	if _, err := admin.js.Publish(ctx, "pleg.node-3.u1.ContainerStarted", []byte(`{}`)); err != nil {
+	if _, err := admin.js.Publish(ctx, schemas.Subject("pleg", "node-3", "shop", "u1", "ContainerStarted"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.js.Publish(ctx, "$KV.PLEG_STATE.node-3.shop.web-0.u1.c1", []byte(`{}`)); err != nil {

@@ -6,12 +6,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
+	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/natsauth"
 )
 
@@ -19,7 +21,7 @@ func newCredsCommand(env commandEnv) *cobra.Command {
 	var o credsOptions
 	c := &cobra.Command{
 		Use:   "creds",
-		Short: "Mint a node's NATS credentials with the account's scoped signing key",
+		Short: "Mint a node's or a namespace reader's NATS credentials with the account's scoped signing key",
 		Long: `The credentials file (user JWT and seed) names a new user after the node's
 subject token (node-1.example.com: node-1_example_com). The scoped signing key
 gives it its permissions: publish under <prefix>.<node>.>, write the node's
@@ -27,25 +29,41 @@ keys of the state bucket, the JetStream calls the bridge makes, and replies on
 _INBOX_<node> only; the bridge must run with PLEG_NATS_INBOX_PREFIX=_INBOX_{node}.
 Setting up the key once is described in deploy/nats/README.md.
 
+With --reader, the credentials are a reader's, limited to the namespaces of
+--namespace, minted with the readers' scoped signing key (role pleg-reader):
+tail, replay and ps of those namespaces (-n), and their containers in the
+state bucket, and nothing else: not another namespace, not the stream or the
+bucket without a namespace, not events of the legacy subject layout, and no
+durable group of its own. --group grants the work stream of a durable group
+that an operator made for those namespaces. The reader receives replies on
+_INBOX_<its public key> only: creds says which on stderr, to give to
+--inbox-prefix.
+
 --account-jwt (the account's JWT, e.g. from nsc describe account --raw) lets
-creds check that the key is one of the account's scoped signing keys: a key
-without a scope would give the user every permission of the account. With
---account (a public key) nothing proves the key belongs to that account or is
-scoped: creds refuses only the account's own identity key and says on stderr
-what it did not check.`,
+creds check that the key is one of the account's scoped signing keys, of the
+role asked for: a key without a scope would give the user every permission of
+the account. With --account (a public key) nothing proves the key belongs to
+that account or is scoped: creds refuses only the account's own identity key
+and says on stderr what it did not check.`,
 		Example: `  pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1.example.com --out node-1.creds
   pleg-bridge creds --signing-key /etc/pleg-signer/seed --account ACCOUNTPUBLICKEY --out /run/pleg/nats.creds   # node from PLEG_NODE_NAME
-  pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1 --expiry 720h`,
+  pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1 --expiry 720h
+  pleg-bridge creds --reader --namespace shop,payments --signing-key pleg-reader.nk --account-jwt pleg.jwt --out shop.creds
+  pleg-bridge creds --reader -n shop --group shop-billing --signing-key pleg-reader.nk --account-jwt pleg.jwt --expiry 2160h --out billing.creds`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			o.nodeSet = c.Flags().Changed("node")
 			return runCreds(c.CommandPath(), o, env.stdout, env.stderr)
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&o.signingKey, "signing-key", "", "file holding the seed (SA...) of the account's scoped signing key")
+	f.StringVar(&o.signingKey, "signing-key", "", "file holding the seed (SA...) of the account's scoped signing key (role pleg-node, or pleg-reader with --reader)")
 	f.StringVar(&o.account, "account", "", "public key (A...) of the account the signing key belongs to, taken on trust (--account-jwt checks the key)")
 	f.StringVar(&o.accountJWT, "account-jwt", "", "file holding the account's JWT: names the account and proves the key is scoped (instead of --account)")
 	f.StringVar(&o.node, "node", env.getenv("PLEG_NODE_NAME"), "node name, as PLEG_NODE_NAME gives it (default: $PLEG_NODE_NAME)")
+	f.BoolVar(&o.reader, "reader", false, "mint a reader's credentials, limited to --namespace, instead of a node's")
+	f.StringSliceVarP(&o.namespaces, "namespace", "n", nil, "with --reader: the namespaces the reader may read (comma-separated or repeated)")
+	f.StringSliceVar(&o.groups, "group", nil, "with --reader: durable groups whose work stream the reader may consume, each made by an operator with a filter within --namespace")
 	f.StringVar(&o.out, "out", "-", "file to write the credentials to, mode 0600 (-: stdout)")
 	f.DurationVar(&o.expiry, "expiry", 0, "how long the credentials are valid (0: no expiry)")
 	return c
@@ -54,22 +72,60 @@ what it did not check.`,
 // credsOptions are the flags of creds.
 type credsOptions struct {
 	signingKey, account, accountJWT, node, out string
+	nodeSet                                    bool // --node given on the command line
+	reader                                     bool
+	namespaces, groups                         []string
 	expiry                                     time.Duration
 }
 
-// runCreds mints the credentials of o.node and writes them to o.out. What
-// it cannot check (the key against an account given by --account alone) it
-// says on stderr.
-func runCreds(cmd string, o credsOptions, stdout, stderr io.Writer) error {
+// role is the role of the scoped signing key the options need.
+func (o credsOptions) role() string {
+	if o.reader {
+		return natsauth.ReaderRole
+	}
+	return natsauth.Role
+}
+
+// check reports the first usage error of o. The namespaces come first: a
+// name that is not a namespace is refused, naming it, whatever else is
+// wrong.
+func (o credsOptions) check(cmd string) error {
+	for _, ns := range o.namespaces {
+		if err := consumer.ValidateNamespace(ns); err != nil {
+			return usageErrorf(cmd, "--namespace: %w", err)
+		}
+	}
+	for _, g := range o.groups {
+		if err := natsauth.ValidateGroup(g); err != nil {
+			return usageErrorf(cmd, "--group: %w", err)
+		}
+	}
 	switch {
 	case o.signingKey == "":
 		return usageErrorf(cmd, "--signing-key is required")
-	case o.node == "":
+	case !o.reader && (len(o.namespaces) > 0 || len(o.groups) > 0):
+		return usageErrorf(cmd, "--namespace and --group are for a reader's credentials: add --reader")
+	case o.reader && o.nodeSet:
+		return usageErrorf(cmd, "--node is for a node's credentials, --reader for a reader's: give one")
+	case o.reader && len(o.namespaces) == 0:
+		return usageErrorf(cmd, "--namespace is required with --reader: a reader reads only the namespaces it is given")
+	case !o.reader && o.node == "":
 		return usageErrorf(cmd, "--node is required (or PLEG_NODE_NAME)")
 	case (o.account == "") == (o.accountJWT == ""):
 		return usageErrorf(cmd, "give one of --account and --account-jwt")
 	case o.expiry < 0:
 		return usageErrorf(cmd, "--expiry=%s must not be negative", o.expiry)
+	}
+	return nil
+}
+
+// runCreds mints the credentials of o.node, or of a reader of
+// o.namespaces, and writes them to o.out. What it cannot check (the key
+// against an account given by --account alone) it says on stderr, and so
+// it does a reader's inbox prefix.
+func runCreds(cmd string, o credsOptions, stdout, stderr io.Writer) error {
+	if err := o.check(cmd); err != nil {
+		return err
 	}
 	b, err := os.ReadFile(o.signingKey)
 	if err != nil {
@@ -81,27 +137,44 @@ func runCreds(cmd string, o credsOptions, stdout, stderr io.Writer) error {
 	}
 	account := o.account
 	if o.accountJWT != "" {
-		if account, err = scopedAccount(o.accountJWT, key); err != nil {
+		if account, err = scopedAccount(o.accountJWT, key, o.role()); err != nil {
 			return err
 		}
-	} else if err := unverifiedAccount(cmd, account, key, stderr); err != nil {
+	} else if err := unverifiedAccount(cmd, account, key, o.role(), stderr); err != nil {
 		return err
 	}
-	creds, err := natsauth.Mint(natsauth.MintOptions{SigningKey: key, Account: account, Node: o.node, Expiry: o.expiry})
+	var creds []byte
+	if o.reader {
+		creds, err = natsauth.MintReader(natsauth.ReaderOptions{
+			SigningKey: key, Account: account, Namespaces: o.namespaces, Groups: o.groups, Expiry: o.expiry,
+		})
+	} else {
+		creds, err = natsauth.Mint(natsauth.MintOptions{SigningKey: key, Account: account, Node: o.node, Expiry: o.expiry})
+	}
 	if err != nil {
 		return err
 	}
 	if o.out == "-" {
-		_, err := stdout.Write(creds)
+		_, err = stdout.Write(creds)
+	} else {
+		err = writeSecretFile(o.out, creds)
+	}
+	if err != nil || !o.reader {
 		return err
 	}
-	return writeSecretFile(o.out, creds)
+	inbox, err := natsauth.ReaderInboxPrefix(creds)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stderr, "%s: the reader of %s receives replies on %s only: connect with --inbox-prefix %s (PLEG_NATS_INBOX_PREFIX; nats --inbox-prefix; nats.CustomInboxPrefix)\n",
+		cmd, strings.Join(o.namespaces, ", "), inbox, inbox)
+	return err
 }
 
 // scopedAccount reads the account JWT in path and returns the account's
 // public key, after checking that key is one of its scoped signing keys
-// with role natsauth.Role.
-func scopedAccount(path string, key nkeys.KeyPair) (string, error) {
+// with role role.
+func scopedAccount(path string, key nkeys.KeyPair, role string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("read the account JWT: %w", err)
@@ -123,10 +196,10 @@ func scopedAccount(path string, key nkeys.KeyPair) (string, error) {
 	case !ac.SigningKeys.Contains(pub):
 		return "", fmt.Errorf("the signing key %s is not a signing key of account %s (%s)", pub, ac.Name, ac.Subject)
 	case !ok || scope == nil:
-		return "", fmt.Errorf("the signing key %s of account %s has no scope: its users would get every permission of the account; give it role %s and the template (deploy/nats/README.md)", pub, ac.Name, natsauth.Role)
+		return "", fmt.Errorf("the signing key %s of account %s has no scope: its users would get every permission of the account; give it role %s and the template (deploy/nats/README.md)", pub, ac.Name, role)
 	}
-	if us, isUser := scope.(*jwt.UserScope); isUser && us.Role != natsauth.Role {
-		return "", fmt.Errorf("the signing key %s of account %s has role %q, want %q", pub, ac.Name, us.Role, natsauth.Role)
+	if us, isUser := scope.(*jwt.UserScope); isUser && us.Role != role {
+		return "", fmt.Errorf("the signing key %s of account %s has role %q, want %q", pub, ac.Name, us.Role, role)
 	}
 	return ac.Subject, nil
 }
@@ -136,16 +209,16 @@ func scopedAccount(path string, key nkeys.KeyPair) (string, error) {
 // identity key (its users would have every permission of the account), and
 // writes on stderr that the rest was not checked. Whether the key is one of
 // the account's signing keys, and its scope, are in the account's JWT only.
-func unverifiedAccount(cmd, account string, key nkeys.KeyPair, stderr io.Writer) error {
+func unverifiedAccount(cmd, account string, key nkeys.KeyPair, role string, stderr io.Writer) error {
 	pub, err := key.PublicKey()
 	if err != nil {
 		return fmt.Errorf("read the signing key: %w", err)
 	}
 	if pub == account {
-		return fmt.Errorf("the signing key is account %s's own identity key, not a scoped signing key: its users would get every permission of the account; use the key of role %s (deploy/nats/README.md)", account, natsauth.Role)
+		return fmt.Errorf("the signing key is account %s's own identity key, not a scoped signing key: its users would get every permission of the account; use the key of role %s (deploy/nats/README.md)", account, role)
 	}
 	_, err = fmt.Fprintf(stderr, "%s: warning: signing key %s was NOT checked against account %s: only the account's JWT (--account-jwt) says whether the key is one of its signing keys and scoped to role %s. A key of another account mints credentials the server refuses; an unscoped key, credentials with every permission of the account.\n",
-		cmd, pub, account, natsauth.Role)
+		cmd, pub, account, role)
 	return err
 }
 

@@ -17,9 +17,12 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/natsauth"
 	"github.com/pleg-bridge/pleg-bridge/natsauth/natsauthtest"
+	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // TestCredsMintsCredentialsThatPublishOnlyTheirNode runs pleg-bridge creds
@@ -112,6 +115,8 @@ func TestCredsRefusesWhatWouldMintTheWrongUser(t *testing.T) {
 	}
 	otherRole := jwt.NewUserScope()
 	otherRole.Key, otherRole.Role = spub, "admin"
+	nodeRole := jwt.NewUserScope()
+	nodeRole.Key, nodeRole.Role = spub, natsauth.Role
 
 	for _, tt := range []struct {
 		name string
@@ -125,6 +130,12 @@ func TestCredsRefusesWhatWouldMintTheWrongUser(t *testing.T) {
 		{"another role", []string{"--signing-key", keyFile, "--account-jwt", writeAccount("admin.jwt", otherRole), "--node", "n"}, `role "admin"`},
 		{"a node name of two tokens", []string{"--signing-key", keyFile, "--account", apub, "--node", "node_1"}, "differ"},
 		{"the account's own key", []string{"--signing-key", keyFile, "--account", spub, "--node", "n"}, "own identity key, not a scoped signing key"},
+		{"a name that is no namespace, before anything else", []string{"--reader", "-n", "shop,Pay.ments"}, `--namespace: invalid namespace "Pay.ments"`},
+		{"a namespace without --reader", []string{"--signing-key", keyFile, "--account", apub, "--node", "n", "-n", "shop"}, "add --reader"},
+		{"a reader with a node", []string{"--signing-key", keyFile, "--account", apub, "--reader", "-n", "shop", "--node", "n"}, "--node is for a node's credentials, --reader for a reader's"},
+		{"a reader without a namespace", []string{"--signing-key", keyFile, "--account", apub, "--reader"}, "--namespace is required with --reader"},
+		{"a group that cannot be a tag", []string{"--signing-key", keyFile, "--account", apub, "--reader", "-n", "shop", "--group", "Billing"}, `--group: group name "Billing"`},
+		{"a node's key for a reader", []string{"--signing-key", keyFile, "--account-jwt", writeAccount("node.jwt", nodeRole), "--reader", "-n", "shop"}, `role "pleg-node", want "pleg-reader"`},
 	} {
 		var stdout bytes.Buffer
 		err := run(t.Context(), append([]string{"creds"}, tt.args...), envFrom(t, nil), &stdout, io.Discard)
@@ -230,5 +241,116 @@ func TestNATSReadmeSigningKeyStepGrantsTheTemplate(t *testing.T) {
 	wantPub, wantSub := slices.Sorted(slices.Values(want.Pub.Allow)), slices.Sorted(slices.Values(want.Sub.Allow))
 	if !slices.Equal(pub, wantPub) || !slices.Equal(sub, wantSub) {
 		t.Errorf("the README's nsc edit signing-key grants\npub %q\nsub %q\nwant\npub %q\nsub %q", pub, sub, wantPub, wantSub)
+	}
+}
+
+// TestCredsMintsAReaderOfItsNamespacesOnly runs pleg-bridge creds --reader
+// against a server in operator mode, and the reader's tools with the file
+// and the inbox prefix it names: replay and ps of shop print shop's events
+// and containers; payments, the whole stream and the whole bucket are
+// refused at once, with the refused subject in the error.
+func TestCredsMintsAReaderOfItsNamespacesOnly(t *testing.T) {
+	t.Parallel()
+	srv := natsauthtest.Start(t, natsauth.Names{})
+	_, admin := publishtest.Connect(t, srv.URL, nats.UserCredentials(srv.AdminCreds))
+	ctx := t.Context()
+	if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "PLEG", Subjects: []string{"pleg.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := admin.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "PLEG_STATE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: "node-1", SubjectPrefix: "pleg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []generator.Pod{
+		{UID: "u-web", Namespace: "shop", Name: "web-0"},
+		{UID: "u-pay", Namespace: "payments", Name: "pay-0"},
+		{UID: "u-api", Namespace: "shop", Name: "api-0"},
+	} {
+		at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+		msg, err := enc.Encode(generator.Event{
+			Type: generator.ContainerStarted, Pod: p, State: generator.StateRunning, Time: at, ObservedAt: at,
+			Container: generator.Container{ID: "c-" + p.UID, Name: "app", Image: "registry.example/app:1"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		key := schemas.StateKey(schemas.StateRef{Node: "node-1", Namespace: p.Namespace, Pod: p.Name, PodUID: p.UID, ContainerID: "c-" + p.UID})
+		if _, err := kv.Put(ctx, key, msg.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	out := filepath.Join(t.TempDir(), "shop.creds")
+	var stderr bytes.Buffer
+	args := []string{"creds", "--reader", "-n", "shop", "--signing-key", srv.ReaderSigningKeyFile, "--account-jwt", srv.AccountJWTFile, "--out", out}
+	if err := run(ctx, args, envFrom(t, map[string]string{"PLEG_NODE_NAME": "node-1"}), io.Discard, &stderr); err != nil {
+		t.Fatalf("creds --reader: %v", err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox, err := natsauth.ReaderInboxPrefix(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr.String(), "--inbox-prefix "+inbox) {
+		t.Errorf("creds --reader says %q, want the inbox prefix %s", stderr.String(), inbox)
+	}
+
+	reader := []string{"--nats-url", srv.URL, "--creds", out, "--inbox-prefix", inbox}
+	for _, tt := range []struct {
+		args       []string
+		want, deny []string
+	}{
+		{[]string{"replay", "-n", "shop"}, []string{"shop/web-0/app", "shop/api-0/app"}, []string{"payments"}},
+		{[]string{"ps", "-n", "shop"}, []string{"web-0", "api-0"}, []string{"pay-0"}},
+		{[]string{"ps", "--pod", "shop/web-0"}, []string{"web-0"}, []string{"pay-0", "api-0"}},
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := run(ctx, append(tt.args, reader...), envFrom(t, nil), &stdout, &stderr); err != nil {
+			t.Errorf("%s as the reader of shop: %v (stderr %s)", strings.Join(tt.args, " "), err, stderr.String())
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(stdout.String(), w) {
+				t.Errorf("%s as the reader of shop printed %q, want %s", strings.Join(tt.args, " "), stdout.String(), w)
+			}
+		}
+		for _, d := range tt.deny {
+			if strings.Contains(stdout.String(), d) {
+				t.Errorf("%s as the reader of shop printed %q, with %s", strings.Join(tt.args, " "), stdout.String(), d)
+			}
+		}
+	}
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "-n", "payments"}, ".pleg.*.payments.>"},
+		{[]string{"replay", "--node", "node-1"}, ".pleg.node-1.>"},
+		// tail looks the namespace up in the state bucket first, for its
+		// hint: that is what is refused first.
+		{[]string{"tail", "-n", "payments"}, ".$KV.PLEG_STATE.*.payments.>"},
+		{[]string{"tail"}, ".pleg.>"},
+		{[]string{"ps", "-n", "payments"}, ".$KV.PLEG_STATE.*.payments.>"},
+		{[]string{"ps"}, ".$KV.PLEG_STATE.>"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(ctx, append(tt.args, reader...), envFrom(t, nil), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "$JS.API.CONSUMER.CREATE.") || !strings.Contains(err.Error(), tt.want+`"`) {
+			t.Errorf("%s as the reader of shop = %v, want a refusal naming the consumer on %s", strings.Join(tt.args, " "), err, tt.want)
+		}
+		if strings.Contains(stdout.String(), "pay-0") {
+			t.Errorf("%s as the reader of shop printed %q", strings.Join(tt.args, " "), stdout.String())
+		}
 	}
 }

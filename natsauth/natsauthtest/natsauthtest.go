@@ -1,7 +1,8 @@
 // Package natsauthtest runs an in-process NATS server in operator (JWT)
 // mode with the account of natsauth: JetStream on, a scoped signing key
-// whose template is natsauth.NodeTemplate, and an administrator who may do
-// everything (create the stream and the bucket, read what the nodes wrote).
+// whose template is natsauth.NodeTemplate, one whose template is
+// natsauth.ReaderTemplate, and an administrator who may do everything
+// (create the stream and the bucket, read what the nodes wrote).
 package natsauthtest
 
 import (
@@ -27,6 +28,10 @@ type Server struct {
 	// its seed, as an operator would give it to pleg-bridge creds.
 	SigningKey     nkeys.KeyPair
 	SigningKeyFile string
+	// ReaderSigningKey is the account's scoped signing key of role
+	// natsauth.ReaderRole; ReaderSigningKeyFile holds its seed.
+	ReaderSigningKey     nkeys.KeyPair
+	ReaderSigningKeyFile string
 	// AccountJWTFile holds the account's JWT, as nsc describe account
 	// --raw prints it.
 	AccountJWTFile string
@@ -36,9 +41,10 @@ type Server struct {
 }
 
 // Start runs the server until the test ends: an operator, a system account
-// and the account PLEG with JetStream and a scoped signing key of role
-// natsauth.Role and template natsauth.NodeTemplate(names), all resolved
-// from memory. It fails the test if anything does not start.
+// and the account PLEG with JetStream and two scoped signing keys, of role
+// natsauth.Role and template natsauth.NodeTemplate(names) and of role
+// natsauth.ReaderRole and template natsauth.ReaderTemplate(names), all
+// resolved from memory. It fails the test if anything does not start.
 func Start(t testing.TB, names natsauth.Names) *Server {
 	t.Helper()
 	dir := t.TempDir()
@@ -70,6 +76,12 @@ func Start(t testing.TB, names natsauth.Names) *Server {
 	scope.Role = natsauth.Role
 	scope.Template.Permissions = natsauth.NodeTemplate(names)
 	accClaims.SigningKeys.AddScopedSigner(scope)
+	readerSigner := newKey(t, nkeys.CreateAccount)
+	readerScope := jwt.NewUserScope()
+	readerScope.Key = pub(t, readerSigner)
+	readerScope.Role = natsauth.ReaderRole
+	readerScope.Template.Permissions = natsauth.ReaderTemplate(names)
+	accClaims.SigningKeys.AddScopedSigner(readerScope)
 	accJWT := encode(t, accClaims, operator)
 	if err := resolver.Store(pub(t, account), accJWT); err != nil {
 		t.Fatal(err)
@@ -88,15 +100,24 @@ func Start(t testing.TB, names natsauth.Names) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	readerSeed, err := readerSigner.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := &Server{
 		URL: s.ClientURL(), Account: pub(t, account), SigningKey: signer,
-		SigningKeyFile: filepath.Join(dir, "pleg-node.nk"),
-		AccountJWTFile: filepath.Join(dir, "pleg.jwt"),
+		SigningKeyFile:       filepath.Join(dir, "pleg-node.nk"),
+		ReaderSigningKey:     readerSigner,
+		ReaderSigningKeyFile: filepath.Join(dir, "pleg-reader.nk"),
+		AccountJWTFile:       filepath.Join(dir, "pleg.jwt"),
 	}
 	if err := os.WriteFile(srv.AccountJWTFile, []byte(accJWT+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(srv.SigningKeyFile, append(seed, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(srv.ReaderSigningKeyFile, append(readerSeed, '\n'), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -131,6 +152,26 @@ func (s *Server) Mint(t testing.TB, node string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// MintReader writes the credentials of a reader of namespaces that may
+// consume groups' work streams, minted with the readers' scoped signing
+// key, to a file, and returns its path and the inbox prefix the reader
+// must connect with.
+func (s *Server) MintReader(t testing.TB, namespaces, groups []string) (creds, inbox string) {
+	t.Helper()
+	b, err := natsauth.MintReader(natsauth.ReaderOptions{SigningKey: s.ReaderSigningKey, Account: s.Account, Namespaces: namespaces, Groups: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inbox, err = natsauth.ReaderInboxPrefix(b); err != nil {
+		t.Fatal(err)
+	}
+	creds = filepath.Join(t.TempDir(), "reader.creds")
+	if err := os.WriteFile(creds, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return creds, inbox
 }
 
 func newKey(t testing.TB, create func() (nkeys.KeyPair, error)) nkeys.KeyPair {
