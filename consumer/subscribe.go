@@ -15,7 +15,9 @@ import (
 const consumerDeleteTimeout = 2 * time.Second
 
 // Subscribe follows the events that match opts.Filter and calls fn for each,
-// in stream order, from the goroutine that called it. It starts with the
+// in stream order, from the goroutine that called it. fn takes no context:
+// it runs within the call, so ctx is its context too (Consume's handler
+// takes one because it runs on goroutines of its own). It starts with the
 // events published from now on, or with those stored since opts.StartTime
 // or since the beginning of the stream (opts.DeliverAll).
 //
