@@ -34,6 +34,8 @@ type Checkpoint struct {
 	restored    []generator.Event // read at Open; never modified
 	restoredSeq uint64            // read at Open; never modified
 	created     time.Time         // read at Open; never modified
+	stream      StreamIdentity    // read at Open; never modified
+	streamKnown bool              // read at Open; never modified
 
 	mu      sync.Mutex
 	pending map[string]record // guarded by mu; by ckptKey, acked but not yet written
@@ -46,6 +48,12 @@ type Checkpoint struct {
 	// removed holds when each removed container's removal was observed,
 	// for the collection that drops it keepRemoved later. Guarded by mu.
 	removed map[string]time.Time
+	// streamChange is the change of stream (Adopt, Disown) not yet
+	// written; nil: none. Guarded by mu.
+	streamChange *streamChange
+	// disowns counts the calls of Disown: a failed write that took the
+	// sequence before one does not put that sequence back. Guarded by mu.
+	disowns uint64
 	// wake is the Store's: it is given a value, without waiting, when an
 	// ack is recorded. Nil outside a Store.
 	wake chan<- struct{}
@@ -145,48 +153,73 @@ func (c *Checkpoint) RecordAck(ev generator.Event, seq uint64) {
 	}
 }
 
-// waiting reports whether acks wait to be written.
+// waiting reports whether acks or a change of stream wait to be written.
 func (c *Checkpoint) waiting() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.pending) > 0
+	return len(c.pending) > 0 || c.streamChange != nil
+}
+
+// ckptWrites is what a flush writes for the checkpoint.
+type ckptWrites struct {
+	acks map[string]record // by ckptKey
+	// seq is the highest sequence recorded with acks since the last
+	// write (or the last Disown); 0: none.
+	seq uint64
+	// expired lists the containers to delete (collect).
+	expired []string
+	stream  *streamChange
+	// disowns is Checkpoint.disowns when the writes were taken.
+	disowns uint64
+}
+
+// writesNothing reports whether w has nothing to write.
+func (w ckptWrites) writesNothing() bool {
+	return len(w.acks) == 0 && len(w.expired) == 0 && w.stream == nil
 }
 
 // take returns, for a flush, the acks not yet written with the highest
-// sequence recorded with them, and the containers removed more than
-// keepRemoved before now (if collect). It takes them together: a
-// collection writes the pending acks of the containers it deletes in its
-// own transaction, else they would be written after it and stay in the
-// file until a restart (the acks of events delivered late, from the spool
-// after a long outage, may be due for collection when they come).
-func (c *Checkpoint) take(collect bool, now time.Time) (map[string]record, uint64, []string) {
+// sequence recorded with them, the change of stream not yet written, and
+// the containers removed more than keepRemoved before now (if collect).
+// It takes them together: a collection writes the pending acks of the
+// containers it deletes in its own transaction, else they would be
+// written after it and stay in the file until a restart (the acks of
+// events delivered late, from the spool after a long outage, may be due
+// for collection when they come).
+func (c *Checkpoint) take(collect bool, now time.Time) ckptWrites {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var ids []string
+	w := ckptWrites{stream: c.streamChange, disowns: c.disowns}
+	c.streamChange = nil
 	if collect {
 		for id, at := range c.removed {
 			if now.Sub(at) > keepRemoved {
-				ids = append(ids, id)
+				w.expired = append(w.expired, id)
 			}
 		}
 	}
 	if len(c.pending) == 0 {
-		return nil, 0, ids
+		return w
 	}
-	p, seq := c.pending, c.seq
-	c.pending = make(map[string]record, len(p))
+	w.acks, w.seq = c.pending, c.seq
+	c.pending = make(map[string]record, len(w.acks))
 	c.seq = 0
-	return p, seq, ids
+	return w
 }
 
-// putBack returns the acks of a failed flush, and their sequence, to the
-// pending ones. An ack of the same key that came in since is the same
-// event (one per container and type), so either may stay.
-func (c *Checkpoint) putBack(acks map[string]record, seq uint64) {
+// putBack returns the acks of a failed flush, their sequence and its
+// change of stream, to the pending ones. An ack of the same key that came
+// in since is the same event (one per container and type), so either may
+// stay. A sequence taken before a Disown that came since is the old
+// stream's, and is dropped.
+func (c *Checkpoint) putBack(w ckptWrites) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seq = max(c.seq, seq)
-	for k, r := range acks {
+	if w.disowns == c.disowns {
+		c.seq = max(c.seq, w.seq)
+	}
+	c.streamChange = w.stream.merge(c.streamChange)
+	for k, r := range w.acks {
 		if _, ok := c.pending[k]; !ok {
 			c.pending[k] = r
 		}

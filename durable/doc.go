@@ -5,9 +5,10 @@
 // spool (a bounded FIFO of the events that did not fit the publisher's
 // memory outbox during a NATS outage, delivered before newer events once
 // NATS is back). Both live in one bbolt file, state.db, in three buckets:
-// meta (format version, node name, and the checkpoint's stream sequence,
-// up to which the publisher vouches that every message this node stored
-// was acked and recorded), checkpoint (key: the container's slot, 8 bytes
+// meta (format version, node name, the checkpoint's stream sequence, up
+// to which the publisher vouches that every message this node stored was
+// acked and recorded, and the identity of the stream that sequence and
+// those acks belong to: StreamIdentity), checkpoint (key: the container's slot, 8 bytes
 // big-endian, given in the order of the containers' first acks, then the
 // container ID, NUL, event type; value: the event record as JSON) and spool
 // (key: big-endian sequence number; value: the same record). A store of
@@ -38,6 +39,14 @@
 //     later than its removal), Take drops it; if not, it comes back marked
 //     Earlier, and the publisher's reading of the stream recognises it.
 //   - A bbolt commit is all or nothing, so no crash leaves half a flush.
+//   - A change of stream (Checkpoint.Disown, then Adopt once the
+//     checkpoint's events are in the new stream) not yet written is lost
+//     by a crash: the restarted bridge finds the store naming the old
+//     stream (or, after the Disown was written, none) and carries its
+//     history into the new stream again; what the first attempt stored
+//     there is read back and not published twice. The Disown drops the
+//     old stream's sequence in the transaction that names no stream, so
+//     no crash leaves a sequence of one stream under the other's name.
 //
 // Why bbolt and not the snapshot and journal the bridge kept before: the
 // same guarantees (crash-safe writes, records keyed by container and type,

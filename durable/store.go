@@ -157,6 +157,7 @@ func Open(dir string, opts Options) (*Store, error) {
 				s.db = db
 				s.ckpt = newCheckpoint(l.checkpoint, l.sequence, l.removed, l.slots)
 				s.ckpt.created = l.created
+				s.ckpt.stream, s.ckpt.streamKnown = l.stream, l.streamKnown
 				s.ckpt.wake = s.wake
 				if opts.SpoolMaxBytes > 0 {
 					s.spool = newSpool(db, opts.SpoolMaxBytes, l.spool, s.ckpt.slot, logger)
@@ -165,8 +166,12 @@ func Open(dir string, opts Options) (*Store, error) {
 					logger.Warn("the spool is disabled and holds events of an earlier run; they wait for a bridge with a spool",
 						"path", s.path, "spool_entries", l.spool.count)
 				}
+				stream := "not named yet"
+				if l.streamKnown {
+					stream = l.stream.String()
+				}
 				logger.Info("opened durable state", "path", s.path, "containers", l.containers,
-					"sequence", l.sequence, "spool_entries", l.spool.count, "spool_bytes", l.spool.bytes)
+					"stream", stream, "sequence", l.sequence, "spool_entries", l.spool.count, "spool_bytes", l.spool.bytes)
 				return s, nil
 			}
 			_ = db.Close() // only read, or its writes are set aside with it
@@ -248,10 +253,13 @@ type loaded struct {
 	checkpoint []generator.Event
 	sequence   uint64
 	created    time.Time
-	removed    map[string]time.Time
-	slots      slots // the slots of the containers' records' keys
-	containers int
-	spool      spoolExtent
+	stream     StreamIdentity
+	// streamKnown says the store names its stream (see Checkpoint.Stream).
+	streamKnown bool
+	removed     map[string]time.Time
+	slots       slots // the slots of the containers' records' keys
+	containers  int
+	spool       spoolExtent
 }
 
 // load checks that db is this node's store, creating its buckets in a
@@ -286,8 +294,12 @@ func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l lo
 				return corrupt(fmt.Errorf("%s holds a creation time %q: %w", s.path, v, err))
 			}
 		}
+		var err error
+		if l.stream, l.streamKnown, err = readStream(tx.Bucket([]byte(bucketMeta)), s.path); err != nil {
+			return err
+		}
 		var last string
-		err := tx.Bucket([]byte(bucketCheckpoint)).ForEach(func(k, v []byte) error {
+		err = tx.Bucket([]byte(bucketCheckpoint)).ForEach(func(k, v []byte) error {
 			r, err := decodeRecord(v)
 			if err != nil {
 				return corrupt(fmt.Errorf("decode %s checkpoint record %q: %w", s.path, k, err))
@@ -482,9 +494,9 @@ func (s *Store) Close() error {
 // flush writes, in one transaction, the spool's appends and removals, the
 // checkpoint's acks (always with the spool's changes, so that an entry's
 // removal and its ack reach the disk together, and with a collection; else
-// only when withCheckpoint), and, when collect, deletes the containers
-// removed more than keepRemoved before now. It does nothing when there is nothing to
-// write. On failure everything it took is put back for the next flush.
+// only when withCheckpoint), the checkpoint's change of stream after
+// them, and, when collect, deletes the containers removed more than
+// keepRemoved before now. It does nothing when there is nothing to write. On failure everything it took is put back for the next flush.
 func (s *Store) flush(now time.Time, collect bool) error {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
@@ -496,30 +508,33 @@ func (s *Store) flush(now time.Time, collect bool) error {
 	if s.spool != nil {
 		w = s.spool.writes()
 	}
-	acks, seq, expired := s.ckpt.take(collect, now)
-	prefixes := s.ckpt.prefixes(expired)
-	keys := slices.Sorted(maps.Keys(acks))
+	cw := s.ckpt.take(collect, now)
+	prefixes := s.ckpt.prefixes(cw.expired)
+	keys := slices.Sorted(maps.Keys(cw.acks))
 	for {
 		// The acks go in key order, ackBudget a transaction; the last
-		// transaction also writes the sequence (after every ack it vouches
-		// for), the collection and the spool's changes (the removals after
-		// their acks).
+		// transaction also writes the change of stream and the sequence
+		// (after every ack they vouch for), the collection and the spool's
+		// changes (the removals after their acks).
 		chunk := keys[:min(len(keys), ackBudget)]
 		keys = keys[len(chunk):]
 		final := len(keys) == 0
-		if final && len(chunk) == 0 && len(expired) == 0 && w.writesNothing() {
+		if final && len(chunk) == 0 && cw.writesNothing() && w.writesNothing() {
 			if s.spool != nil {
 				s.spool.written(w) // drops the appends Done before any write
 			}
 		} else {
 			err := s.db.Update(func(tx *bolt.Tx) error {
-				if err := putAcks(tx, acks, chunk); err != nil {
+				if err := putAcks(tx, cw.acks, chunk); err != nil {
 					return err
 				}
 				if !final {
 					return nil
 				}
-				if err := putSequence(tx, seq); err != nil {
+				if err := putStream(tx, cw.stream); err != nil {
+					return err
+				}
+				if err := putSequence(tx, cw.seq); err != nil {
 					return err
 				}
 				if err := deleteContainers(tx, prefixes); err != nil {
@@ -530,7 +545,7 @@ func (s *Store) flush(now time.Time, collect bool) error {
 			if err != nil {
 				// Acks written by an earlier transaction of this flush are
 				// written again by the next: the same records.
-				s.ckpt.putBack(acks, seq)
+				s.ckpt.putBack(cw)
 				if s.spool != nil {
 					s.spool.writeFailed(w)
 				}
@@ -539,7 +554,7 @@ func (s *Store) flush(now time.Time, collect bool) error {
 			if !final {
 				continue
 			}
-			s.ckpt.collected(expired)
+			s.ckpt.collected(cw.expired)
 			if s.spool != nil {
 				s.spool.written(w)
 			}
@@ -548,7 +563,7 @@ func (s *Store) flush(now time.Time, collect bool) error {
 			return nil
 		}
 		// The rest of the spool's appends, a transaction per budget.
-		w, acks, seq, expired, prefixes = s.spool.writes(), nil, 0, nil, nil
+		w, cw, prefixes = s.spool.writes(), ckptWrites{}, nil
 	}
 }
 
