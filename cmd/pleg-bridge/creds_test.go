@@ -203,20 +203,37 @@ func TestNATSInboxPrefixMustBeALiteralSubject(t *testing.T) {
 	}
 }
 
-// TestNATSReadmeSigningKeyStepGrantsTheTemplate checks that the nsc step of
-// deploy/nats/README.md gives the scoped signing key exactly the
-// permissions natsauth.NodeTemplate gives it in the tests.
+// TestNATSReadmeSigningKeyStepGrantsTheTemplate checks that the nsc steps
+// of deploy/nats/README.md give the scoped signing keys exactly the
+// permissions natsauth.NodeTemplate and natsauth.ReaderTemplate give them
+// in the tests.
 func TestNATSReadmeSigningKeyStepGrantsTheTemplate(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nats", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pub, sub []string
+	for role, want := range map[string]jwt.Permissions{
+		natsauth.Role:       natsauth.NodeTemplate(natsauth.Names{}),
+		natsauth.ReaderRole: natsauth.ReaderTemplate(natsauth.Names{}),
+	} {
+		pub, sub := readmeSigningKeyStep(string(b), role)
+		slices.Sort(pub)
+		slices.Sort(sub)
+		wantPub, wantSub := slices.Sorted(slices.Values(want.Pub.Allow)), slices.Sorted(slices.Values(want.Sub.Allow))
+		if !slices.Equal(pub, wantPub) || !slices.Equal(sub, wantSub) {
+			t.Errorf("the README's nsc edit signing-key --role %s grants\npub %q\nsub %q\nwant\npub %q\nsub %q", role, pub, sub, wantPub, wantSub)
+		}
+	}
+}
+
+// readmeSigningKeyStep returns the subjects that the README's "nsc edit
+// signing-key ... --role role" command allows to publish and subscribe to.
+func readmeSigningKeyStep(readme, role string) (pub, sub []string) {
 	in := false
-	for line := range strings.Lines(string(b)) {
+	for line := range strings.Lines(readme) {
 		line = strings.TrimSpace(line)
-		if strings.HasPrefix(line, "nsc edit signing-key") {
+		if strings.HasPrefix(line, "nsc edit signing-key") && strings.Contains(line, "--role "+role+" ") {
 			in = true
 		}
 		if !in {
@@ -235,13 +252,7 @@ func TestNATSReadmeSigningKeyStepGrantsTheTemplate(t *testing.T) {
 			break
 		}
 	}
-	want := natsauth.NodeTemplate(natsauth.Names{})
-	slices.Sort(pub)
-	slices.Sort(sub)
-	wantPub, wantSub := slices.Sorted(slices.Values(want.Pub.Allow)), slices.Sorted(slices.Values(want.Sub.Allow))
-	if !slices.Equal(pub, wantPub) || !slices.Equal(sub, wantSub) {
-		t.Errorf("the README's nsc edit signing-key grants\npub %q\nsub %q\nwant\npub %q\nsub %q", pub, sub, wantPub, wantSub)
-	}
+	return pub, sub
 }
 
 // TestCredsMintsAReaderOfItsNamespacesOnly runs pleg-bridge creds --reader

@@ -36,8 +36,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/natsauth"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // repoRoot is the repository root, two levels above this package.
@@ -953,7 +955,8 @@ func TestNATSAccountsWorkForTheBridgeAndTheReader(t *testing.T) {
 	if _, err := jsB.AccountInfo(t.Context()); err != nil {
 		t.Errorf("the bridge user cannot read its account info: %v", err)
 	}
-	ack, err := jsB.Publish(t.Context(), "pleg.node-1.6f1c2a7e.ContainerStarted", []byte(`{}`), jetstream.WithMsgID("e1"))
+	event := schemas.Subject("pleg", "node-1", "shop", "6f1c2a7e", "ContainerStarted")
+	ack, err := jsB.Publish(t.Context(), event, []byte(`{}`), jetstream.WithMsgID("e1"))
 	if err != nil || ack.Stream != cfg.Name {
 		t.Fatalf("the bridge user cannot publish an event: %v", err)
 	}
@@ -977,7 +980,7 @@ func TestNATSAccountsWorkForTheBridgeAndTheReader(t *testing.T) {
 	if err := streamB.DeleteConsumer(t.Context(), rc.CachedInfo().Name); err != nil {
 		t.Errorf("the bridge user cannot delete its reconcile consumer: %v", err)
 	}
-	if m, err := streamB.GetLastMsgForSubject(t.Context(), "pleg.node-1.6f1c2a7e.ContainerStarted"); err != nil || m.Sequence != ack.Sequence {
+	if m, err := streamB.GetLastMsgForSubject(t.Context(), event); err != nil || m.Sequence != ack.Sequence {
 		t.Errorf("the bridge user cannot check the last message of a subject: %v", err)
 	}
 	denied("the bridge", "other.subject", ncB, errsB)
@@ -1006,10 +1009,10 @@ func TestNATSAccountsWorkForTheBridgeAndTheReader(t *testing.T) {
 		t.Fatalf("the reader cannot create a consumer: %v", err)
 	}
 	msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
-	if err != nil || msg.Subject() != "pleg.node-1.6f1c2a7e.ContainerStarted" {
+	if err != nil || msg.Subject() != event {
 		t.Fatalf("the reader cannot read the event: %v", err)
 	}
-	denied("the reader", "pleg.node-1.6f1c2a7e.ContainerDied", ncR, errsR)
+	denied("the reader", schemas.Subject("pleg", "node-1", "shop", "6f1c2a7e", "ContainerDied"), ncR, errsR)
 }
 
 // readStreamJSON decodes deploy/nats/stream.json strictly and checks it
@@ -1049,11 +1052,19 @@ func readStreamJSON(t *testing.T) jetstream.StreamConfig {
 // the asynchronous errors (permission violations) the server sends it.
 func startAccountsServer(t *testing.T) func(kp nkeys.KeyPair) (*nats.Conn, jetstream.JetStream, chan error) {
 	t.Helper()
-	dir := t.TempDir()
 	accounts, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nats", "accounts.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, connect := startAccountsServerWith(t, accounts)
+	return connect
+}
+
+// startAccountsServerWith is startAccountsServer with accounts as the
+// content of accounts.conf; it returns the server's URL too.
+func startAccountsServerWith(t *testing.T, accounts []byte) (string, func(kp nkeys.KeyPair) (*nats.Conn, jetstream.JetStream, chan error)) {
+	t.Helper()
+	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "accounts.conf"), accounts, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -1066,7 +1077,7 @@ func startAccountsServer(t *testing.T) func(kp nkeys.KeyPair) (*nats.Conn, jetst
 		t.Fatalf("the server refuses accounts.conf: %v", err)
 	}
 	s := publishtest.RunServer(t, opts)
-	return func(kp nkeys.KeyPair) (*nats.Conn, jetstream.JetStream, chan error) {
+	return s.ClientURL(), func(kp nkeys.KeyPair) (*nats.Conn, jetstream.JetStream, chan error) {
 		t.Helper()
 		pub, _ := kp.PublicKey()
 		errs := make(chan error, 64)
@@ -1086,5 +1097,151 @@ func startAccountsServer(t *testing.T) func(kp nkeys.KeyPair) (*nats.Conn, jetst
 			t.Fatal(err)
 		}
 		return nc, js, errs
+	}
+}
+
+// uncommentUser returns accounts with the commented-out example user whose
+// nkey is $nkeyVar made live: the lines from "# { nkey: $nkeyVar" to the
+// next "# }", without their "# ".
+func uncommentUser(t *testing.T, accounts []byte, nkeyVar string) []byte {
+	t.Helper()
+	lines := strings.SplitAfter(string(accounts), "\n")
+	start := slices.IndexFunc(lines, func(l string) bool {
+		return strings.HasPrefix(strings.TrimSpace(l), "# { nkey: $"+nkeyVar)
+	})
+	if start < 0 {
+		t.Fatalf("accounts.conf has no commented-out user with nkey $%s", nkeyVar)
+	}
+	for i := start; i < len(lines); i++ {
+		end := strings.TrimSpace(lines[i]) == "# }"
+		lines[i] = strings.Replace(lines[i], "# ", "", 1)
+		if end {
+			return []byte(strings.Join(lines, ""))
+		}
+	}
+	t.Fatalf("the example user $%s of accounts.conf does not end with # }", nkeyVar)
+	return nil
+}
+
+// TestNATSAccountsNamespaceReaderExample runs accounts.conf with its
+// example reader of the namespace shop made live: its permissions are
+// natsauth.ReaderPermissions' for shop, and with them pleg-bridge replay
+// and ps of shop work and those of payments, or of everything, are refused
+// at once, naming the refused subject.
+func TestNATSAccountsNamespaceReaderExample(t *testing.T) {
+	u := newNATSUsers(t)
+	shopKey, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shopPub, _ := shopKey.PublicKey()
+	t.Setenv("PLEG_READER_SHOP_NKEY", shopPub)
+	const inbox = "_INBOX_reader-shop"
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nats", "accounts.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounts := uncommentUser(t, b, "PLEG_READER_SHOP_NKEY")
+
+	path := filepath.Join(t.TempDir(), "accounts.conf")
+	if err := os.WriteFile(path, accounts, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := conf.ParseFile(path)
+	if err != nil {
+		t.Fatalf("accounts.conf with the shop reader: %v", err)
+	}
+	var perms map[string]any
+	users, _ := m["accounts"].(map[string]any)["PLEG"].(map[string]any)["users"].([]any)
+	for _, x := range users {
+		if user, _ := x.(map[string]any); user["nkey"] == shopPub {
+			perms, _ = user["permissions"].(map[string]any)
+		}
+	}
+	list := func(kind string) []string {
+		k, _ := perms[kind].(map[string]any)
+		var out []string
+		for _, s := range anySlice(k["allow"]) {
+			out = append(out, s.(string))
+		}
+		slices.Sort(out)
+		return out
+	}
+	want, err := natsauth.ReaderPermissions(natsauth.Names{}, []string{"shop"}, nil, inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPub, wantSub := slices.Sorted(slices.Values(want.Pub.Allow)), slices.Sorted(slices.Values(want.Sub.Allow))
+	if pub, sub := list("publish"), list("subscribe"); !slices.Equal(pub, wantPub) || !slices.Equal(sub, wantSub) {
+		t.Errorf("the shop reader of accounts.conf may\npub %q\nsub %q\nwant natsauth.ReaderPermissions'\npub %q\nsub %q", pub, sub, wantPub, wantSub)
+	}
+
+	// The bridge user sets up the stream and the bucket and publishes
+	// events and state of shop and payments.
+	url, connect := startAccountsServerWith(t, accounts)
+	_, jsB, _ := connect(u.bridge)
+	ctx := t.Context()
+	cfg := readStreamJSON(t)
+	cfg.Replicas = 1
+	if _, err := jsB.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := jsB.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schemas.DefaultStateBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: "node-1", SubjectPrefix: "pleg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []generator.Pod{{UID: "u-web", Namespace: "shop", Name: "web-0"}, {UID: "u-pay", Namespace: "payments", Name: "pay-0"}} {
+		at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+		msg, err := enc.Encode(generator.Event{
+			Type: generator.ContainerStarted, Pod: p, State: generator.StateRunning, Time: at, ObservedAt: at,
+			Container: generator.Container{ID: "c-" + p.UID, Name: "app", Image: "registry.example/app:1"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := jsB.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		key := schemas.StateKey(schemas.StateRef{Node: "node-1", Namespace: p.Namespace, Pod: p.Name, PodUID: p.UID, ContainerID: "c-" + p.UID})
+		if _, err := kv.Put(ctx, key, msg.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	seed, err := shopKey.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedFile := filepath.Join(t.TempDir(), "reader-shop.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reader := []string{"--nats-url", url, "--nkey", seedFile, "--inbox-prefix", inbox}
+	for _, tt := range []struct {
+		args        []string
+		want, wantN string // in the output, or in the refusal
+	}{
+		{args: []string{"replay", "-n", "shop"}, want: "shop/web-0/app"},
+		{args: []string{"ps", "-n", "shop"}, want: "web-0"},
+		{args: []string{"replay", "-n", "payments"}, wantN: `.pleg.*.payments.>"`},
+		{args: []string{"replay", "--node", "node-1"}, wantN: `.pleg.node-1.>"`},
+		{args: []string{"ps"}, wantN: `.$KV.PLEG_STATE.>"`},
+		{args: []string{"ps", "-n", "payments"}, wantN: `.$KV.PLEG_STATE.*.payments.>"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(ctx, append(tt.args, reader...), envFrom(t, nil), &stdout, &stderr)
+		if strings.Contains(stdout.String(), "pay-0") || strings.Contains(stdout.String(), "payments") {
+			t.Errorf("%s as the shop reader printed %q", strings.Join(tt.args, " "), stdout.String())
+		}
+		if tt.want != "" && (err != nil || !strings.Contains(stdout.String(), tt.want)) {
+			t.Errorf("%s as the shop reader: %v, printed %q, want %s (stderr %s)", strings.Join(tt.args, " "), err, stdout.String(), tt.want, stderr.String())
+		}
+		if tt.wantN != "" && (err == nil || !strings.Contains(err.Error(), "$JS.API.CONSUMER.CREATE.") || !strings.Contains(err.Error(), tt.wantN)) {
+			t.Errorf("%s as the shop reader = %v, want a refusal naming %s", strings.Join(tt.args, " "), err, tt.wantN)
+		}
 	}
 }
