@@ -239,3 +239,24 @@ func ReaderInboxPrefix(creds []byte) (string, error) {
 	}
 	return inboxPrefix + uc.Subject, nil
 }
+
+// ReaderNamespaces returns the namespaces a reader's credentials are
+// limited to, from its user's NamespaceTag tags; none for credentials of
+// any other user (a node's, or one not minted by this package).
+func ReaderNamespaces(creds []byte) ([]string, error) {
+	token, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		return nil, fmt.Errorf("read credentials: %w", err)
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return nil, fmt.Errorf("read credentials: %w", err)
+	}
+	var out []string
+	for _, tag := range uc.Tags {
+		if ns, ok := strings.CutPrefix(tag, NamespaceTag+":"); ok {
+			out = append(out, ns)
+		}
+	}
+	return out, nil
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/natsauth"
 )
 
 // natsFlags are the flags of the commands that read from NATS (tail,
@@ -38,6 +39,12 @@ type natsFlags struct {
 	getenv func(string) string
 	// contextUsed names the context connect applied, for messages.
 	contextUsed string
+	// stream is the event stream of the command, whose legacy-layout look
+	// a reader limited to namespaces is refused (legacyProbe).
+	stream string
+	// namespaces are those the credentials are limited to (a reader's from
+	// pleg-bridge creds --reader), set by connect; none for others.
+	namespaces []string
 }
 
 // addNATSFlags defines the NATS flags on fs.
@@ -89,6 +96,9 @@ func (f *natsFlags) connect(ctx context.Context, name string, extra ...nats.Opti
 	if err := f.check(); err != nil {
 		return ctx, nil, nil, err
 	}
+	if err := f.readerScope(); err != nil {
+		return ctx, nil, nil, err
+	}
 	auth, err := f.auth.ClientOptions(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return ctx, nil, nil, err
@@ -97,7 +107,7 @@ func (f *natsFlags) connect(ctx context.Context, name string, extra ...nats.Opti
 	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) && !legacyProbe(err) {
+			if errors.Is(err, nats.ErrPermissionViolation) && !legacyProbe(err, f.stream) {
 				cancel(fmt.Errorf("%w: %w", errRefused, err))
 			}
 		}),
@@ -217,12 +227,33 @@ func expandHome(p, home string) string {
 }
 
 // legacyProbe reports whether err refuses the consumer package's look for
-// events of the legacy subject layout (consumer.LegacyAuto), a message get,
-// which a reader limited to namespaces may not make: it then reads the
-// current layout only, and goes on.
-func legacyProbe(err error) bool {
+// events of the legacy subject layout in stream (consumer.LegacyAuto), a
+// message get, which a reader limited to namespaces may not make: it then
+// reads the current layout only, and goes on.
+func legacyProbe(err error, stream string) bool {
 	s := err.Error()
-	return strings.Contains(s, `"$JS.API.STREAM.MSG.GET.`) || strings.Contains(s, `"$JS.API.DIRECT.GET.`)
+	return stream != "" && (strings.Contains(s, `"$JS.API.STREAM.MSG.GET.`+stream+`"`) || strings.Contains(s, `"$JS.API.DIRECT.GET.`+stream+`"`))
+}
+
+// readerScope reads the credentials file, if any: a reader's (pleg-bridge
+// creds --reader) is limited to namespaces and to its own inbox, whose
+// prefix it sets unless --inbox-prefix does, since without it no reply
+// would reach the reader.
+func (f *natsFlags) readerScope() error {
+	if f.auth.Creds == "" {
+		return nil
+	}
+	b, err := os.ReadFile(f.auth.Creds)
+	if err != nil {
+		return fmt.Errorf("--creds: %w", err)
+	}
+	if f.namespaces, err = natsauth.ReaderNamespaces(b); err != nil || len(f.namespaces) == 0 {
+		return nil // not a reader's: nats.go says what is wrong with it, if anything
+	}
+	if f.auth.InboxPrefix == "" {
+		f.auth.InboxPrefix, _ = natsauth.ReaderInboxPrefix(b)
+	}
+	return nil
 }
 
 // dialError returns why the first of the comma-separated server URLs

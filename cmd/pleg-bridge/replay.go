@@ -76,6 +76,11 @@ func runReplay(ctx context.Context, cmd string, sf *streamFlags, o replayOptions
 		return err
 	}
 	defer nc.Close()
+	if len(sf.nats.namespaces) > 0 {
+		// A reader limited to namespaces may not read the legacy layout:
+		// do not ask.
+		opts.Legacy = consumer.LegacyNever
+	}
 	if _, err := sf.lastSeq(ctx, js); err != nil {
 		if ctx.Err() != nil {
 			return refusal(ctx)

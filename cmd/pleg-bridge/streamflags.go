@@ -83,6 +83,7 @@ func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
 	if f.stream == "" {
 		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--stream is empty")
 	}
+	f.nats.stream = f.stream
 	var err error
 	if f.podUID, f.podNamespace, f.podName, err = parsePod(f.pod); err != nil {
 		return consumer.Options{}, eventFilter{}, &usageError{cmd: cmd, err: err}

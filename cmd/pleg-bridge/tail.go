@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
@@ -91,6 +90,11 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 		return err
 	}
 	defer nc.Close()
+	if len(sf.nats.namespaces) > 0 {
+		// A reader limited to namespaces may not read the legacy layout:
+		// do not ask.
+		opts.Legacy = consumer.LegacyNever
+	}
 	// The stream is looked up first, so that a mistyped --stream fails
 	// before tail says it follows.
 	stored, err := sf.lastSeq(ctx, js)
@@ -120,7 +124,7 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 		from = fmt.Sprintf("from stream sequence %d", o.fromSeq)
 	}
 	fmt.Fprintf(env.stderr, "%s: following %s in %s, %s (Ctrl-C stops)\n", cmd, what, sf.where(), from)
-	if hint := unknownHint(ctx, js, sf); hint != "" {
+	if hint := unknownHint(ctx, sf); hint != "" {
 		fmt.Fprintf(env.stderr, "%s: %s\n", cmd, hint)
 	}
 
@@ -162,16 +166,16 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 // so that a mistyped name does not follow silently forever. A pod may yet
 // come, so tail follows anyway. It says nothing when sf selects none of
 // them, or when the bucket cannot be read within stateLookupTimeout: a
-// bridge may keep none. It needs sf.parse first.
-func unknownHint(ctx context.Context, js jetstream.JetStream, sf *streamFlags) string {
+// bridge may keep none, and the credentials may not allow it. It reads on
+// a connection of its own, so that a refusal there is not tail's. It needs
+// sf.parse first.
+func unknownHint(ctx context.Context, sf *streamFlags) string {
 	places := sf.places()
 	if len(places) == 0 {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(ctx, stateLookupTimeout)
-	defer cancel()
 	filter := consumer.StateFilter{Node: sf.node, Namespace: cmp.Or(sf.podNamespace, sf.namespace), Pod: sf.podName, PodUID: sf.podUID}
-	cs, err := consumer.ListState(ctx, js, consumer.StateOptions{Bucket: sf.bucket, Filter: filter})
+	cs, err := listStateAt(ctx, sf.nats, sf.bucket, filter)
 	if err != nil || len(cs) > 0 {
 		return ""
 	}
