@@ -177,3 +177,18 @@ func (g *Generator) mergeRestored() {
 		"events", len(events), "pods", len(changed))
 	g.requestRelist()
 }
+
+// PodMeta returns the labels and allowlisted annotations the generator
+// holds for the pod, and whether it can know them: false until its first
+// full relist is merged. With true, a nil PodMeta means no sandbox of the
+// pod was seen (the pod is gone, or known only from a checkpoint). It is
+// for events rebuilt from a checkpoint, which keeps no labels: a bridge
+// that carries them into a new stream (publish.Options.PodMeta). The
+// PodMeta is shared with the generator's state: read it, never modify
+// it. It is safe for concurrent use, also while Run runs.
+func (g *Generator) PodMeta(podUID string) (*PodMeta, bool) {
+	if !g.Synced() {
+		return nil, false
+	}
+	return g.lookupMeta(podUID), true
+}
