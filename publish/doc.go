@@ -15,7 +15,12 @@
 // them to the checkpoint and the generator (Options.OnStored), so that a
 // container whose start was stored just before a crash and which is gone
 // now still gets its end (reconcile.go, stored.go); a retry that could come after the window is
-// checked against the stream before it is published (verify.go). A
+// checked against the stream before it is published (verify.go). The
+// checkpoint names the stream it belongs to: a Publisher that finds
+// another (deleted and created again, another server's) starts that
+// stream's history, putting the checkpoint's events into it before
+// anything else, so that no container's end is published without its
+// start in the same stream (history.go). A
 // stalled publication (a leader election, a server or cluster that is
 // down) is logged once when it starts and once when acks resume.
 //
@@ -31,7 +36,7 @@
 // publish imports generator for the Event type, the Sink interface and
 // SinkFullError only, schemas for the CloudEvent types, data schemas and the
 // subject encoding (the data's Go type is written by hand, see cejson.go),
-// durable for the spool, and consumer to decode what it reads back from the
+// durable for the spool and the checkpoint's stream, and consumer to decode what it reads back from the
 // stream as any subscriber does (one decoder of the wire format). It must not import CRI, gRPC or any other
 // generator internals, and it starts no NATS server (natsembed does).
 package publish

@@ -145,6 +145,21 @@ type Options struct {
 	// highest seq with the acks, written together: the next run's
 	// ReconcileFrom is that plus one.
 	OnAck func(ev generator.Event, seq uint64)
+	// Checkpoint, if set, is the durable checkpoint OnAck records the acks
+	// in. Before it publishes anything, Run tells whether the stream is
+	// the one the checkpoint belongs to (durable.Checkpoint.Stream), and
+	// if it is another (deleted and created again, another server's, or
+	// ending before the checkpoint's sequence) starts that stream's
+	// history: the checkpoint's events go into it first, so that no
+	// container's ContainerDied reaches it without its ContainerStarted
+	// (history.go). Run calls its Adopt and Disown.
+	Checkpoint *durable.Checkpoint
+	// PodMeta, if set, gives a pod's labels and annotations to the events
+	// Run carries from the checkpoint into a new stream, which the
+	// checkpoint does not keep (generator.Generator.PodMeta). known false
+	// means they cannot be known yet: Run asks again, for up to 10 s,
+	// before it carries anything. It must not block.
+	PodMeta func(podUID string) (meta *generator.PodMeta, known bool)
 	// OnStored, if set, is called once, from Run's goroutine, with the
 	// events of this node that an earlier run stored after ReconcileFrom
 	// (the read of reconcile.go, decoded), in stream order, after each was
@@ -213,6 +228,9 @@ type Publisher struct {
 	// recorded counts the events Send recorded (in memory or in the
 	// spool), settled those of them Run has delivered or given up.
 	recorded, settled atomic.Uint64
+	// carrying counts the events carried from the checkpoint into a new
+	// stream and not yet delivered (history.go), for Pending.
+	carrying atomic.Int64
 }
 
 var _ generator.Sink = (*Publisher)(nil)
@@ -230,9 +248,13 @@ type outboxEvent struct {
 	// to the spool, as entry seq (Options.WriteThrough): Done likewise.
 	written bool
 	seq     uint64
-	// earlier is set for a spool entry of an earlier process: not one
-	// Send recorded (see Publisher.Progress).
+	// earlier is set for a spool entry of an earlier process, and for a
+	// carried event: not one Send recorded (see Publisher.Progress).
 	earlier bool
+	// carried is set for an event carried from the checkpoint into a new
+	// stream (history.go): it holds no outbox slot, and a Run that stops
+	// before delivering it leaves it to the next, which carries it again.
+	carried bool
 	// unchecked is set with earlier, until a check found the entry is
 	// not stored (see needsCheck).
 	unchecked bool
@@ -438,9 +460,10 @@ func (p *Publisher) refuse(recorded, n int) {
 }
 
 // Pending returns the number of events recorded and not yet acked or given
-// up: in memory (queued plus in flight) and in the spool, not yet taken.
+// up: in memory (queued plus in flight) and in the spool, not yet taken,
+// and those carried from the checkpoint into a new stream.
 func (p *Publisher) Pending() int {
-	n := p.memoryPending()
+	n := p.memoryPending() + int(p.carrying.Load())
 	if p.opts.Spool != nil {
 		n += p.opts.Spool.Untaken()
 	}
@@ -477,7 +500,10 @@ func (p *Publisher) closeIntake() {
 // Events Send kept in memory and still undelivered then are given up: each
 // is counted in pleg_bridge_events_dropped_total and logged at Warn. Events
 // from the spool are not given up: those not delivered stay in the spool,
-// for the next Publisher over it. Run returns nil after that, or an error
+// for the next Publisher over it; nor are events carried from the
+// checkpoint into a new stream, which the next Run carries again (the
+// checkpoint adopts the stream only once they are delivered). Run returns
+// nil after that, or an error
 // wrapping nats.ErrConnectionClosed if the NATS connection is closed under
 // it (the memory events are given up the same way). Outcomes of publishes
 // arrive through the JetStream context's handlers; Run starts a few
@@ -510,8 +536,12 @@ func (p *Publisher) Run(ctx context.Context) error {
 		inflight: make(map[*nats.Msg]inflight, p.opts.MaxInFlight),
 		checking: make(map[*podQueue]struct{}),
 	}
-	if p.opts.ReconcileFrom > 0 || !p.opts.ReconcileSince.IsZero() {
-		// Nothing is published before the stream is read back.
+	d.carryTimer = time.NewTimer(time.Hour)
+	d.carryTimer.Stop()
+	defer d.carryTimer.Stop()
+	if p.opts.ReconcileFrom > 0 || !p.opts.ReconcileSince.IsZero() || p.opts.Checkpoint != nil {
+		// Nothing is published before the stream is read back (and, with
+		// a checkpoint, known to be its stream).
 		d.reconciling = true
 		d.reconciled = make(chan storedSet, 1)
 		reading.Go(func() { p.reconcile(cctx, d.reconciled) })
@@ -573,6 +603,21 @@ type delivery struct {
 	// lastAckedSent is when the latest-sent message that JetStream acked
 	// was sent (abandonStragglers).
 	lastAckedSent time.Time
+
+	// renewing is the stream whose history Run is starting (history.go),
+	// until the checkpoint adopts it; nil otherwise.
+	renewing *durable.StreamIdentity
+	// carry holds the events to carry into it until they are inserted
+	// (tryCarry); nothing is published before. carryMeta holds the pod
+	// labels of the spooled events, carryUntil ends the wait for the
+	// generator's. carryTimer fires while carryArmed.
+	carry      []generator.Event
+	carryMeta  map[string]*generator.PodMeta
+	carryUntil time.Time
+	carryTimer *time.Timer
+	carryArmed bool
+	// carrying counts the carried events not yet delivered.
+	carrying int
 }
 
 type inflight struct {
@@ -636,6 +681,9 @@ func (d *delivery) run(ctx context.Context) error {
 			d.checked(r)
 		case set := <-d.reconciled:
 			d.reconciledWith(set, time.Now())
+		case now := <-d.carryC():
+			d.carryArmed = false
+			d.tryCarry(now)
 		case now := <-d.retryC():
 			d.armedAt = time.Time{}
 			d.retryDue(now)
@@ -749,7 +797,7 @@ func (d *delivery) addSpooled(en durable.SpoolEntry) {
 // is room in flight. It returns an error only when the connection is
 // closed for good.
 func (d *delivery) dispatch() error {
-	if d.reconciling {
+	if d.reconciling || d.carry != nil {
 		return nil
 	}
 	for d.inFlight+len(d.checking) < d.p.opts.MaxInFlight && len(d.ready) > 0 {
@@ -967,16 +1015,22 @@ func (d *delivery) giveUpHead(pq *podQueue, reason string, err error) {
 // frees its outbox slot. The pod goes to the back of the ready line if it
 // has more events.
 func (d *delivery) advance(pq *podQueue) {
-	if !pq.events[0].spooled {
+	e := pq.events[0]
+	switch {
+	case e.carried:
+		defer d.carriedOne() // once the event is out of the queue
+	case !e.spooled:
 		pq.volatile--
 		d.volatile--
 	}
-	if !pq.events[0].earlier {
+	if !e.earlier {
 		d.p.settled.Add(1)
 	}
 	pq.events[0] = nil
 	pq.events = pq.events[1:]
-	<-d.p.slots
+	if !e.carried {
+		<-d.p.slots
+	}
 	if len(pq.events) == 0 {
 		delete(d.pods, pq.uid)
 		return
@@ -1149,6 +1203,11 @@ func (d *delivery) giveUp(reason string) {
 	left := 0
 	for _, pq := range d.pods {
 		for _, e := range pq.events {
+			if e.carried {
+				// Not adopted: the next Run carries it again.
+				left++
+				continue
+			}
 			if e.spooled || e.written {
 				left++
 			} else {

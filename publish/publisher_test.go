@@ -90,7 +90,13 @@ func newFixtureOn(t *testing.T, js jetstream.JetStream, opts publish.Options) *f
 	}
 	opts.Registerer = f.reg
 	opts.Logger = slog.New(&recordHandler{records: f.logs})
-	opts.OnAck = func(ev generator.Event, seq uint64) { f.acks <- ackedEvent{ev: ev, seq: seq, at: time.Now()} }
+	onAck := opts.OnAck // the test's own, called first
+	opts.OnAck = func(ev generator.Event, seq uint64) {
+		if onAck != nil {
+			onAck(ev, seq)
+		}
+		f.acks <- ackedEvent{ev: ev, seq: seq, at: time.Now()}
+	}
 	pub, err := publish.New(js, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -100,6 +101,17 @@ type storedSet struct {
 	// undecoded counts the messages whose event could not be decoded.
 	undecoded int
 	last      uint64
+	// stream is the identity of the stream read.
+	stream durable.StreamIdentity
+	// from is the first sequence the read covered; 0 when it started at a
+	// time (ReconcileSince), or read nothing.
+	from uint64
+	// renew, when not empty, says why the stream is not the one
+	// Options.Checkpoint belongs to (history.go): the read covered all of
+	// it.
+	renew string
+	// adopt says the checkpoint names no stream and adopts this one.
+	adopt bool
 }
 
 // storedEvent is one decoded message of the read and its stream sequence.
@@ -118,11 +130,12 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 		defer nc.RemoveStatusListener(reconnected)
 	}
 	start := time.Now()
+	warned, waiting := false, false
 	for failures := 0; ; {
-		set, err := p.readStored(ctx, p.opts.ReconcileFrom, p.opts.ReconcileSince)
+		set, err := p.readStored(ctx)
 		if err == nil {
 			p.log.Info("read the messages an earlier run stored after its checkpoint; publishing starts",
-				"messages", len(set.ids), "undecoded", set.undecoded, "from_sequence", p.opts.ReconcileFrom,
+				"stream", set.stream.String(), "messages", len(set.ids), "undecoded", set.undecoded, "from_sequence", set.from,
 				"since", p.opts.ReconcileSince, "to_sequence", set.last, "took", time.Since(start), "failed_attempts", failures)
 			out <- set
 			return
@@ -132,10 +145,19 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 		}
 		failures++
 		delay := retryDelay(p.opts.RetryBackoffMin, p.opts.RetryBackoffMax, failures)
-		if failures == 1 {
+		// With a checkpoint, whose stream it is, is known only once it
+		// exists: a reinstall's stream is created by the bridge meanwhile.
+		missing := p.opts.Checkpoint != nil && errors.Is(err, jetstream.ErrStreamNotFound)
+		switch {
+		case missing && !waiting:
+			waiting = true
+			p.log.Info("the stream does not exist (yet); nothing is published until it does",
+				"stream", p.opts.Stream, "retry_in", delay, "err", err)
+		case !missing && !warned:
+			warned = true
 			p.log.Warn("cannot read what an earlier run stored; nothing is published until then, retrying",
 				"from_sequence", p.opts.ReconcileFrom, "retry_in", delay, "err", err)
-		} else {
+		default:
 			p.log.Debug("read what an earlier run stored, will retry", "attempt", failures, "retry_in", delay, "err", err)
 		}
 		t := time.NewTimer(delay)
@@ -151,17 +173,20 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 }
 
 // readStored reads every message on this node's subjects stored from
-// sequence from (or, with from 0, stored since since) up to the stream's
-// last sequence: its Nats-Msg-Id, and the event it reports (decodeStored).
-// A message it cannot decode is logged at Warn and counted, and only its
-// id is kept. Each request is bounded by AckTimeout.
-func (p *Publisher) readStored(ctx context.Context, from uint64, since time.Time) (storedSet, error) {
+// sequence ReconcileFrom (or, with that 0, stored since ReconcileSince) up
+// to the stream's last sequence: its Nats-Msg-Id, and the event it reports
+// (decodeStored). With a Checkpoint, it first tells whether the stream is
+// the checkpoint's (history.go): if not, it reads from the stream's first
+// sequence. A message it cannot decode is logged at Warn and counted, and
+// only its id is kept. Each request is bounded by AckTimeout.
+func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 	set := storedSet{ids: map[string]uint64{}}
+	from, since := p.opts.ReconcileFrom, p.opts.ReconcileSince
 	filter := p.enc.nodeSubjects()
 	rctx, cancel := context.WithTimeout(ctx, p.opts.AckTimeout)
 	defer cancel()
 	stream, err := lookUpStream(rctx, p.js, p.opts.Stream, filter)
-	if from == 0 && errors.Is(err, jetstream.ErrStreamNotFound) {
+	if from == 0 && p.opts.Checkpoint == nil && errors.Is(err, jetstream.ErrStreamNotFound) {
 		// No checkpoint sequence, no stream: a first start, with the
 		// stream being set up. Nothing of this node's is stored.
 		return set, nil
@@ -174,15 +199,25 @@ func (p *Publisher) readStored(ctx context.Context, from uint64, since time.Time
 		return set, fmt.Errorf("get stream info: %w", err)
 	}
 	set.last = info.State.LastSeq
-	if set.last == 0 {
+	set.stream = durable.StreamIdentity{Name: info.Config.Name, Created: info.Created}
+	if ck := p.opts.Checkpoint; ck != nil {
+		if set.renew = renewal(ck, set.stream, set.last); set.renew != "" {
+			from, since = 1, time.Time{}
+		} else if _, named := ck.Stream(); !named {
+			set.adopt = true
+		}
+	}
+	set.from = from
+	if set.last == 0 || (from == 0 && since.IsZero()) {
 		return set, nil
 	}
 	if from > 0 && set.last < from {
 		if from > 1 && set.last+1 < from {
 			// The stream holds fewer messages than the checkpoint saw:
-			// it was purged or created anew. Nothing after the checkpoint
-			// can be in it.
-			p.log.Warn("the stream ends before the checkpoint's sequence: was it recreated or purged?",
+			// it was created anew (a purge keeps the sequence numbers).
+			// Nothing after the checkpoint can be in it. With a
+			// Checkpoint, history.go starts its history instead.
+			p.log.Warn("the stream ends before the checkpoint's sequence: was it created anew?",
 				"stream", info.Config.Name, "last_sequence", set.last, "checkpoint_sequence", from-1)
 		}
 		return set, nil
@@ -289,16 +324,27 @@ func lookUpStream(ctx context.Context, js jetstream.JetStream, name, subject str
 // reconciledWith takes in the read of what an earlier run stored: each
 // decoded event is reported to OnAck in stream order and recognised, all
 // of them go to OnStored, and publishing may start.
+//
+// With a checkpoint, it adopts the stream (a checkpoint that named none),
+// or starts the stream's history (history.go).
 func (d *delivery) reconciledWith(set storedSet, now time.Time) {
 	d.reconciling = false
 	d.wm.stored(set.last)
+	switch {
+	case set.renew != "":
+		d.renew(set, now)
+		defer d.tryCarry(now) // after the events read are reported
+	case set.adopt:
+		d.p.opts.Checkpoint.Adopt(set.stream)
+		d.p.log.Info("the checkpoint names no stream yet: it belongs to this one", "stream", set.stream.String())
+	}
 	if len(set.ids) == 0 {
 		return // found left nil: publish looks nothing up
 	}
 	d.found = set.ids
 	d.recognised = make(map[string]struct{}, len(set.ids))
 	d.wm.holding = true
-	d.wm.holdAt = max(d.p.opts.ReconcileFrom, 1) - 1
+	d.wm.holdAt = max(set.from, 1) - 1
 	d.wm.holdUntil = now.Add(reconcileHold)
 	events := make([]generator.Event, 0, len(set.events))
 	for _, s := range set.events {
