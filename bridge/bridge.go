@@ -243,11 +243,17 @@ func build(opts Options) (_ *pipeline, err error) {
 	var onAck func(generator.Event, uint64)
 	var reconcileFrom uint64
 	var reconcileSince time.Time
+	var ckpt *durable.Checkpoint
+	var podMeta func(string) (*generator.PodMeta, bool)
 	if hook := opts.Hooks.OnAck; hook != nil {
 		onAck = func(ev generator.Event, _ uint64) { hook(ev) }
 	}
 	if p.store != nil {
-		ckpt, hook := p.store.Checkpoint(), opts.Hooks.OnAck
+		ckpt = p.store.Checkpoint()
+		// The checkpoint keeps no labels: what it carries into a new
+		// stream (publish/history.go) takes them from the generator.
+		podMeta = func(uid string) (*generator.PodMeta, bool) { return p.gen.PodMeta(uid) }
+		hook := opts.Hooks.OnAck
 		onAck = func(ev generator.Event, seq uint64) {
 			ckpt.RecordAck(ev, seq)
 			if hook != nil {
@@ -298,6 +304,8 @@ func build(opts Options) (_ *pipeline, err error) {
 		DuplicateWindow: opts.Stream.DuplicateWindow,
 		ReconcileFrom:   reconcileFrom,
 		ReconcileSince:  reconcileSince,
+		Checkpoint:      ckpt,
+		PodMeta:         podMeta,
 		DrainTimeout:    opts.ShutdownTimeout,
 		Registerer:      p.reg,
 		Logger:          log,
