@@ -227,3 +227,50 @@ func TestAnInterruptedCarryIsCompletedWithoutStoringTwice(t *testing.T) {
 	f.waitLog(t, "the checkpoint belongs to the stream from now on")
 	checkPerPodOrder(t, fetchAll(t, js, 2), []generator.Event{a, b})
 }
+
+// TestACheckpointThatNamesNoStreamAdoptsOneThatCoversItsSequence: a
+// checkpoint written before checkpoints named their stream is taken as the
+// stream's when the stream covers its sequence: nothing is published
+// again, nothing is warned of, and the checkpoint names the stream from
+// then on.
+func TestACheckpointThatNamesNoStreamAdoptsOneThatCoversItsSequence(t *testing.T) {
+	t.Parallel()
+	_, url := publishtest.NewServer(t)
+	_, js := publishtest.Connect(t, url)
+	ensureShortWindowStream(t, js)
+	a, b := testEvent("pod-a", 0), testEvent("pod-a", 1)
+	ack, err := js.PublishMsg(t.Context(), encode(t, newEncoder(t, publish.EncoderOptions{}), a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st, closeStore := openStore(t, dir, 0)
+	st.Checkpoint().RecordAck(a, ack.Sequence)
+	closeStore()
+	publishtest.WaitOutDuplicateWindow(t, js, "PLEG")
+
+	st, closeStore = openStore(t, dir, 0)
+	ck := st.Checkpoint()
+	if _, named := ck.Stream(); named {
+		t.Fatal("the checkpoint names a stream before any was adopted")
+	}
+	f := newFixtureOn(t, js, publish.Options{Stream: "PLEG", DuplicateWindow: shortWindow, Checkpoint: ck,
+		ReconcileFrom: ck.Sequence() + 1, OnAck: func(ev generator.Event, seq uint64) { ck.RecordAck(ev, seq) }})
+	stop := f.run(t)
+	logs := f.logsUntil(t, "the checkpoint names no stream yet")
+	f.send(t, b)
+	f.waitAcks(t, 1)
+	checkPerPodOrder(t, fetchAll(t, js, 2), []generator.Event{a, b})
+	stop()
+	for _, r := range append(logs, f.warnings()...) {
+		if r.Level == slog.LevelWarn {
+			t.Errorf("a warning: %s", r.Message)
+		}
+	}
+	closeStore()
+	st, closeStore = openStore(t, dir, 0)
+	defer closeStore()
+	if id, named := st.Checkpoint().Stream(); !named || !id.Equal(streamIdentity(t, js)) {
+		t.Errorf("the checkpoint names stream %v, %v; want %v", id, named, streamIdentity(t, js))
+	}
+}
