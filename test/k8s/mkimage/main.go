@@ -1,6 +1,8 @@
-// Command mkimage writes the pleg-bridge container image as a docker image
-// archive, ready for `ctr images import`, from the static binary alone:
-// nothing is pulled. It is what the Dockerfile builds, for machines that
+// Command mkimage builds the pleg-bridge container image without a
+// container daemon (no Docker, no BuildKit): from the static binary alone,
+// nothing pulled. It writes a docker image archive, for `ctr images import`,
+// `docker load` or `podman load`, and/or pushes the image to a registry. The
+// image is what the Dockerfile builds, for machines without Docker or that
 // cannot pull its base images (gcr.io/distroless/static-debian12:nonroot):
 //
 //	/pleg-bridge                        the binary (0755)
@@ -9,30 +11,43 @@
 //	/home/nonroot, /tmp                 the non-root user's home and a sticky /tmp
 //
 // with the Dockerfile's user (65532:65532), exposed port, entrypoint, default
-// command and OCI labels, the version among them. Every file time and the
-// creation time are the Unix epoch, so the same binary and certificates give
-// the same image digest. mkimage_test.go holds the configuration to the
-// Dockerfile's.
+// command and OCI labels, the version among them, for the binary's
+// architecture (read from its ELF header; the binary must be static,
+// CGO_ENABLED=0). Every file time and the creation time are the Unix epoch,
+// so the same binary and certificates give the same image digest.
+// main_test.go holds the configuration to the Dockerfile's.
 //
-//	go run ./test/k8s/mkimage -binary pleg-bridge -version v1.2.3 -revision <commit> \
-//	    -ref localhost/pleg-bridge:e2e -out pleg-bridge.tar
+//	CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w -X main.version=v1.2.3" \
+//	    -o pleg-bridge ./cmd/pleg-bridge
+//	go run ./test/k8s/mkimage -binary pleg-bridge -version v1.2.3 -revision "$(git rev-parse HEAD)" \
+//	    -ref registry.example.com/pleg-bridge:v1.2.3 -push
+//	go run ./test/k8s/mkimage -binary pleg-bridge -version v1.2.3 -out pleg-bridge.tar
+//
+// -push authenticates as the docker CLI, podman or crane would: with
+// $DOCKER_CONFIG/config.json or ~/.docker/config.json (and the credential
+// helpers it names), then $REGISTRY_AUTH_FILE or containers' auth.json. It
+// prints the pushed reference with its digest, to pin the image by.
 package main
 
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -69,48 +84,108 @@ func labels(version, revision string) map[string]string {
 }
 
 func main() {
-	binary := flag.String("binary", "", "the static pleg-bridge binary (required; CGO_ENABLED=0)")
-	out := flag.String("out", "", "the image archive to write (required)")
-	ref := flag.String("ref", "localhost/pleg-bridge:e2e", "the image's name")
-	caCerts := flag.String("ca-certs", "/etc/ssl/certs/ca-certificates.crt", "PEM bundle of CA certificates to put in the image")
-	version := flag.String("version", "dev", "the version label, as the Dockerfile's VERSION")
-	revision := flag.String("revision", "unknown", "the revision label, as the Dockerfile's REVISION")
-	flag.Parse()
-	if err := write(*binary, *caCerts, *out, *ref, *version, *revision); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
 		os.Exit(1)
 	}
 }
 
-func write(binary, caCerts, out, ref, version, revision string) error {
+// run builds the image the flags in args describe, writes it and/or pushes
+// it, and says where on stdout. The push stops when ctx is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mkimage", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	binPath := fs.String("binary", "", "the static pleg-bridge binary (required; CGO_ENABLED=0, GOOS=linux)")
+	out := fs.String("out", "", "write the image to this docker image archive")
+	push := fs.Bool("push", false, "push the image to -ref's registry")
+	ref := fs.String("ref", "localhost/pleg-bridge:e2e", "the image's name, registry/repository:tag")
+	caCerts := fs.String("ca-certs", "/etc/ssl/certs/ca-certificates.crt", "PEM bundle of CA certificates to put in the image")
+	version := fs.String("version", "dev", "the version label, as the Dockerfile's VERSION")
+	revision := fs.String("revision", "unknown", "the revision label, as the Dockerfile's REVISION")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	switch {
-	case binary == "":
+	case *binPath == "":
 		return errors.New("-binary is required")
-	case out == "":
-		return errors.New("-out is required")
-	case flag.NArg() != 0:
-		return fmt.Errorf("unexpected arguments %q", flag.Args())
+	case *out == "" && !*push:
+		return errors.New("-out or -push is required: nothing to do")
+	case fs.NArg() != 0:
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	tag, err := name.NewTag(ref)
+	tag, err := name.NewTag(*ref)
 	if err != nil {
-		return fmt.Errorf("-ref %q: %w", ref, err)
+		return fmt.Errorf("-ref %q: %w", *ref, err)
 	}
-	bin, err := os.ReadFile(binary)
+	bin, err := os.ReadFile(*binPath)
 	if err != nil {
 		return fmt.Errorf("read the binary: %w", err)
 	}
-	certs, err := os.ReadFile(caCerts)
+	arch, err := staticArch(bin)
+	if err != nil {
+		return fmt.Errorf("-binary %s: %w", *binPath, err)
+	}
+	certs, err := os.ReadFile(*caCerts)
 	if err != nil {
 		return fmt.Errorf("read the CA certificates (-ca-certs): %w", err)
 	}
-	img, err := Build(Options{Binary: bin, CACerts: certs, Version: version, Revision: revision, Arch: runtime.GOARCH})
+	img, err := Build(Options{Binary: bin, CACerts: certs, Version: *version, Revision: *revision, Arch: arch})
 	if err != nil {
 		return err
 	}
-	if err := tarball.WriteToFile(out, tag, img); err != nil {
-		return fmt.Errorf("write the image archive: %w", err)
+	digest, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	if *out != "" {
+		if err := tarball.WriteToFile(*out, tag, img); err != nil {
+			return fmt.Errorf("write the image archive: %w", err)
+		}
+		fmt.Fprintf(stdout, "wrote %s: %s (linux/%s)\n", *out, tag.Name(), arch)
+	}
+	if *push {
+		if err := remote.Write(tag, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+			return fmt.Errorf("push %s: %w", tag.Name(), err)
+		}
+		fmt.Fprintf(stdout, "pushed %s@%s (linux/%s)\n", tag.Name(), digest, arch)
 	}
 	return nil
+}
+
+// goArch is the GOARCH of each ELF machine Go builds linux binaries for.
+var goArch = map[elf.Machine]string{
+	elf.EM_X86_64:    "amd64",
+	elf.EM_AARCH64:   "arm64",
+	elf.EM_386:       "386",
+	elf.EM_ARM:       "arm",
+	elf.EM_S390:      "s390x",
+	elf.EM_RISCV:     "riscv64",
+	elf.EM_LOONGARCH: "loong64",
+}
+
+// staticArch returns the image architecture (GOARCH) of a linux binary, and
+// an error if it is not an ELF file or is linked dynamically: the image has
+// no dynamic loader or C library, so such a binary would not start ("no such
+// file or directory").
+func staticArch(bin []byte) (string, error) {
+	f, err := elf.NewFile(bytes.NewReader(bin))
+	if err != nil {
+		return "", fmt.Errorf("not a linux (ELF) binary; build it with GOOS=linux: %w", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return "", errors.New("linked dynamically (it needs a program interpreter), which the image cannot run; build it with CGO_ENABLED=0")
+		}
+	}
+	arch, ok := goArch[f.Machine]
+	if f.Machine == elf.EM_PPC64 && f.ByteOrder == binary.LittleEndian {
+		arch, ok = "ppc64le", true
+	}
+	if !ok {
+		return "", fmt.Errorf("built for %s, an architecture mkimage does not know", f.Machine)
+	}
+	return arch, nil
 }
 
 // Build returns the image: one layer with the files above and the
