@@ -329,6 +329,9 @@ func build(opts Options) (_ *pipeline, err error) {
 	if opts.Hooks.WrapSink != nil {
 		sink = opts.Hooks.WrapSink(sink)
 	}
+	// Taken before the generator exists: every observation it makes is
+	// newer.
+	sink = observedSink{Sink: sink, started: time.Now()}
 	p.gen = generator.New(rt, sink, generator.Options{
 		Mode:                opts.Mode,
 		RelistPeriod:        opts.RelistPeriod,

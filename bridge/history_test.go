@@ -259,6 +259,7 @@ func TestAReinstallPublishesTheStartBeforeWhatWaitedInTheSpool(t *testing.T) {
 	}
 	died := make(chan struct{}, 1)
 	down.Hooks.WrapSink = func(s generator.Sink) generator.Sink { return diedSink{s, died} }
+	downAt := time.Now()
 	_, stop = runBridge(t, down)
 	select {
 	case <-died:
@@ -270,6 +271,7 @@ func TestAReinstallPublishesTheStartBeforeWhatWaitedInTheSpool(t *testing.T) {
 	if err := n.js.DeleteStream(t.Context(), "PLEG"); err != nil {
 		t.Fatal(err)
 	}
+	restart := time.Now()
 	b, stop := runBridge(t, opts)
 	evs := readEvents(t, n.js, "PLEG", 3)
 	waitSettled(t, b)
@@ -279,8 +281,16 @@ func TestAReinstallPublishesTheStartBeforeWhatWaitedInTheSpool(t *testing.T) {
 		t.Errorf("the new stream's histories:\n%v\nwant:\n%v", got, want)
 	}
 	for _, e := range evs {
-		if e.LifecycleType() == "ContainerDied" && (e.Data.ExitCode == nil || *e.Data.ExitCode != 3) {
+		if e.LifecycleType() != "ContainerDied" {
+			continue
+		}
+		if e.Data.ExitCode == nil || *e.Data.ExitCode != 3 {
 			t.Errorf("the ContainerDied is not the spooled one: exit code %v, want 3", e.Data.ExitCode)
+		}
+		// Observed by the bridge that spooled it, published by the next.
+		if o := e.Data.ObservedAt; o.Before(downAt) || !o.Before(restart) || !e.Time.Before(downAt) {
+			t.Errorf("the spooled ContainerDied: time %v, observedAt %v; want the exit before %v, observed from then on and before %v",
+				e.Time, o, downAt, restart)
 		}
 	}
 	if got := streamMsgs(t, n.js, "PLEG"); got != 3 {
