@@ -24,7 +24,17 @@ type EventData struct {
 	StartedAt  *time.Time `json:"startedAt,omitempty"`
 	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 	// DetectedBy is "relist" or "evented".
-	DetectedBy string    `json:"detectedBy"`
+	DetectedBy string `json:"detectedBy"`
+	// ObservedAt is when the bridge on the node first saw the state the
+	// event reports: the start of the relist that found it, or, with
+	// DetectedBy "evented", the runtime's timestamp of the stream payload
+	// that reported it. It is never earlier than the start of the bridge
+	// process that saw it: a payload the runtime kept while no bridge
+	// listened (containerd 2.x, up to 5 minutes) and replays to a starting
+	// bridge is stamped when the bridge took it in. An event published
+	// later than it was seen (after a NATS outage, from the spool after a
+	// restart, or again into a new stream) keeps it. The CloudEvent time,
+	// by contrast, is when the transition happened by the runtime's clock.
 	ObservedAt time.Time `json:"observedAt"`
 }
 
