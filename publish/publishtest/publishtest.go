@@ -128,9 +128,10 @@ func WaitStream(t testing.TB, js jetstream.JetStream, stream string) {
 
 // WaitOutDuplicateWindow returns once the stream has forgotten every
 // message id stored before the call, or fails the test after 30 s. It
-// stores a probe id on <prefix>.probe, a subject no node's events use (the
-// stream's first subject is <prefix>.>), and publishes it again until the stream stores it a second
-// time: JetStream forgets ids in the order it stored them, so every earlier
+// stores a probe id of its own (another at each call, so that calls in
+// quick succession do not find each other's) on <prefix>.probe, a subject
+// no node's events use (the stream's first subject is <prefix>.>), and
+// publishes it again until the stream stores it a second time: JetStream forgets ids in the order it stored them, so every earlier
 // one is forgotten by then. Both probes are deleted again, so that the
 // stream holds what the test published. No clock is read: the server's
 // own expiry decides.
@@ -146,8 +147,9 @@ func WaitOutDuplicateWindow(t testing.TB, js jetstream.JetStream, stream string)
 		t.Fatalf("stream %s has subjects %q, want <prefix>.> first", stream, subjects)
 	}
 	subject := strings.TrimSuffix(subjects[0], ">") + "probe"
+	id := "probe-" + nats.NewInbox()
 	probe := func() *jetstream.PubAck {
-		msg := &nats.Msg{Subject: subject, Header: nats.Header{jetstream.MsgIDHeader: {"probe"}}}
+		msg := &nats.Msg{Subject: subject, Header: nats.Header{jetstream.MsgIDHeader: {id}}}
 		ack, err := js.PublishMsg(ctx, msg)
 		if err != nil {
 			t.Fatalf("publish probe: %v", err)
@@ -156,7 +158,7 @@ func WaitOutDuplicateWindow(t testing.TB, js jetstream.JetStream, stream string)
 	}
 	first := probe()
 	if first.Duplicate {
-		t.Fatal("the first probe is a duplicate: the probe of an earlier wait is still remembered")
+		t.Fatalf("the first probe %s is a duplicate", id)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	again := probe()
