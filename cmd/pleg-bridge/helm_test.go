@@ -2,27 +2,52 @@ package main
 
 // The Helm chart (deploy/helm/pleg-bridge) against deploy/kubernetes and the
 // code: helm lint, helm template with default and other values, every
-// rendered object decoded strictly, and the default rendering compared with
-// what `kubectl apply -k deploy/kubernetes` applies. test/k8s installs both
+// rendered object decoded strictly, the default rendering compared with
+// what `kubectl apply -k deploy/kubernetes` applies (and with the
+// monitoring objects on, with the overlay adding the Prometheus Operator's
+// component), the values the schema refuses, and for every kind of NATS
+// credential the bridge run with the rendered container's environment and
+// Secret files against a server that requires it. test/k8s installs both
 // on a real node.
 
 import (
 	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"io"
 	"maps"
+	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/natsauth"
+	"github.com/pleg-bridge/pleg-bridge/natsauth/natsauthtest"
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
 
 // helmOnlyLabels are the labels the chart adds to what deploy/kubernetes
@@ -189,85 +214,6 @@ func labelMaps(obj map[string]any) []map[string]any {
 	return out
 }
 
-// kustomizeBuild is `kustomize build deploy/kubernetes` for the features its
-// kustomization.yaml uses (namespace, labels, images), and fails the test on
-// any other. test/k8s compares it with the real kubectl kustomize.
-func kustomizeBuild(t *testing.T) map[string]map[string]any {
-	t.Helper()
-	dir := filepath.Join(repoRoot(t), "deploy", "kubernetes")
-	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var k kustomization
-	if err := yaml.UnmarshalStrict(b, &k); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
-	}
-	if len(k.CommonLabels) != 0 {
-		t.Fatal("kustomization.yaml uses commonLabels, which kustomizeBuild does not apply")
-	}
-	var docs [][]byte
-	for _, r := range k.Resources {
-		b, err := os.ReadFile(filepath.Join(dir, r))
-		if err != nil {
-			t.Fatalf("kustomization resource %s: %v", r, err)
-		}
-		docs = append(docs, b)
-	}
-	objs := asMaps(t, docs)
-	for _, obj := range objs {
-		md := obj["metadata"].(map[string]any)
-		if obj["kind"] != "Namespace" && k.Namespace != "" {
-			md["namespace"] = k.Namespace
-		}
-		for _, l := range k.Labels {
-			if l.IncludeTemplates {
-				t.Fatal("kustomization.yaml labels use includeTemplates, which kustomizeBuild does not apply")
-			}
-			if md["labels"] == nil {
-				md["labels"] = map[string]any{}
-			}
-			maps := labelMaps(obj) // the object's labels first
-			if !l.IncludeSelectors {
-				maps = maps[:1]
-			}
-			for _, m := range maps {
-				for key, v := range l.Pairs {
-					m[key] = v
-				}
-			}
-		}
-		if obj["kind"] == "DaemonSet" {
-			spec := obj["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-			for _, c := range spec["containers"].([]any) {
-				c := c.(map[string]any)
-				ref := c["image"].(string)
-				for _, img := range k.Images {
-					repo, _, _ := strings.Cut(ref, "@")
-					if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
-						repo = repo[:i]
-					}
-					if repo != img.Name {
-						continue
-					}
-					ref = repo
-					if img.NewName != "" {
-						ref = img.NewName
-					}
-					switch {
-					case img.Digest != "":
-						ref += "@" + img.Digest
-					case img.NewTag != "":
-						ref += ":" + img.NewTag
-					}
-				}
-				c["image"] = ref
-			}
-		}
-	}
-	return objs
-}
-
 // withoutHelmLabels removes helmOnlyLabels from every label map of obj.
 func withoutHelmLabels(obj map[string]any) map[string]any {
 	for _, m := range labelMaps(obj) {
@@ -293,19 +239,33 @@ func TestHelmLintPassesWithDefaultAndOtherValues(t *testing.T) {
 
 func TestHelmChartWithDefaultValuesRendersDeployKubernetes(t *testing.T) {
 	t.Parallel()
-	rendered := helmTemplate(t)
+	compareChartWithKustomize(t, helmTemplate(t), kustomizeBuild(t, kubernetesDir(t)), "deploy/kubernetes")
+}
+
+func TestHelmChartWithMonitoringRendersTheOverlayWithThePrometheusOperatorComponent(t *testing.T) {
+	t.Parallel()
+	rendered := helmTemplate(t, writeValues(t, "podMonitor: {enabled: true}\nprometheusRule: {enabled: true}\n"))
+	kust, err := kustomizeBuildOf(monitoringOverlay(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareChartWithKustomize(t, rendered, kust, "the overlay of docs/deployment.md (deploy/kubernetes and components/prometheus-operator)")
+}
+
+// compareChartWithKustomize fails the test if the chart's rendering differs
+// from the objects kustomize builds from what but for the Namespace, which
+// the chart leaves out (Helm installs into an existing namespace or one
+// --create-namespace makes), and Helm's own labels.
+func compareChartWithKustomize(t *testing.T, rendered []byte, kust map[string]map[string]any, what string) {
+	t.Helper()
 	decodeRendered(t, rendered)
 	chart := asMaps(t, splitYAML(rendered))
-	kust := kustomizeBuild(t)
-	// The Namespace is the one object the chart leaves out: Helm installs
-	// into an existing namespace or one --create-namespace makes.
 	delete(kust, "Namespace/pleg-bridge")
 	for key, obj := range chart {
 		chart[key] = withoutHelmLabels(obj)
 	}
 	if diff := cmp.Diff(kust, chart); diff != "" {
-		t.Errorf("helm template with default values differs from deploy/kubernetes beyond Helm's labels %q (-kustomize +helm):\n%s",
-			helmOnlyLabels, diff)
+		t.Errorf("helm template differs from %s beyond Helm's labels %q (-kustomize +helm):\n%s", what, helmOnlyLabels, diff)
 	}
 }
 
@@ -473,10 +433,395 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 		"image: {tags: v1}":               "tags",
 		"streamReplicas: three":           "streamReplicas",
 		"image: {pullPolicy: Sometimes}":  "pullPolicy",
+		// What the bridge refuses: the error names the value to empty or set.
+		"nats: {nkeySeedKey: nkey.seed}":       "at '/nats/credsKey': value must be ''",
+		"nats: {tokenKey: a, tokenFileKey: b}": "at '/nats/tokenKey': value must be ''",
+		"nats: {tls: {certKey: tls.crt}}":      "at '/nats/tls/keyKey'",
+		"nats: {tls: {keyKey: tls.key}}":       "at '/nats/tls/certKey'",
+		"nats: {passwordKey: password}":        "at '/nats/userKey'",
+		"nats: {tls: {caFile: ca.crt}}":        "caFile",
+		"env: {PLEG_NATS_NKEY_SEED: /seed}":    `env.PLEG_NATS_NKEY_SEED is set by the chart: set nats.nkeySeedKey, and nats.credsKey to ""`,
+		"env: {PLEG_NATS_TOKEN_FILE: /token}":  "env.PLEG_NATS_TOKEN_FILE is set by the chart: set nats.tokenFileKey",
+		"env: {PLEG_NATS_TLS_CERT: /tls.crt}":  "env.PLEG_NATS_TLS_CERT is set by the chart: set nats.tls.certKey",
 	} {
 		_, err := runHelm(t, "template", "pleg-bridge", chartDir(t), "--values", writeValues(t, values))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("values %q: %v, want an error saying %q", values, err, want)
 		}
+	}
+}
+
+// --- credentials: every way the chart authenticates the bridge ---
+
+// testNode is where a rendered pod runs in a test: its name, the paths on
+// it that hostPath volumes name, and the Secrets of its namespace.
+type testNode struct {
+	name      string
+	hostPaths map[string]string            // a hostPath volume's path → where it is here
+	secrets   map[string]map[string][]byte // Secret name → key → content
+}
+
+// containerOnNode returns the arguments and the environment the kubelet
+// would give the pod's only container on node, with the container's
+// filesystem mapped onto this machine: a variable whose value is a path in
+// a volume mount (after "unix://" for a socket) names where that volume is
+// here: a hostPath volume's node path from node.hostPaths, or a directory
+// holding a Secret volume's items, written as the kubelet writes them. It
+// fails the test where the kubelet would not start the container: a Secret
+// or a key missing that is not optional, a hostPath the node lacks. The
+// only value it changes is PLEG_LISTEN_ADDRESS, the pod's own network
+// namespace's port, which becomes a free loopback port: tests share one.
+func containerOnNode(t *testing.T, pod corev1.PodSpec, node testNode) (args []string, env map[string]string) {
+	t.Helper()
+	if len(pod.Containers) != 1 {
+		t.Fatalf("the pod has %d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	secret := func(name, key string, optional *bool) ([]byte, bool) {
+		t.Helper()
+		b, ok := node.secrets[name][key]
+		if !ok && (optional == nil || !*optional) {
+			t.Fatalf("the kubelet would not start the pod: Secret %s has no key %s (it has %v)", name, key, slices.Sorted(maps.Keys(node.secrets[name])))
+		}
+		return b, ok
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+	}
+	here := map[string]string{} // mount path → where it is here
+	for _, m := range c.VolumeMounts {
+		v, ok := volumes[m.Name]
+		switch {
+		case !ok:
+			t.Fatalf("volume mount %s names no volume", m.Name)
+		case m.SubPath != "":
+			t.Fatalf("volume mount %s has a subPath, which containerOnNode does not implement", m.Name)
+		case v.HostPath != nil:
+			p, ok := node.hostPaths[v.HostPath.Path]
+			if !ok {
+				t.Fatalf("the test node has no hostPath %s (volume %s)", v.HostPath.Path, v.Name)
+			}
+			here[m.MountPath] = p
+		case v.Secret != nil:
+			dir := t.TempDir()
+			mode := os.FileMode(0o644)
+			if v.Secret.DefaultMode != nil {
+				mode = os.FileMode(*v.Secret.DefaultMode)
+			}
+			items := v.Secret.Items
+			if len(items) == 0 {
+				for _, k := range slices.Sorted(maps.Keys(node.secrets[v.Secret.SecretName])) {
+					items = append(items, corev1.KeyToPath{Key: k, Path: k})
+				}
+			}
+			for _, it := range items {
+				b, ok := secret(v.Secret.SecretName, it.Key, v.Secret.Optional)
+				if !ok {
+					continue
+				}
+				m := mode
+				if it.Mode != nil {
+					m = os.FileMode(*it.Mode)
+				}
+				if err := os.WriteFile(filepath.Join(dir, it.Path), b, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			here[m.MountPath] = dir
+		default:
+			t.Fatalf("volume %s is of a kind containerOnNode does not implement: %+v", v.Name, v.VolumeSource)
+		}
+	}
+	mapPath := func(value string) string {
+		for _, scheme := range []string{"", "unix://"} {
+			rest, ok := strings.CutPrefix(value, scheme)
+			if !ok {
+				continue
+			}
+			for mount, dir := range here {
+				if rest == mount || strings.HasPrefix(rest, mount+"/") {
+					return scheme + dir + rest[len(mount):]
+				}
+			}
+		}
+		return value
+	}
+	env = map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case strings.Contains(e.Value, "$("):
+			t.Fatalf("env %s refers to another variable, which containerOnNode does not implement: %q", e.Name, e.Value)
+		case e.ValueFrom == nil:
+			env[e.Name] = mapPath(e.Value)
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
+			env[e.Name] = node.name
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			if b, ok := secret(ref.Name, ref.Key, ref.Optional); ok {
+				env[e.Name] = string(b)
+			}
+		default:
+			t.Fatalf("env %s comes from %+v, which containerOnNode does not implement", e.Name, e.ValueFrom)
+		}
+	}
+	if _, ok := env["PLEG_LISTEN_ADDRESS"]; ok {
+		env["PLEG_LISTEN_ADDRESS"] = "127.0.0.1:0"
+	}
+	return append(slices.Clone(c.Command), c.Args...), env
+}
+
+// natsAuthCase is a NATS server that requires one kind of credential, the
+// values that give the chart that credential, and the Secrets holding it.
+type natsAuthCase struct {
+	values  string
+	secrets map[string]map[string][]byte
+	url     string
+	// admin connects with the credential, to read what the bridge published.
+	admin []nats.Option
+}
+
+// startAuthServer runs a JetStream server with opts until the test ends.
+func startAuthServer(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port = "127.0.0.1", -1
+	opts.JetStream, opts.StoreDir = true, t.TempDir()
+	return publishtest.RunServer(t, opts)
+}
+
+// natsAuthCases are the kinds of credential the chart takes, each with a
+// server that requires it.
+var natsAuthCases = map[string]func(t *testing.T) natsAuthCase{
+	"a credentials file": func(t *testing.T) natsAuthCase {
+		s := natsauthtest.Start(t, natsauth.Names{})
+		creds, err := os.ReadFile(s.AdminCreds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return natsAuthCase{
+			values:  "", // the default: nats.creds
+			secrets: map[string]map[string][]byte{"pleg-bridge-nats": {"url": []byte(s.URL), "nats.creds": creds}},
+			url:     s.URL, admin: []nats.Option{nats.UserCredentials(s.AdminCreds)},
+		}
+	},
+	"an NKey seed": func(t *testing.T) natsAuthCase {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := kp.PublicKey()
+		seed, _ := kp.Seed()
+		s := startAuthServer(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}})
+		return natsAuthCase{
+			values: "nats: {credsKey: '', nkeySeedKey: nkey.seed}",
+			secrets: map[string]map[string][]byte{"pleg-bridge-nats": {
+				"url": []byte(s.ClientURL()), "nkey.seed": append(seed, '\n'),
+			}},
+			url: s.ClientURL(), admin: []nats.Option{nats.Nkey(pub, kp.Sign)},
+		}
+	},
+	"a user and a password": func(t *testing.T) natsAuthCase {
+		s := startAuthServer(t, &server.Options{Users: []*server.User{{Username: "pleg-bridge", Password: "s3cret"}}})
+		return natsAuthCase{
+			values: "nats: {credsKey: '', userKey: username, passwordKey: password}",
+			secrets: map[string]map[string][]byte{"pleg-bridge-nats": {
+				"url": []byte(s.ClientURL()), "username": []byte("pleg-bridge"), "password": []byte("s3cret"),
+			}},
+			url: s.ClientURL(), admin: []nats.Option{nats.UserInfo("pleg-bridge", "s3cret")},
+		}
+	},
+	"a token": func(t *testing.T) natsAuthCase {
+		s := startAuthServer(t, &server.Options{Authorization: "t0ken"})
+		return natsAuthCase{
+			values:  "nats: {credsKey: '', tokenKey: token}",
+			secrets: map[string]map[string][]byte{"pleg-bridge-nats": {"url": []byte(s.ClientURL()), "token": []byte("t0ken")}},
+			url:     s.ClientURL(), admin: []nats.Option{nats.Token("t0ken")},
+		}
+	},
+	"a token file": func(t *testing.T) natsAuthCase {
+		s := startAuthServer(t, &server.Options{Authorization: "t0ken"})
+		return natsAuthCase{
+			values:  "nats: {credsKey: '', tokenFileKey: token}",
+			secrets: map[string]map[string][]byte{"pleg-bridge-nats": {"url": []byte(s.ClientURL()), "token": []byte("t0ken\n")}},
+			url:     s.ClientURL(), admin: []nats.Option{nats.Token("t0ken")},
+		}
+	},
+	"a client certificate (mutual TLS) from another Secret": func(t *testing.T) natsAuthCase {
+		pki := newTestPKI(t)
+		s := startAuthServer(t, &server.Options{TLS: true, TLSVerify: true, TLSTimeout: 5, TLSConfig: pki.serverConfig(t)})
+		url := "tls://" + s.Addr().String()
+		dir := t.TempDir()
+		files := map[string][]byte{"ca.crt": pki.caPEM, "tls.crt": pki.clientCertPEM, "tls.key": pki.clientKeyPEM}
+		for name, b := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return natsAuthCase{
+			values: "nats: {credsKey: '', tls: {existingSecret: nats-client-tls, caKey: ca.crt, certKey: tls.crt, keyKey: tls.key}}",
+			secrets: map[string]map[string][]byte{
+				"pleg-bridge-nats": {"url": []byte(url)},
+				"nats-client-tls":  files, // cert-manager's keys
+			},
+			url: url,
+			admin: []nats.Option{
+				nats.RootCAs(filepath.Join(dir, "ca.crt")),
+				nats.ClientCert(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")),
+			},
+		}
+	},
+}
+
+// TestHelmChartAuthenticatesTheBridgeWithEveryCredential renders the chart
+// for each kind of credential, runs the bridge (run, as main does) with the
+// rendered container's arguments, environment and Secret files, on a
+// simulated runtime, against a server that refuses a client without that
+// credential, and reads the pod's events from the stream.
+func TestHelmChartAuthenticatesTheBridgeWithEveryCredential(t *testing.T) {
+	t.Parallel()
+	helm(t) // skip (or fail in CI) before starting servers
+	for name, start := range natsAuthCases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := start(t)
+			if nc, err := nats.Connect(c.url, nats.NoReconnect(), nats.Timeout(5*time.Second)); err == nil {
+				nc.Close()
+				t.Fatalf("the server takes a client without %s", name)
+			}
+			objs := decodeRendered(t, helmTemplate(t, writeValues(t, c.values+"\nstreamReplicas: 1\n")))
+			ds := objs["DaemonSet/pleg-bridge"].(*appsv1.DaemonSet)
+
+			model, _, endpoint := startSim(t, crisim.Options{})
+			sock, err := generator.ParseEndpoint(endpoint)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args, env := containerOnNode(t, ds.Spec.Template.Spec, testNode{
+				name:      "node-1",
+				hostPaths: map[string]string{"/run/containerd/containerd.sock": sock, "/var/lib/pleg-bridge": t.TempDir()},
+				secrets:   c.secrets,
+			})
+			sb, err := model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "u-web"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctr, _ := model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"})
+			if err := model.StartContainer(ctr); err != nil {
+				t.Fatal(err)
+			}
+
+			// The two events as they are published, or the bridge's end.
+			nc, js := publishtest.Connect(t, c.url, c.admin...)
+			published := make(chan *nats.Msg, 2)
+			if _, err := nc.ChanSubscribe("pleg.>", published); err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var stderr lockedBuffer
+			done := make(chan error, 1)
+			go func() { done <- run(ctx, args, envFrom(t, env), io.Discard, &stderr) }()
+			deadline := time.After(30 * time.Second)
+			for range 2 {
+				select {
+				case <-published:
+				case err := <-done:
+					t.Fatalf("the bridge stopped before publishing: %v\n%s", err, stderr.String())
+				case <-deadline:
+					t.Fatalf("the bridge published nothing within 30s\n%s", stderr.String())
+				}
+			}
+			var got []string
+			for _, e := range fetch(t, js, 2) {
+				got = append(got, e.LifecycleType()+" "+e.Subject)
+			}
+			if want := []string{"ContainerStarted shop/web-0", "ContainerStarted shop/web-0/app"}; !slices.Equal(got, want) {
+				t.Errorf("events %q, want %q", got, want)
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("run: %v\n%s", err, stderr.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("run did not return after cancel\n%s", stderr.String())
+			}
+		})
+	}
+}
+
+// testPKI is a CA with a certificate for a server on 127.0.0.1 and one for
+// a client, PEM-encoded.
+type testPKI struct {
+	caPEM, serverCertPEM, serverKeyPEM, clientCertPEM, clientKeyPEM []byte
+}
+
+func newTestPKI(t *testing.T) testPKI {
+	t.Helper()
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	keyPEM := func(k *ecdsa.PrivateKey) []byte {
+		b, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: b})
+	}
+	now := time.Now()
+	caKey := newKey()
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(serial int64, tmpl *x509.Certificate) (certPEM, kPEM []byte) {
+		k := newKey()
+		tmpl.SerialNumber = big.NewInt(serial)
+		tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(time.Hour)
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM(k)
+	}
+	var p testPKI
+	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	p.serverCertPEM, p.serverKeyPEM = issue(2, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "nats"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	p.clientCertPEM, p.clientKeyPEM = issue(3, &x509.Certificate{
+		Subject: pkix.Name{CommonName: "pleg-bridge"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	return p
+}
+
+// serverConfig is the server's side of mutual TLS: its certificate, and a
+// client certificate from the CA required.
+func (p testPKI) serverConfig(t *testing.T) *tls.Config {
+	t.Helper()
+	cert, err := tls.X509KeyPair(p.serverCertPEM, p.serverKeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(p.caPEM)
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert}, ClientCAs: pool,
+		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 	}
 }

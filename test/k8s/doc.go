@@ -1,7 +1,10 @@
 // Package k8s holds pleg-bridge's tests on a real Kubernetes node: the image
-// built offline (mkimage/), installed with `kubectl apply -k` and with Helm
-// into a single-node cluster whose kubelet runs on the end-to-end tests'
-// containerd, and checked against what the kubelet did. They are behind the
+// built offline (mkimage/), installed as docs/deployment.md says with
+// `kubectl apply -k` (a credentials file) and with Helm (an NKey seed) into
+// a single-node cluster without the Prometheus Operator's CRDs whose kubelet
+// runs on the end-to-end tests' containerd, and checked against what the
+// kubelet did; then the Prometheus Operator's component applied where its
+// CRDs are. They are behind the
 // k8s build tag, so `go test ./...` ignores them; test/k8s/run.sh builds
 // and starts what they need and runs them, as root on Linux:
 //

@@ -27,8 +27,10 @@ const (
 )
 
 // monitoringCRDs are stand-ins for the Prometheus Operator's PodMonitor and
-// PrometheusRule definitions, which deploy/kubernetes and the chart's
-// defaults apply: a cluster with the operator has them.
+// PrometheusRule definitions, which the component
+// deploy/kubernetes/components/prometheus-operator and the chart's
+// podMonitor and prometheusRule need: a cluster with the operator has them.
+// The installations run without them, as on a cluster without the operator.
 const monitoringCRDs = `
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -61,13 +63,37 @@ spec:
         openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
 `
 
-// installer installs pleg-bridge with what a user changes (the image and
-// its pull policy, the socket, the NATS Secret) and removes it again.
+// installer installs pleg-bridge as docs/deployment.md says, with what a
+// user changes (the image and its pull policy, the socket, the NATS
+// Secret), and removes it again.
 type installer struct {
 	name           string
-	churnNamespace string // of the pods the test creates
+	churnNamespace string   // of the pods the test creates
+	auth           natsAuth // the credential the bridge is given
 	install        func(t *testing.T, nats *hostNATS)
 	uninstall      func(t *testing.T)
+}
+
+// createNamespaceAndSecret creates the namespace from
+// deploy/kubernetes/namespace.yaml and the Secret pleg-bridge-nats with the
+// URL and the credential, as docs/deployment.md does, and fails the test if
+// kubectl warns.
+func createNamespaceAndSecret(t *testing.T, nats *hostNATS) {
+	t.Helper()
+	kubectlQuiet(t, nil, "apply", "-f", filepath.Join(suite.repo, "deploy", "kubernetes", "namespace.yaml"))
+	dir := t.TempDir()
+	args := []string{"-n", namespace, "create", "secret", "generic", "pleg-bridge-nats", "--from-literal=url=" + nats.URL}
+	for key, content := range map[string][]byte{"nats.creds": nats.Creds, "nkey.seed": nats.NKeySeed} {
+		if content == nil {
+			continue
+		}
+		path := filepath.Join(dir, key)
+		if err := os.WriteFile(path, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--from-file="+key+"="+path)
+	}
+	kubectlQuiet(t, nil, args...)
 }
 
 func imageRepoTag(t *testing.T) (string, string) {
@@ -79,15 +105,18 @@ func imageRepoTag(t *testing.T) (string, string) {
 	return suite.image[:i], suite.image[i+1:]
 }
 
-// kustomizeInstaller applies an overlay of deploy/kubernetes: the image,
-// pull policy Never (it is imported, not pulled), the socket path in its
-// three places (JSON patches that check what they replace), and the Secret
-// from a generator.
+// kustomizeInstaller applies an overlay of deploy/kubernetes, as it is,
+// without the Prometheus Operator's component: the image, pull policy
+// Never (it is imported, not pulled), and the socket path in its three
+// places (JSON patches that check what they replace). The namespace and the
+// Secret (a credentials file) come first, as docs/deployment.md says.
+// Neither apply may print a warning.
 func kustomizeInstaller() installer {
 	var overlay string
 	return installer{
 		name:           "kubectl apply -k",
 		churnNamespace: "churn-kustomize",
+		auth:           authCreds,
 		install: func(t *testing.T, nats *hostNATS) {
 			overlay = t.TempDir()
 			base, err := filepath.Rel(overlay, filepath.Join(suite.repo, "deploy", "kubernetes"))
@@ -104,11 +133,6 @@ images:
   - name: ghcr.io/pleg-bridge/pleg-bridge
     newName: %s
     newTag: %q
-secretGenerator:
-  - name: pleg-bridge-nats
-    namespace: pleg-bridge
-    files: [url, nats.creds]
-    options: {disableNameSuffixHash: true}
 patches:
   - target: {kind: DaemonSet, name: pleg-bridge}
     patch: |
@@ -120,46 +144,42 @@ patches:
       - {op: test, path: /spec/template/spec/volumes/0/name, value: cri-socket}
       - {op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: %q}
 `, base, repo, tag, sock, sock, sock)
-			for name, content := range map[string][]byte{
-				"kustomization.yaml": []byte(kustomization),
-				"url":                []byte(nats.URL),
-				"nats.creds":         nats.Creds,
-			} {
-				if err := os.WriteFile(filepath.Join(overlay, name), content, 0o600); err != nil {
-					t.Fatal(err)
-				}
+			if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+				t.Fatal(err)
 			}
-			kubectl(t, nil, "apply", "-k", overlay)
+			createNamespaceAndSecret(t, nats)
+			kubectlQuiet(t, nil, "apply", "-k", overlay)
 		},
 		uninstall: func(t *testing.T) {
+			// The namespace goes, and the Secret with it.
 			kubectl(t, nil, "delete", "-k", overlay, "--wait", "--timeout=120s")
 		},
 	}
 }
 
-// helmInstaller installs the chart with --set for the same four things,
-// into a namespace holding the Secret the user created.
+// helmInstaller installs the chart with --set for the same things, the
+// credential an NKey seed, into the namespace of namespace.yaml holding the
+// Secret the user created.
 func helmInstaller() installer {
 	return installer{
 		name:           "helm install",
 		churnNamespace: "churn-helm",
+		auth:           authNKey,
 		install: func(t *testing.T, nats *hostNATS) {
-			kubectl(t, nil, "create", "namespace", namespace)
-			dir := t.TempDir()
-			creds := filepath.Join(dir, "nats.creds")
-			if err := os.WriteFile(creds, nats.Creds, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			kubectl(t, nil, "-n", namespace, "create", "secret", "generic", "pleg-bridge-nats",
-				"--from-literal=url="+nats.URL, "--from-file=nats.creds="+creds)
+			createNamespaceAndSecret(t, nats)
 			repo, tag := imageRepoTag(t)
 			registry, repository, _ := strings.Cut(repo, "/")
-			if _, err := run(nil, suite.helm, "install", "pleg-bridge",
+			_, stderr, err := runOutput(nil, suite.helm, "install", "pleg-bridge",
 				filepath.Join(suite.repo, "deploy", "helm", "pleg-bridge"), "--namespace", namespace,
 				"--set", "image.registry="+registry, "--set", "image.repository="+repository,
 				"--set-string", "image.tag="+tag, "--set", "image.pullPolicy=Never",
-				"--set", "criSocket="+suite.socket); err != nil {
+				"--set", "criSocket="+suite.socket,
+				"--set", "nats.credsKey=", "--set", "nats.nkeySeedKey=nkey.seed")
+			if err != nil {
 				t.Fatal(err)
+			}
+			if strings.Contains(string(stderr), "PodSecurity") {
+				t.Errorf("helm install printed a Pod Security warning:\n%s", stderr)
 			}
 		},
 		uninstall: func(t *testing.T) {

@@ -85,6 +85,13 @@ const commandTimeout = 3 * time.Minute
 // error with its standard error. It does not use the test's context, so
 // that cleanups can run it too.
 func run(stdin []byte, name string, args ...string) ([]byte, error) {
+	stdout, _, err := runOutput(stdin, name, args...)
+	return stdout, err
+}
+
+// runOutput is run that also returns the standard error of a command that
+// succeeded: what kubectl prints there are warnings.
+func runOutput(stdin []byte, name string, args ...string) (stdout, stderr []byte, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -92,12 +99,28 @@ func run(stdin []byte, name string, args ...string) ([]byte, error) {
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
+		return out.Bytes(), errOut.Bytes(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(name), strings.Join(args, " "), err, errOut.String())
 	}
-	return stdout.Bytes(), nil
+	return out.Bytes(), errOut.Bytes(), nil
+}
+
+// kubectlQuiet runs kubectl like kubectl, and fails the test if it prints
+// anything on its standard error: a warning (Pod Security, a missing
+// last-applied-configuration, a deprecated API) that a user following the
+// documentation would see.
+func kubectlQuiet(t *testing.T, stdin []byte, args ...string) []byte {
+	t.Helper()
+	out, stderr, err := runOutput(stdin, suite.kubectl, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := strings.TrimSpace(string(stderr)); s != "" {
+		t.Errorf("kubectl %s printed on its standard error:\n%s", strings.Join(args, " "), s)
+	}
+	return out
 }
 
 // kubectl runs kubectl and fails the test if it fails.

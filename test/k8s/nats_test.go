@@ -20,20 +20,35 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
 
+// natsAuth is how the host's NATS authenticates its users.
+type natsAuth int
+
+const (
+	// authCreds is operator (JWT) mode: the user has a credentials file.
+	authCreds natsAuth = iota
+	// authNKey is a static configuration with an NKey user, as
+	// deploy/nats/accounts.conf has: the user has an NKey seed.
+	authNKey
+)
+
 // hostNATS is a NATS server on the node, outside the cluster, as a user's
-// NATS would be: operator (JWT) mode, JetStream on, listening on the node's
-// address, which the pod network reaches through the CNI bridge's gateway.
+// NATS would be: JetStream on, listening on the node's address, which the
+// pod network reaches through the CNI bridge's gateway, and requiring one
+// kind of credential.
 type hostNATS struct {
-	URL   string // nats://<node IP>:<port>
-	Creds []byte // a credentials file of a user of the account, for the Secret
-	js    jetstream.JetStream
+	URL string // nats://<node IP>:<port>
+	// Creds (authCreds) is a credentials file of a user of the account,
+	// NKeySeed (authNKey) the seed of the NKey user, for the Secret.
+	Creds, NKeySeed []byte
+	js              jetstream.JetStream
 }
 
-// startHostNATS runs the server until the test ends and creates the stream
-// of deploy/nats/stream.json with one replica, as an operator would before
-// installing the bridge (the bridge's default PLEG_STREAM_REPLICAS is 3, for
-// a cluster; it accepts an existing stream as it is).
-func startHostNATS(t *testing.T) *hostNATS {
+// startHostNATS runs the server, requiring auth, until the test ends and
+// creates the stream of deploy/nats/stream.json with one replica, as an
+// operator would before installing the bridge (the bridge's default
+// PLEG_STREAM_REPLICAS is 3, for a cluster; it accepts an existing stream
+// as it is).
+func startHostNATS(t *testing.T, auth natsAuth) *hostNATS {
 	t.Helper()
 	key := func(create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, string) {
 		kp, err := create()
@@ -46,6 +61,68 @@ func startHostNATS(t *testing.T) *hostNATS {
 		}
 		return kp, pub
 	}
+	opts := &server.Options{Host: suite.nodeIP, Port: -1, JetStream: true, StoreDir: filepath.Join(t.TempDir(), "js")}
+	h := &hostNATS{}
+	var connect nats.Option
+	switch auth {
+	case authNKey:
+		user, userPub := key(nkeys.CreateUser)
+		seed, err := user.Seed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Nkeys = []*server.NkeyUser{{Nkey: userPub}}
+		h.NKeySeed = append(seed, '\n')
+		connect = nats.Nkey(userPub, user.Sign)
+	default:
+		h.Creds = operatorMode(t, opts, key)
+		credsFile := filepath.Join(t.TempDir(), "test.creds")
+		if err := os.WriteFile(credsFile, h.Creds, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		connect = nats.UserCredentials(credsFile)
+	}
+
+	s := publishtest.RunServer(t, opts)
+	addr, ok := s.Addr().(*net.TCPAddr)
+	if !ok {
+		t.Fatalf("nats server address %v", s.Addr())
+	}
+	h.URL = "nats://" + net.JoinHostPort(suite.nodeIP, strconv.Itoa(addr.Port))
+	if nc, err := nats.Connect(h.URL, nats.NoReconnect()); err == nil {
+		nc.Close()
+		t.Fatal("the host's NATS takes a client without credentials")
+	}
+	nc, err := nats.Connect(h.URL, connect)
+	if err != nil {
+		t.Fatalf("connect to the host's NATS at %s: %v", h.URL, err)
+	}
+	t.Cleanup(nc.Close)
+	if h.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(suite.repo, "deploy", "nats", "stream.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var cfg jetstream.StreamConfig
+	if err := dec.Decode(&cfg); err != nil {
+		t.Fatalf("deploy/nats/stream.json: %v", err)
+	}
+	cfg.Replicas = 1
+	if _, err := h.js.CreateStream(t.Context(), cfg); err != nil {
+		t.Fatalf("create the stream of deploy/nats/stream.json: %v", err)
+	}
+	return h
+}
+
+// operatorMode sets opts up for operator (JWT) mode: an operator, a system
+// account and an account PLEG with JetStream, resolved from memory. It
+// returns a credentials file of a user of PLEG.
+func operatorMode(t *testing.T, opts *server.Options, key func(func() (nkeys.KeyPair, error)) (nkeys.KeyPair, string)) []byte {
+	t.Helper()
 	sign := func(c jwt.Claims, kp nkeys.KeyPair) string {
 		s, err := c.Encode(kp)
 		if err != nil {
@@ -85,45 +162,8 @@ func startHostNATS(t *testing.T) *hostNATS {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	s := publishtest.RunServer(t, &server.Options{
-		Host: suite.nodeIP, Port: -1,
-		JetStream: true, StoreDir: filepath.Join(t.TempDir(), "js"),
-		TrustedOperators: []*jwt.OperatorClaims{op},
-		AccountResolver:  resolver,
-		SystemAccount:    sysPub,
-	})
-	addr, ok := s.Addr().(*net.TCPAddr)
-	if !ok {
-		t.Fatalf("nats server address %v", s.Addr())
-	}
-	h := &hostNATS{URL: "nats://" + net.JoinHostPort(suite.nodeIP, strconv.Itoa(addr.Port)), Creds: creds}
-
-	credsFile := filepath.Join(t.TempDir(), "test.creds")
-	if err := os.WriteFile(credsFile, creds, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(h.URL, nats.UserCredentials(credsFile))
-	if err != nil {
-		t.Fatalf("connect to the host's NATS at %s: %v", h.URL, err)
-	}
-	t.Cleanup(nc.Close)
-	if h.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(suite.repo, "deploy", "nats", "stream.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var cfg jetstream.StreamConfig
-	if err := dec.Decode(&cfg); err != nil {
-		t.Fatalf("deploy/nats/stream.json: %v", err)
-	}
-	cfg.Replicas = 1
-	if _, err := h.js.CreateStream(t.Context(), cfg); err != nil {
-		t.Fatalf("create the stream of deploy/nats/stream.json: %v", err)
-	}
-	return h
+	opts.TrustedOperators = []*jwt.OperatorClaims{op}
+	opts.AccountResolver = resolver
+	opts.SystemAccount = sysPub
+	return creds
 }

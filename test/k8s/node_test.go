@@ -24,22 +24,24 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
-// TestBridgeOnARealNode installs pleg-bridge twice, with kubectl apply -k
-// and with helm install, each time against a new NATS on the host and a
-// new checkpoint; makes the kubelet create, restart, crash-loop and delete
-// pods; deletes the bridge's pod in the middle; and checks that JetStream
-// holds every transition of those pods once, in order, with the pod as the
-// API shows it.
+// TestBridgeOnARealNode installs pleg-bridge twice, on a cluster without
+// the Prometheus Operator's CRDs: with kubectl apply -k and a credentials
+// file, and with helm install and an NKey seed, each time against a new
+// NATS on the host requiring that credential and a new checkpoint; makes
+// the kubelet create, restart, crash-loop and delete pods; deletes the
+// bridge's pod in the middle; and checks that JetStream holds every
+// transition of those pods once, in order, with the pod as the API shows
+// it.
 func TestBridgeOnARealNode(t *testing.T) {
 	if entries, err := os.ReadDir(dataDir); err == nil && len(entries) > 0 {
 		t.Fatalf("%s holds %d entries before the tests: another bridge's checkpoint? The tests would overwrite it", dataDir, len(entries))
 	}
-	kubectl(t, []byte(monitoringCRDs), "apply", "-f", "-")
-	kubectl(t, nil, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/podmonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	if out := kubectl(t, nil, "get", "crd", "-o", "name"); strings.Contains(string(out), "monitoring.coreos.com") {
+		t.Fatalf("the cluster has the Prometheus Operator's CRDs; the installations are to be tried without them:\n%s", out)
+	}
 	for _, in := range []installer{kustomizeInstaller(), helmInstaller()} {
 		t.Run(in.name, func(t *testing.T) {
-			nats := startHostNATS(t)
+			nats := startHostNATS(t, in.auth)
 			t.Cleanup(func() { cleanDataDir(t) })
 			in.install(t, nats)
 			t.Cleanup(func() {
