@@ -266,17 +266,19 @@ func (d *delivery) renew(set storedSet, now time.Time) {
 }
 
 // tryCarry inserts the carried events at the front of their pods' queues
-// once the pods' labels can be known, or carryMetaWait is over: nothing
-// is published before. With nothing to carry, the stream is adopted at
+// once the pods' labels can be known, carryMetaWait is over, or Run is
+// draining: nothing is published before. With nothing to carry, the stream is adopted at
 // once.
 func (d *delivery) tryCarry(now time.Time) {
+	d.carryArmed = false
+	d.carryTimer.Stop()
 	if len(d.carry) == 0 {
 		d.carry, d.carryMeta = nil, nil
 		d.adopt()
 		return
 	}
 	if pm := d.p.opts.PodMeta; pm != nil {
-		if _, known := pm(d.carry[0].Pod.UID); !known && now.Before(d.carryUntil) {
+		if _, known := pm(d.carry[0].Pod.UID); !known && now.Before(d.carryUntil) && !d.draining {
 			d.carryTimer.Reset(carryMetaPoll)
 			d.carryArmed = true
 			return

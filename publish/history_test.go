@@ -274,3 +274,73 @@ func TestACheckpointThatNamesNoStreamAdoptsOneThatCoversItsSequence(t *testing.T
 		t.Errorf("the checkpoint names stream %v, %v; want %v", id, named, streamIdentity(t, js))
 	}
 }
+
+// TestTheCarryWaitsForThePodsLabels: the checkpoint keeps no labels, and
+// the generator knows them only once it has relisted. Until it says it
+// can know them, nothing is published; then the carried events have them.
+func TestTheCarryWaitsForThePodsLabels(t *testing.T) {
+	t.Parallel()
+	_, url := publishtest.NewServer(t)
+	_, js := publishtest.Connect(t, url)
+	ensureStream(t, js)
+	a := testEvent("pod-a", 0)
+	dir := t.TempDir()
+	st, closeStore := openStore(t, dir, 0)
+	st.Checkpoint().RecordAck(a, 3)
+	st.Checkpoint().Adopt(durable.StreamIdentity{Name: "PLEG", Created: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)})
+	closeStore()
+
+	st, closeStore = openStore(t, dir, 0)
+	defer closeStore()
+	asked := make(chan struct{}, 100)
+	relisted := make(chan struct{})
+	labels := generator.NewPodMeta(map[string]string{"app": "web"}, nil)
+	f := newFixtureOn(t, js, publish.Options{Stream: "PLEG", Checkpoint: st.Checkpoint(),
+		PodMeta: func(string) (*generator.PodMeta, bool) {
+			select {
+			case <-relisted:
+				return labels, true
+			default:
+				select {
+				case asked <- struct{}{}:
+				default:
+				}
+				return nil, false
+			}
+		}})
+	f.run(t)
+	f.waitLog(t, renewedStream)
+	for range 2 { // asked, and asked again: waiting
+		select {
+		case <-asked:
+		case <-time.After(waitTimeout):
+			t.Fatal("the labels were not asked for")
+		}
+	}
+	if n := streamMsgs(t, js); n != 0 {
+		t.Fatalf("%d messages published before the labels could be known", n)
+	}
+	close(relisted)
+	f.waitAcks(t, 1)
+	e, err := consumer.DecodeMsg(fetchAll(t, js, 1)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Data.Pod.Labels["app"] != "web" {
+		t.Errorf("the carried event's labels are %v, want app=web", e.Data.Pod.Labels)
+	}
+}
+
+// streamMsgs returns how many messages the stream PLEG holds.
+func streamMsgs(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(t.Context(), "PLEG")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}

@@ -682,7 +682,6 @@ func (d *delivery) run(ctx context.Context) error {
 		case set := <-d.reconciled:
 			d.reconciledWith(set, time.Now())
 		case now := <-d.carryC():
-			d.carryArmed = false
 			d.tryCarry(now)
 		case now := <-d.retryC():
 			d.armedAt = time.Time{}
@@ -698,6 +697,9 @@ func (d *delivery) run(ctx context.Context) error {
 			// From here on the queue only shrinks: Send refuses events.
 			d.p.closeIntake()
 			d.draining = true
+			if d.carry != nil {
+				d.tryCarry(time.Now()) // no more waiting for labels
+			}
 			t := time.NewTimer(d.p.opts.DrainTimeout)
 			defer t.Stop()
 			drainDeadline = t.C
