@@ -45,7 +45,9 @@ import (
 //  2. Every message this node stored in the new stream is read back, from
 //     its first sequence (an earlier attempt's, or this node's history
 //     in a stream it published to before), and recognised as for any
-//     restart.
+//     restart. A stream just created holds none; one this node published
+//     to before (switched back to an earlier NATS) costs a read of what it
+//     holds of the node, held in memory for the run as any read is.
 //  3. The history the checkpoint holds is carried into the stream before
 //     anything else (carryHistory): for each container the checkpoint or
 //     the spool knows and the stream holds nothing of, its events as the
