@@ -85,21 +85,6 @@ func loadRules(t *testing.T) ruleGroups {
 	return rg
 }
 
-func TestAlertRulesAreTheSameInThePrometheusRuleAndThePlainFile(t *testing.T) {
-	t.Parallel()
-	plain := loadRules(t)
-	pr, ok := k8sManifests(t)["prometheusrule.yaml"].(*prometheusRule)
-	if !ok {
-		t.Fatal("deploy/kubernetes/prometheusrule.yaml is missing or invalid")
-	}
-	if diff := cmp.Diff(plain, pr.Spec); diff != "" {
-		t.Errorf("deploy/kubernetes/prometheusrule.yaml and deploy/prometheus/rules.yml differ (-rules.yml +prometheusrule.yaml):\n%s", diff)
-	}
-	if pr.Metadata.Name != "pleg-bridge" {
-		t.Errorf("the PrometheusRule is named %q, want pleg-bridge", pr.Metadata.Name)
-	}
-}
-
 func TestEveryAlertHasASeverityASummaryAndARunbook(t *testing.T) {
 	t.Parallel()
 	page, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "alerts.md"))
