@@ -313,6 +313,9 @@ func (c Config) validate() error {
 	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
 		bad("NATS_TLS_CERT", c.NATSTLSCert, "PLEG_NATS_TLS_CERT and PLEG_NATS_TLS_KEY go together")
 	}
+	if c.NATSCreds != "" && c.NATSNKeySeed != "" {
+		bad("NATS_NKEY_SEED", c.NATSNKeySeed, "set PLEG_NATS_CREDS or PLEG_NATS_NKEY_SEED, not both: a credentials file holds its own NKey seed")
+	}
 	if _, err := bridge.ExpandInboxPrefix(c.NATSInboxPrefix, c.NodeName); err != nil {
 		bad("NATS_INBOX_PREFIX", c.NATSInboxPrefix, err.Error())
 	}
