@@ -86,7 +86,8 @@ type Event struct {
 	// gives one, else the observation's (the CloudEvent's time attribute).
 	Time       time.Time
 	DetectedBy Source
-	// ObservedAt is when the bridge observed the transition: the relist's
-	// start time or the stream event's timestamp.
+	// ObservedAt is when the bridge first saw the state the event reports:
+	// the start of the relist that found it or the stream event's
+	// timestamp, never before the bridge process started (docs/events.md).
 	ObservedAt time.Time
 }
