@@ -61,7 +61,7 @@ docs/capacity.md says what the figures mean. Faults:
 	f.StringVar(&o.Dir, "dir", "", "run directory: sockets, NATS stores, bridge data and every process's log (default: a new temporary directory, removed if the run passes)")
 	f.TextVar(&o.BridgeLogLevel, "bridge-log-level", o.BridgeLogLevel, "log level of the bridges (their logs: <dir>/bridges/bridges-<i>.log)")
 	f.TextVar(&logLevel, "log-level", logLevel, "log level of the harness's own diagnostics: debug, info, warn or error")
-	c.AddCommand(newFleetChildCommand(env))
+	c.AddCommand(newFleetChildCommand(env), newFleetSubjectsCommand(env))
 	return c
 }
 
