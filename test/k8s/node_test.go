@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -39,10 +40,14 @@ func TestBridgeOnARealNode(t *testing.T) {
 	if out := kubectl(t, nil, "get", "crd", "-o", "name"); strings.Contains(string(out), "monitoring.coreos.com") {
 		t.Fatalf("the cluster has the Prometheus Operator's CRDs; the installations are to be tried without them:\n%s", out)
 	}
+	// The data directory stays between the two installations, as on a node
+	// where the bridge is uninstalled and installed again against another
+	// NATS: the second bridge meets the first's checkpoint, of a stream its
+	// NATS does not have, and must start that stream's history complete.
+	t.Cleanup(func() { cleanDataDir(t) })
 	for _, in := range []installer{kustomizeInstaller(), helmInstaller()} {
 		t.Run(in.name, func(t *testing.T) {
 			nats := startHostNATS(t, in.auth)
-			t.Cleanup(func() { cleanDataDir(t) })
 			in.install(t, nats)
 			t.Cleanup(func() {
 				if t.Failed() {
@@ -53,8 +58,31 @@ func TestBridgeOnARealNode(t *testing.T) {
 			first := waitBridgeReady(t, "")
 			checkRunsAsWritten(t, first)
 			churn(t, in.churnNamespace, nats, string(first.UID))
+			checkEveryHistoryStarts(t, nats)
 		})
 	}
+}
+
+// checkEveryHistoryStarts checks that the stream holds no container's Died
+// or Removed without its Started before them: also for the containers of
+// an earlier installation's pods, which a bridge that found a checkpoint
+// of another stream reports in this one.
+func checkEveryHistoryStarts(t *testing.T, nats *hostNATS) {
+	t.Helper()
+	first := map[string]string{}
+	namespaces := map[string]bool{}
+	for _, e := range streamEvents(t, nats) {
+		if _, ok := first[e.ContainerID]; !ok {
+			first[e.ContainerID] = e.LifecycleType()
+			namespaces[e.Data.Pod.Namespace] = true
+		}
+	}
+	for id, typ := range first {
+		if typ != "ContainerStarted" {
+			t.Errorf("container %s: the stream's first event of it is %s, want ContainerStarted", id, typ)
+		}
+	}
+	t.Logf("%d containers of namespaces %v: each history starts with ContainerStarted", len(first), slices.Sorted(maps.Keys(namespaces)))
 }
 
 // The pods the tests create: the test image's work mode sleeps, then exits
