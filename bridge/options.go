@@ -150,6 +150,15 @@ type StreamOptions struct {
 	// Manage makes Run create the stream if it is missing and set its max
 	// age and duplicate window; false leaves the stream to the operator.
 	Manage bool
+	// ArchiveMaxAge, with Manage, makes Run keep an archive stream too
+	// (publish.EnsureArchive): a copy of the stream, sourced through
+	// subject transforms that drop the pod UID token, kept this long
+	// (typically longer than MaxAge, which is then short). 0 means no
+	// archive.
+	ArchiveMaxAge time.Duration
+	// ArchiveName is the archive stream's name; empty means
+	// publish.ArchiveName(Name).
+	ArchiveName string
 }
 
 // Hooks let a caller observe the production pipeline without copying it

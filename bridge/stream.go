@@ -19,7 +19,8 @@ const (
 )
 
 // EnsureStream creates the stream opts describe (Stream, SubjectPrefix, and
-// Logger; the rest of opts is not looked at) if it is missing, waiting for JetStream while it is unreachable: the bridge
+// Logger; the rest of opts is not looked at) if it is missing, and its
+// archive if opts.Stream.ArchiveMaxAge is set, waiting for JetStream while it is unreachable: the bridge
 // may start before its NATS server, and meanwhile the generator runs and
 // the publisher retries, so events wait rather than being lost. Run calls it
 // when opts.Stream.Manage is set; the demo calls it to subscribe before the
@@ -36,13 +37,35 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, opts Options) err
 		Name: opts.Stream.Name, SubjectPrefix: opts.SubjectPrefix, Replicas: opts.Stream.Replicas,
 		MaxAge: opts.Stream.MaxAge, DuplicateWindow: opts.Stream.DuplicateWindow, Logger: opts.Logger,
 	}
+	var aopts *publish.ArchiveOptions
+	if opts.Stream.ArchiveMaxAge > 0 {
+		aopts = &publish.ArchiveOptions{
+			Name: opts.Stream.ArchiveName, Stream: opts.Stream.Name, SubjectPrefix: opts.SubjectPrefix,
+			Replicas: opts.Stream.Replicas, MaxAge: opts.Stream.ArchiveMaxAge,
+			DuplicateWindow: opts.Stream.DuplicateWindow, Logger: opts.Logger,
+		}
+	}
 	delay := streamRetryMin
+	streamReady := false
 	for {
 		actx, cancel := context.WithTimeout(ctx, streamCallTimeout)
-		_, err := publish.EnsureStream(actx, js, sopts)
+		var err error
+		if !streamReady {
+			_, err = publish.EnsureStream(actx, js, sopts)
+			if err == nil {
+				streamReady = true
+				opts.Logger.Info("stream ready", "stream", sopts.Name, "subjects", sopts.SubjectPrefix+".>")
+			}
+		}
+		if err == nil && aopts != nil {
+			var a jetstream.Stream
+			if a, err = publish.EnsureArchive(actx, js, *aopts); err == nil {
+				opts.Logger.Info("archive ready", "stream", a.CachedInfo().Config.Name, "source", sopts.Name,
+					"max_age", aopts.MaxAge)
+			}
+		}
 		cancel()
 		if err == nil {
-			opts.Logger.Info("stream ready", "stream", sopts.Name, "subjects", sopts.SubjectPrefix+".>")
 			return nil
 		}
 		if ctx.Err() != nil {

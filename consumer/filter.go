@@ -82,6 +82,40 @@ func (f Filter) LegacySubject(prefix string) (string, error) {
 	return strings.Join([]string{prefix, f.token(f.Node), f.token(f.PodUID), cmp.Or(typ, "*")}, "."), nil
 }
 
+// ArchiveSubject returns the filter subject that selects the filter's
+// events in an archive stream (PLEG_ARCHIVE_MAX_AGE), whose subjects are
+// <prefix>.<node>.<namespace>.%.<eventType>: as Subject, but with "*" for
+// the pod UID, which the archive's subjects do not carry; Matches checks
+// PodUID in the client. "pleg.*.shop.>" for one namespace,
+// "pleg.*.*.*.ContainerDied" for one type, "pleg.>" for one pod. Its errors
+// are Subject's.
+//
+// Events of the legacy layout are archived with "%" for the namespace too:
+// this subject selects them unless it names a namespace; then
+// ArchiveLegacySubject selects them.
+func (f Filter) ArchiveSubject(prefix string) (string, error) {
+	g := f
+	g.PodUID = ""
+	return g.Subject(prefix)
+}
+
+// ArchiveLegacySubject returns the filter subject that selects, in an
+// archive stream, the events of the legacy layout that may match a filter
+// on a namespace: <prefix>.<node>.%.%.<eventType>, the namespace checked
+// in the client (Matches, from the event's data). It returns "" when
+// ArchiveSubject already selects them (no namespace in the filter).
+func (f Filter) ArchiveLegacySubject(prefix string) (string, error) {
+	if _, err := f.Subject(prefix); err != nil {
+		return "", err
+	}
+	if f.Namespace == "" {
+		return "", nil
+	}
+	typ, _ := lifecycleType(f.Type)
+	empty := schemas.EncodeToken("")
+	return strings.Join([]string{prefix, f.token(f.Node), empty, empty, cmp.Or(typ, "*")}, "."), nil
+}
+
 // token is the subject token that matches name, "*" for "".
 func (Filter) token(name string) string {
 	if name == "" {

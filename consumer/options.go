@@ -15,8 +15,17 @@ import (
 // Options say which events Subscribe and Replay deliver. The zero value
 // follows every event published from now on to the default stream.
 type Options struct {
-	// Stream is the JetStream stream name, schemas.DefaultStream if empty.
+	// Stream is the JetStream stream name: if empty, schemas.DefaultStream,
+	// or its archive's (ArchiveStream) with Archive.
 	Stream string
+	// Archive says Stream is an archive stream (PLEG_ARCHIVE_MAX_AGE):
+	// its subjects carry "%" for the pod UID (and, for events of the legacy
+	// layout, for the namespace too), so the filter subject never names a
+	// pod (Filter.ArchiveSubject) and a pod filter is checked in the client,
+	// after the server's node, namespace and type filters. Legacy then
+	// says whether a namespace filter also reads the archived legacy
+	// events (Filter.ArchiveLegacySubject).
+	Archive bool
 	// SubjectPrefix is the first token of every subject,
 	// schemas.DefaultSubjectPrefix if empty.
 	SubjectPrefix string
@@ -97,7 +106,7 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // stream holds events of the legacy layout that the filter may select
 // (legacySubjects), the legacy filter subject too.
 func (o Options) consumerConfig(ctx context.Context, js jetstream.JetStream, deliverPolicy jetstream.DeliverPolicy) (jetstream.OrderedConsumerConfig, error) {
-	subject, err := o.Filter.Subject(o.subjectPrefix())
+	subject, err := o.filterSubject()
 	if err != nil {
 		return jetstream.OrderedConsumerConfig{}, err
 	}
@@ -118,7 +127,7 @@ func (o Options) consumerConfig(ctx context.Context, js jetstream.JetStream, del
 		FilterSubjects: []string{subject},
 		DeliverPolicy:  deliverPolicy,
 	}
-	legacy, err := o.Filter.LegacySubject(o.subjectPrefix())
+	legacy, err := o.legacySubject()
 	if err != nil {
 		return jetstream.OrderedConsumerConfig{}, err
 	}
@@ -159,7 +168,38 @@ func legacyEvents(ctx context.Context, js jetstream.JetStream, stream, legacy st
 	return err == nil
 }
 
-func (o Options) stream() string        { return cmp.Or(o.Stream, schemas.DefaultStream) }
+// filterSubject is the filter's subject in the stream read.
+func (o Options) filterSubject() (string, error) {
+	if o.Archive {
+		return o.Filter.ArchiveSubject(o.subjectPrefix())
+	}
+	return o.Filter.Subject(o.subjectPrefix())
+}
+
+// legacySubject is the filter subject of the legacy events the filter
+// may select in the stream read, "" if filterSubject selects them.
+func (o Options) legacySubject() (string, error) {
+	if o.Archive {
+		return o.Filter.ArchiveLegacySubject(o.subjectPrefix())
+	}
+	return o.Filter.LegacySubject(o.subjectPrefix())
+}
+
+// ArchiveSuffix makes the default archive stream name from the event
+// stream's, as the bridge names it (publish.ArchiveName: this package does
+// not import publish).
+const ArchiveSuffix = "_ARCHIVE"
+
+// ArchiveStream returns the default name of stream's archive: PLEG_ARCHIVE
+// for PLEG.
+func ArchiveStream(stream string) string { return stream + ArchiveSuffix }
+
+func (o Options) stream() string {
+	if o.Stream == "" && o.Archive {
+		return ArchiveStream(schemas.DefaultStream)
+	}
+	return cmp.Or(o.Stream, schemas.DefaultStream)
+}
 func (o Options) subjectPrefix() string { return cmp.Or(o.SubjectPrefix, schemas.DefaultSubjectPrefix) }
 
 // decode decodes msg, reporting a message that is not a pleg-bridge event

@@ -81,6 +81,8 @@ type Config struct {
 	StreamMaxAge          time.Duration `env:"PLEG_STREAM_MAX_AGE" desc:"How long the stream keeps events (0: forever)"`
 	StreamDuplicateWindow time.Duration `env:"PLEG_STREAM_DUPLICATE_WINDOW" desc:"Window in which JetStream drops a repeated event ID"`
 	StreamManage          bool          `env:"PLEG_STREAM_MANAGE" desc:"Create the stream if it is missing (false: leave it to the operator)"`
+	ArchiveMaxAge         time.Duration `env:"PLEG_ARCHIVE_MAX_AGE" desc:"Keep an archive stream of every event this long, on subjects without the pod UID (far less server memory; docs/capacity.md), sourced from the stream; at least PLEG_STREAM_MAX_AGE, which it lets you shorten (e.g. 24h with 168h here); needs PLEG_STREAM_MANAGE=true (0: no archive)"`
+	ArchiveStream         string        `env:"PLEG_ARCHIVE_STREAM" desc:"Archive stream name, with PLEG_ARCHIVE_MAX_AGE (empty: <PLEG_STREAM>_ARCHIVE)"`
 	StateBucket           string        `env:"PLEG_STATE_BUCKET" desc:"JetStream KV bucket of every container's latest event, for pleg-bridge ps and watchers (empty: off); created with the stream's replicas when PLEG_STREAM_MANAGE is true"`
 
 	CEMode      publish.Mode `env:"PLEG_CE_MODE" desc:"CloudEvents content mode: structured or binary"`
@@ -282,6 +284,20 @@ func (c Config) validate() error {
 	if c.StreamMaxAge < 0 {
 		bad("STREAM_MAX_AGE", c.StreamMaxAge, "must not be negative")
 	}
+	switch {
+	case c.ArchiveMaxAge < 0:
+		bad("ARCHIVE_MAX_AGE", c.ArchiveMaxAge, "must not be negative (0: no archive)")
+	case c.ArchiveMaxAge == 0:
+	case c.StreamMaxAge == 0:
+		bad("ARCHIVE_MAX_AGE", c.ArchiveMaxAge, "PLEG_STREAM_MAX_AGE=0 keeps events forever: an archive would keep them for less; set PLEG_STREAM_MAX_AGE shorter, or no archive")
+	case c.ArchiveMaxAge < c.StreamMaxAge:
+		bad("ARCHIVE_MAX_AGE", c.ArchiveMaxAge, fmt.Sprintf("must be at least PLEG_STREAM_MAX_AGE (%s): the archive keeps the stream's events longer", c.StreamMaxAge))
+	case !c.StreamManage:
+		bad("ARCHIVE_MAX_AGE", c.ArchiveMaxAge, "needs PLEG_STREAM_MANAGE=true: the bridge creates and keeps the archive")
+	}
+	if c.ArchiveStream != "" && (strings.ContainsAny(c.ArchiveStream, ".*> \t\r\n/\\") || c.ArchiveStream == c.Stream) {
+		bad("ARCHIVE_STREAM", c.ArchiveStream, "an archive stream name must be without . * > / \\ or whitespace, and not PLEG_STREAM's")
+	}
 	if c.RelistThreshold > 0 && c.RelistThreshold <= c.RelistPeriod {
 		bad("RELIST_THRESHOLD", c.RelistThreshold, "must be longer than PLEG_RELIST_PERIOD")
 	}
@@ -372,6 +388,7 @@ func (c Config) bridgeOptions(logger *slog.Logger, reg *prometheus.Registry) bri
 		Stream: bridge.StreamOptions{
 			Name: c.Stream, Replicas: c.StreamReplicas, MaxAge: c.StreamMaxAge,
 			DuplicateWindow: c.StreamDuplicateWindow, Manage: c.StreamManage,
+			ArchiveMaxAge: c.ArchiveMaxAge, ArchiveName: c.ArchiveStream,
 		},
 		StateBucket:        c.StateBucket,
 		PublishMaxInFlight: c.PublishMaxInFlight,

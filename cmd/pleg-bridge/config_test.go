@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -315,5 +316,71 @@ func TestModeErrorIsTheParsers(t *testing.T) {
 		if !strings.Contains(want, string(m)) {
 			t.Errorf("the mode error %q does not name %s", want, m)
 		}
+	}
+}
+
+func TestConfigRefusesAnArchiveThatKeepsLessThanTheStream(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{
+			"a negative max age",
+			map[string]string{"PLEG_ARCHIVE_MAX_AGE": "-1h"},
+			`PLEG_ARCHIVE_MAX_AGE="-1h0m0s": must not be negative (0: no archive)`,
+		},
+		{
+			"a max age shorter than the stream's",
+			map[string]string{"PLEG_ARCHIVE_MAX_AGE": "24h", "PLEG_STREAM_MAX_AGE": "48h"},
+			`PLEG_ARCHIVE_MAX_AGE="24h0m0s": must be at least PLEG_STREAM_MAX_AGE (48h0m0s): the archive keeps the stream's events longer`,
+		},
+		{
+			"an archive of a stream kept forever",
+			map[string]string{"PLEG_ARCHIVE_MAX_AGE": "168h", "PLEG_STREAM_MAX_AGE": "0"},
+			`PLEG_ARCHIVE_MAX_AGE="168h0m0s": PLEG_STREAM_MAX_AGE=0 keeps events forever: an archive would keep them for less; set PLEG_STREAM_MAX_AGE shorter, or no archive`,
+		},
+		{
+			"an archive the bridge may not manage",
+			map[string]string{"PLEG_ARCHIVE_MAX_AGE": "168h", "PLEG_STREAM_MAX_AGE": "24h", "PLEG_STREAM_MANAGE": "false"},
+			`PLEG_ARCHIVE_MAX_AGE="168h0m0s": needs PLEG_STREAM_MANAGE=true: the bridge creates and keeps the archive`,
+		},
+		{
+			"an archive named as the stream",
+			map[string]string{"PLEG_ARCHIVE_STREAM": "PLEG"},
+			`PLEG_ARCHIVE_STREAM="PLEG": an archive stream name must be without . * > / \ or whitespace, and not PLEG_STREAM's`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"PLEG_NODE_NAME": "node-1"}
+			maps.Copy(env, tc.env)
+			_, err := loadConfig(lookupMap(env))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			var got []string
+			for _, e := range leafErrors(err) {
+				got = append(got, e.Error())
+			}
+			if d := cmp.Diff([]string{tc.want}, got); d != "" {
+				t.Errorf("errors (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestConfigPassesTheArchiveToTheBridge(t *testing.T) {
+	t.Parallel()
+	c, err := loadConfig(lookupMap(map[string]string{
+		"PLEG_NODE_NAME": "node-1", "PLEG_STREAM_MAX_AGE": "24h", "PLEG_ARCHIVE_MAX_AGE": "168h",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	so := c.bridgeOptions(slog.New(slog.DiscardHandler), nil).Stream
+	if so.ArchiveMaxAge != 168*time.Hour || so.MaxAge != 24*time.Hour || so.ArchiveName != "" {
+		t.Errorf("bridge stream options: archive max age %s, max age %s, archive name %q", so.ArchiveMaxAge, so.MaxAge, so.ArchiveName)
 	}
 }

@@ -34,6 +34,9 @@ type streamFlags struct {
 	failed    bool
 	json      bool
 	color     string
+	archive   bool
+	// archiveStream is PLEG_ARCHIVE_STREAM, the archive's name if set.
+	archiveStream string
 
 	// Set by parse.
 	podUID, podNamespace, podName, lifecycleType string
@@ -47,7 +50,9 @@ the namespace of --pod namespace/name), a --pod UID and --type are subject
 tokens, applied by the NATS server, which sends only matching events. A pod's
 name, --container, --selector and --failed are not in the subject: they are
 checked on each event the server sends, so give them with --namespace or
---node to keep that traffic small.`
+--node to keep that traffic small. With --archive (the archive stream the
+bridges keep with PLEG_ARCHIVE_MAX_AGE), the pod UID is not in the subject
+either: --pod is checked on each event too.`
 
 // addStreamFlags defines the shared flags on c, with defaults from the
 // PLEG_ environment the agent itself reads.
@@ -65,6 +70,8 @@ func addStreamFlags(c *cobra.Command, getenv func(string) string) *streamFlags {
 	fs.StringVar(&f.typ, "type", "", "only events of this type: started, died or removed (any case; ContainerDied works too)")
 	fs.StringVarP(&f.selector, "selector", "l", "", "only events of pods whose labels match this Kubernetes label selector: app=web, tier!=db, 'env in (prod,stage)', !canary (checked on each event)")
 	fs.BoolVar(&f.failed, "failed", false, "only failures: deaths with a non-zero exit code or a reason such as OOMKilled (checked on each event)")
+	f.archiveStream = getenv("PLEG_ARCHIVE_STREAM")
+	fs.BoolVar(&f.archive, "archive", false, "read the archive stream instead (env PLEG_ARCHIVE_STREAM, else <stream>_ARCHIVE): kept longer than the stream, on subjects without the pod UID, so --pod is checked on each event")
 	fs.BoolVar(&f.json, "json", false, "print each event as its CloudEvent JSON on one line")
 	fs.StringVar(&f.color, "color", "auto", "highlight containers that died with a non-zero exit or OOMKilled: auto (on a terminal, unless NO_COLOR is set), always or never")
 	_ = c.RegisterFlagCompletionFunc("type", cobra.FixedCompletions([]string{"started", "died", "removed"}, cobra.ShellCompDirectiveNoFileComp))
@@ -82,6 +89,9 @@ func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
 	}
 	if f.stream == "" {
 		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--stream is empty")
+	}
+	if f.archive {
+		f.stream = cmp.Or(f.archiveStream, consumer.ArchiveStream(f.stream))
 	}
 	f.nats.stream = f.stream
 	var err error
@@ -110,6 +120,7 @@ func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
 	}
 	opts := consumer.Options{
 		Stream:        f.stream,
+		Archive:       f.archive,
 		SubjectPrefix: f.prefix,
 		Filter: consumer.Filter{
 			Node:      f.node,
@@ -178,6 +189,9 @@ func (f *streamFlags) podUIDHint() string {
 func (f *streamFlags) lastSeq(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	s, err := js.Stream(ctx, f.stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if f.archive {
+			return 0, fmt.Errorf("archive stream %s not found on %s (--archive; the bridges keep it with PLEG_ARCHIVE_MAX_AGE, named PLEG_ARCHIVE_STREAM)", f.stream, redactURLs(f.nats.url))
+		}
 		return 0, fmt.Errorf("stream %s not found on %s (--stream; the bridges publish to PLEG_STREAM)", f.stream, redactURLs(f.nats.url))
 	}
 	if err != nil {

@@ -1,0 +1,172 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pleg-bridge/pleg-bridge/schemas"
+)
+
+// ArchiveSuffix makes the default archive stream name from the event
+// stream's: PLEG_ARCHIVE for PLEG.
+const ArchiveSuffix = "_ARCHIVE"
+
+// ArchiveName returns the default name of stream's archive.
+func ArchiveName(stream string) string { return stream + ArchiveSuffix }
+
+// ArchiveOptions describe the archive stream EnsureArchive provisions: a
+// longer-lived copy of the event stream whose subjects carry no pod UID, so
+// that nats-server's per-subject memory grows with the fleet's nodes and
+// namespaces, not with its pods (docs/capacity.md).
+type ArchiveOptions struct {
+	// Name is the archive stream's name; empty means ArchiveName(Stream).
+	Name string
+	// Stream is the event stream it sources; empty means
+	// schemas.DefaultStream.
+	Stream string
+	// SubjectPrefix is the event stream's subject prefix.
+	SubjectPrefix string
+	// Replicas is the number of replicas of an archive EnsureArchive
+	// creates; 0 means 1.
+	Replicas int
+	// MaxAge is how long the archive keeps events; 0 means forever.
+	MaxAge time.Duration
+	// DuplicateWindow is the archive's duplicate window; 0 means
+	// DefaultDuplicateWindow. The source itself is exactly once (the server
+	// tracks the last sourced sequence), so this only bounds the ids held.
+	DuplicateWindow time.Duration
+	// Logger receives an Info record when EnsureArchive changes an existing
+	// archive's max age; nil logs nothing.
+	Logger *slog.Logger
+}
+
+// ArchiveTransforms returns the subject transforms of the archive's
+// source: the pod UID token of both subject layouts becomes "%" (the
+// contract's encoding of the empty string, so schemas.ParseSubject reads
+// an empty pod UID), and the legacy layout's missing namespace becomes "%"
+// too, so that every archived subject is
+// <prefix>.<node>.<namespace>.%.<eventType>, one per node, namespace and
+// Lifecycle event type. The two source filters do not overlap (they differ
+// in their number of tokens), which the server requires.
+func ArchiveTransforms(prefix string) []jetstream.SubjectTransformConfig {
+	empty := schemas.EncodeToken("")
+	return []jetstream.SubjectTransformConfig{
+		{Source: prefix + ".*.*.*.*", Destination: prefix + ".{{wildcard(1)}}.{{wildcard(2)}}." + empty + ".{{wildcard(4)}}"},
+		{Source: prefix + ".*.*.*", Destination: prefix + ".{{wildcard(1)}}." + empty + "." + empty + ".{{wildcard(3)}}"},
+	}
+}
+
+// EnsureArchive returns the archive stream opts describe, creating it if it
+// is missing: no subjects of its own, one source (the event stream, through
+// ArchiveTransforms, from its first message: one source keeps each pod's
+// order, and an explicit start sequence keeps the server from starting at
+// the event stream's last message time), file storage, limits retention,
+// opts' max age and replicas.
+//
+// An existing archive is not rewritten: if it has no source from the event
+// stream with ArchiveTransforms, EnsureArchive returns an error naming it
+// (the operator may have built it otherwise; changing a source would
+// restart it). Only its max age and duplicate window are updated when they
+// differ from opts.
+func EnsureArchive(ctx context.Context, js jetstream.JetStream, opts ArchiveOptions) (jetstream.Stream, error) {
+	if err := schemas.ValidatePrefix(opts.SubjectPrefix); err != nil {
+		return nil, fmt.Errorf("ensure archive: subject prefix %q: %w", opts.SubjectPrefix, err)
+	}
+	if opts.Stream == "" {
+		opts.Stream = schemas.DefaultStream
+	}
+	if opts.Name == "" {
+		opts.Name = ArchiveName(opts.Stream)
+	}
+	if opts.Name == opts.Stream {
+		return nil, fmt.Errorf("ensure archive %s: it cannot be the event stream itself", opts.Name)
+	}
+	if opts.Replicas == 0 {
+		opts.Replicas = 1
+	}
+	if opts.Replicas < 0 {
+		return nil, fmt.Errorf("ensure archive %s: replicas %d is negative", opts.Name, opts.Replicas)
+	}
+	if opts.MaxAge < 0 {
+		return nil, fmt.Errorf("ensure archive %s: max age %s is negative", opts.Name, opts.MaxAge)
+	}
+	if opts.DuplicateWindow == 0 {
+		opts.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if opts.DuplicateWindow < 0 {
+		return nil, fmt.Errorf("ensure archive %s: duplicate window %s is negative", opts.Name, opts.DuplicateWindow)
+	}
+	if opts.MaxAge > 0 && opts.DuplicateWindow > opts.MaxAge {
+		opts.DuplicateWindow = opts.MaxAge
+	}
+	transforms := ArchiveTransforms(opts.SubjectPrefix)
+
+	stream, err := js.Stream(ctx, opts.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: opts.Name,
+			Sources: []*jetstream.StreamSource{{
+				Name:              opts.Stream,
+				OptStartSeq:       1,
+				SubjectTransforms: transforms,
+			}},
+			Storage:    jetstream.FileStorage,
+			Retention:  jetstream.LimitsPolicy,
+			MaxAge:     opts.MaxAge,
+			Duplicates: opts.DuplicateWindow,
+			Replicas:   opts.Replicas,
+		})
+		if err == nil {
+			return stream, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, fmt.Errorf("create archive %s: %w", opts.Name, err)
+		}
+		// Another bridge created it between our lookup and create.
+		stream, err = js.Stream(ctx, opts.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up archive %s: %w", opts.Name, err)
+	}
+
+	cfg := stream.CachedInfo().Config
+	if !hasArchiveSource(cfg, opts.Stream, transforms) {
+		return nil, fmt.Errorf("ensure archive %s: it has no source from stream %s with the transforms %s → %s and %s → %s; delete it or use another archive name",
+			opts.Name, opts.Stream, transforms[0].Source, transforms[0].Destination, transforms[1].Source, transforms[1].Destination)
+	}
+	if cfg.MaxAge == opts.MaxAge && cfg.Duplicates == opts.DuplicateWindow {
+		return stream, nil
+	}
+	updated := cfg
+	updated.MaxAge = opts.MaxAge
+	updated.Duplicates = opts.DuplicateWindow
+	stream, err = js.UpdateStream(ctx, updated)
+	if err != nil {
+		return nil, fmt.Errorf("update archive %s: %w", opts.Name, err)
+	}
+	if opts.Logger != nil {
+		opts.Logger.Info("updated archive",
+			"stream", opts.Name,
+			"old_max_age", cfg.MaxAge, "max_age", opts.MaxAge,
+			"old_duplicate_window", cfg.Duplicates, "duplicate_window", opts.DuplicateWindow)
+	}
+	return stream, nil
+}
+
+// hasArchiveSource reports whether cfg sources stream through exactly
+// transforms.
+func hasArchiveSource(cfg jetstream.StreamConfig, stream string, transforms []jetstream.SubjectTransformConfig) bool {
+	for _, src := range cfg.Sources {
+		if src != nil && src.Name == stream && src.External == nil &&
+			slices.Equal(src.SubjectTransforms, transforms) {
+			return true
+		}
+	}
+	return false
+}
