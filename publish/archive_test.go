@@ -3,6 +3,7 @@ package publish_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +144,43 @@ func TestEnsureArchiveRejectsBadOptions(t *testing.T) {
 		if _, err := publish.EnsureArchive(t.Context(), js, opts); err == nil {
 			t.Errorf("EnsureArchive with %s: no error", name)
 		}
+	}
+}
+
+// An archive created beside a stream whose first messages are gone (aged
+// out or purged) starts at the stream's first message: start sequence 1 is
+// below it, and the server begins at what it has.
+func TestEnsureArchiveBesideAStreamThatLostItsFirstMessagesCopiesTheRest(t *testing.T) {
+	t.Parallel()
+	_, url := publishtest.NewServer(t)
+	_, js := publishtest.Connect(t, url)
+	ctx := t.Context()
+	s, err := publish.EnsureStream(ctx, js, publish.StreamOptions{SubjectPrefix: "pleg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishN := func(from, n int) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			subject := schemas.Subject("pleg", "node-1", "shop", fmt.Sprintf("uid-%d", i), "ContainerStarted")
+			if _, err := js.Publish(ctx, subject, []byte(strconv.Itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publishN(0, 5)
+	if err := s.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	publishN(5, 3)
+	if _, err := publish.EnsureArchive(ctx, js, publish.ArchiveOptions{SubjectPrefix: "pleg"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range readAll(t, js, "PLEG_ARCHIVE", 3) {
+		got = append(got, string(m.Data()))
+	}
+	if diff := cmp.Diff([]string{"5", "6", "7"}, got); diff != "" {
+		t.Errorf("archived (-want +got):\n%s", diff)
 	}
 }

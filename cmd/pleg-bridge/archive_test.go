@@ -74,3 +74,18 @@ func waitStreamMsgs(t *testing.T, js jetstream.JetStream, stream string, n int) 
 		}
 	}
 }
+
+func TestTailArchiveFollowsTheArchive(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	if _, err := publish.EnsureArchive(t.Context(), env.js, publish.ArchiveOptions{Stream: testStream, SubjectPrefix: testPrefix, MaxAge: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	env.seed(t)
+	waitStreamMsgs(t, env.js, testStream+"_ARCHIVE", 5)
+	want := readLines(t, startTail(t, env, "--all", "--pod", "default/web-0").lines, 3)
+	got := readLines(t, startTail(t, env, "--all", "--archive", "--pod", "default/web-0").lines, 3)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("tail --all --archive --pod default/web-0 printed (-stream +archive):\n%s", diff)
+	}
+}
