@@ -42,10 +42,21 @@ const (
 	// stream holds when its source's subjects are transformed to the node
 	// and namespace tokens; its subjects do not grow with the pods.
 	LayoutNodeNamespace = "node-namespace"
+	// LayoutArchive is the design of PLEG_ARCHIVE_MAX_AGE measured as a
+	// whole: the messages published in LayoutCurrent into the event
+	// stream, which an archive stream (publish.EnsureArchive) sources
+	// into <prefix>.<node>.<ns>.%.<type>; then the event stream cut to
+	// its last ArchiveLiveShare of the messages, as a 24 h stream beside a
+	// 7-day archive. Its figures are both streams' together.
+	LayoutArchive = "archive"
 )
 
+// ArchiveLiveShare is the part of the messages the event stream keeps in
+// LayoutArchive: one day of a week.
+const ArchiveLiveShare = 7
+
 // AllLayouts lists every layout in table order.
-var AllLayouts = []string{LayoutLegacy, LayoutCurrent, LayoutPod, LayoutNodeNamespace}
+var AllLayouts = []string{LayoutLegacy, LayoutCurrent, LayoutPod, LayoutNodeNamespace, LayoutArchive}
 
 // layoutPattern is each layout's subject, for people.
 var layoutPattern = map[string]string{
@@ -53,6 +64,7 @@ var layoutPattern = map[string]string{
 	LayoutCurrent:       "<prefix>.<node>.<ns>.<uid>.<type>",
 	LayoutPod:           "<prefix>.<node>.<ns>.<uid>",
 	LayoutNodeNamespace: "<prefix>.<node>.<ns>",
+	LayoutArchive:       "current, last 1/7 kept; archive <prefix>.<node>.<ns>.%.<type>",
 }
 
 // minDuplicateWindow is the shortest duplicate window nats-server
@@ -325,7 +337,7 @@ func (s podSet) subject(layout string, p, e int) string {
 	switch layout {
 	case LayoutLegacy:
 		return prefix + "." + s.node(p) + "." + s.uids[p] + "." + typ
-	case LayoutCurrent:
+	case LayoutCurrent, LayoutArchive:
 		return prefix + "." + s.node(p) + "." + s.namespace(p) + "." + s.uids[p] + "." + typ
 	case LayoutPod:
 		return prefix + "." + s.node(p) + "." + s.namespace(p) + "." + s.uids[p]
@@ -341,12 +353,50 @@ func (s podSet) msgID(p, e int) string {
 	return publish.EventID(hex.EncodeToString(sum[:]), generator.LifecycleEventTypes[e%len(generator.LifecycleEventTypes)])
 }
 
-// subjects is how many distinct subjects layout makes of the pods' events.
+// subjects is how many distinct subjects layout makes of the pods' events;
+// for LayoutArchive, those of the event stream's kept messages and of the
+// archive together.
 func (s podSet) subjects(layout string) int {
+	if layout == LayoutArchive {
+		return s.liveSubjects() + s.archiveSubjects()
+	}
 	seen := map[string]struct{}{}
 	for p := range s.opts.Pods {
 		for e := range min(s.opts.EventsPerPod, len(generator.LifecycleEventTypes)) {
 			seen[s.subject(layout, p, e)] = struct{}{}
+		}
+	}
+	return len(seen)
+}
+
+// keptMessages is how many messages the event stream keeps in
+// LayoutArchive.
+func (o SubjectMemOptions) keptMessages() int { return max(o.messages()/ArchiveLiveShare, 1) }
+
+// liveSubjects is how many distinct subjects the kept messages of
+// LayoutArchive have: the last ones published (publishAll's order).
+func (s podSet) liveSubjects() int {
+	seen := map[string]struct{}{}
+	skip := s.opts.messages() - s.opts.keptMessages()
+	i := 0
+	for e := range s.opts.EventsPerPod {
+		for p := range s.opts.Pods {
+			if i >= skip {
+				seen[s.subject(LayoutCurrent, p, e)] = struct{}{}
+			}
+			i++
+		}
+	}
+	return len(seen)
+}
+
+// archiveSubjects is how many distinct subjects the archive holds: one per
+// node, namespace and event type.
+func (s podSet) archiveSubjects() int {
+	seen := map[string]struct{}{}
+	for p := range s.opts.Pods {
+		for e := range min(s.opts.EventsPerPod, len(generator.LifecycleEventTypes)) {
+			seen[s.node(p)+"."+s.namespace(p)+"."+string(generator.LifecycleEventTypes[e%len(generator.LifecycleEventTypes)])] = struct{}{}
 		}
 	}
 	return len(seen)
@@ -372,7 +422,12 @@ func (m *subjectMem) measure(ctx context.Context, layout string, w time.Duration
 		return r, err
 	}
 	var want streamWant
-	if layout != "" {
+	switch layout {
+	case "":
+	case LayoutArchive:
+		want = streamWant{messages: uint64(m.opts.keptMessages()), subjects: m.pods.liveSubjects(),
+			archiveMessages: uint64(m.opts.messages()), archiveSubjects: m.pods.archiveSubjects()}
+	default:
 		want = streamWant{messages: uint64(m.opts.messages()), subjects: m.pods.subjects(layout)}
 	}
 	if err := m.fill(ctx, url, layout, w, want, &r); err != nil {
@@ -405,6 +460,18 @@ func (m *subjectMem) measure(ctx context.Context, layout string, w time.Duration
 	if err := want.check(info, "after the restart"); err != nil {
 		return r, err
 	}
+	if layout == LayoutArchive {
+		ainfo, err := archiveInfo(ctx, js)
+		if err != nil {
+			return r, fmt.Errorf("after the restart: %w", err)
+		}
+		if err := want.checkArchive(ainfo, "after the restart"); err != nil {
+			return r, err
+		}
+		r.Subjects += int(ainfo.State.NumSubjects)
+		r.Messages += ainfo.State.Msgs
+		r.Bytes += ainfo.State.Bytes
+	}
 	if r.RestartRSS, r.LastRSS, err = lowestRSS(ctx, srv.pid(), m.opts.Settle); err != nil {
 		return r, err
 	}
@@ -436,6 +503,17 @@ func (m *subjectMem) fill(ctx context.Context, url, layout string, w time.Durati
 	if err != nil {
 		return err
 	}
+	if layout == LayoutArchive {
+		actx, cancel := context.WithTimeout(ctx, streamCurrentTimeout)
+		_, err = publish.EnsureArchive(actx, js, publish.ArchiveOptions{
+			Stream: streamName, SubjectPrefix: schemas.DefaultSubjectPrefix, Replicas: 1,
+			MaxAge: ArchiveLiveShare * streamMaxAge, DuplicateWindow: cmp.Or(w, minDuplicateWindow),
+		})
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	if layout != "" {
 		if m.data == nil {
 			m.data = messageData(m.opts.DataSize)
@@ -446,11 +524,57 @@ func (m *subjectMem) fill(ctx context.Context, url, layout string, w time.Durati
 		}
 		r.Ingest = time.Since(began)
 	}
+	if layout == LayoutArchive {
+		if err := m.cutToTheLiveShare(ctx, js, want); err != nil {
+			return err
+		}
+	}
 	info, err := streamInfo(ctx, js)
 	if err != nil {
 		return err
 	}
 	return want.check(info, "after the ingest")
+}
+
+// cutToTheLiveShare waits until the archive holds every message, then
+// purges the event stream to its last ArchiveLiveShare, as its shorter max
+// age would.
+func (m *subjectMem) cutToTheLiveShare(ctx context.Context, js jetstream.JetStream, want streamWant) error {
+	deadline := time.Now().Add(streamCurrentTimeout)
+	for {
+		info, err := archiveInfo(ctx, js)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs >= want.archiveMessages {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the archive holds %d of %d messages after %v", info.State.Msgs, want.archiveMessages, streamCurrentTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s, err := js.Stream(ctx, streamName)
+	if err != nil {
+		return err
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeKeep(want.messages)); err != nil {
+		return fmt.Errorf("cut stream %s to its last %d messages: %w", streamName, want.messages, err)
+	}
+	return nil
+}
+
+// archiveInfo returns the archive stream's info.
+func archiveInfo(ctx context.Context, js jetstream.JetStream) (*jetstream.StreamInfo, error) {
+	s, err := js.Stream(ctx, publish.ArchiveName(streamName))
+	if err != nil {
+		return nil, fmt.Errorf("look up the archive of %s: %w", streamName, err)
+	}
+	return s.Info(ctx)
 }
 
 // publishAll publishes the messages of layout asynchronously with at most
@@ -499,10 +623,21 @@ func (m *subjectMem) publishAll(ctx context.Context, js jetstream.JetStream, lay
 	return nil
 }
 
-// streamWant is what a measurement's stream must hold.
+// streamWant is what a measurement's stream, and archive if any, must
+// hold.
 type streamWant struct {
-	messages uint64
-	subjects int
+	messages        uint64
+	subjects        int
+	archiveMessages uint64
+	archiveSubjects int
+}
+
+func (w streamWant) checkArchive(info *jetstream.StreamInfo, when string) error {
+	if info.State.Msgs != w.archiveMessages || int(info.State.NumSubjects) != w.archiveSubjects {
+		return fmt.Errorf("archive of %s %s: %d messages on %d subjects, want %d on %d",
+			streamName, when, info.State.Msgs, info.State.NumSubjects, w.archiveMessages, w.archiveSubjects)
+	}
+	return nil
 }
 
 func (w streamWant) check(info *jetstream.StreamInfo, when string) error {
