@@ -2,7 +2,6 @@ package publish
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -107,56 +106,25 @@ func EnsureArchive(ctx context.Context, js jetstream.JetStream, opts ArchiveOpti
 	}
 	transforms := ArchiveTransforms(opts.SubjectPrefix)
 
-	stream, err := js.Stream(ctx, opts.Name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name: opts.Name,
-			Sources: []*jetstream.StreamSource{{
-				Name:              opts.Stream,
-				OptStartSeq:       1,
-				SubjectTransforms: transforms,
-			}},
-			Storage:    jetstream.FileStorage,
-			Retention:  jetstream.LimitsPolicy,
-			MaxAge:     opts.MaxAge,
-			Duplicates: opts.DuplicateWindow,
-			Replicas:   opts.Replicas,
-		})
-		if err == nil {
-			return stream, nil
+	return ensureLimitsStream(ctx, js, "archive", jetstream.StreamConfig{
+		Name: opts.Name,
+		Sources: []*jetstream.StreamSource{{
+			Name:              opts.Stream,
+			OptStartSeq:       1,
+			SubjectTransforms: transforms,
+		}},
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		MaxAge:     opts.MaxAge,
+		Duplicates: opts.DuplicateWindow,
+		Replicas:   opts.Replicas,
+	}, func(cfg jetstream.StreamConfig) error {
+		if !hasArchiveSource(cfg, opts.Stream, transforms) {
+			return fmt.Errorf("ensure archive %s: it has no source from stream %s with the transforms %s → %s and %s → %s; delete it or use another archive name",
+				opts.Name, opts.Stream, transforms[0].Source, transforms[0].Destination, transforms[1].Source, transforms[1].Destination)
 		}
-		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return nil, fmt.Errorf("create archive %s: %w", opts.Name, err)
-		}
-		// Another bridge created it between our lookup and create.
-		stream, err = js.Stream(ctx, opts.Name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("look up archive %s: %w", opts.Name, err)
-	}
-
-	cfg := stream.CachedInfo().Config
-	if !hasArchiveSource(cfg, opts.Stream, transforms) {
-		return nil, fmt.Errorf("ensure archive %s: it has no source from stream %s with the transforms %s → %s and %s → %s; delete it or use another archive name",
-			opts.Name, opts.Stream, transforms[0].Source, transforms[0].Destination, transforms[1].Source, transforms[1].Destination)
-	}
-	if cfg.MaxAge == opts.MaxAge && cfg.Duplicates == opts.DuplicateWindow {
-		return stream, nil
-	}
-	updated := cfg
-	updated.MaxAge = opts.MaxAge
-	updated.Duplicates = opts.DuplicateWindow
-	stream, err = js.UpdateStream(ctx, updated)
-	if err != nil {
-		return nil, fmt.Errorf("update archive %s: %w", opts.Name, err)
-	}
-	if opts.Logger != nil {
-		opts.Logger.Info("updated archive",
-			"stream", opts.Name,
-			"old_max_age", cfg.MaxAge, "max_age", opts.MaxAge,
-			"old_duplicate_window", cfg.Duplicates, "duplicate_window", opts.DuplicateWindow)
-	}
-	return stream, nil
+		return nil
+	}, opts.Logger)
 }
 
 // hasArchiveSource reports whether cfg sources stream through exactly

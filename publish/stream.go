@@ -72,51 +72,65 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, opts StreamOption
 		opts.DuplicateWindow = opts.MaxAge
 	}
 	want := opts.SubjectPrefix + ".>"
+	return ensureLimitsStream(ctx, js, "stream", jetstream.StreamConfig{
+		Name:       opts.Name,
+		Subjects:   []string{want},
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		MaxAge:     opts.MaxAge,
+		Duplicates: opts.DuplicateWindow,
+		Replicas:   opts.Replicas,
+	}, func(cfg jetstream.StreamConfig) error {
+		if !anyCovers(cfg.Subjects, want) {
+			return fmt.Errorf("ensure stream %s: its subjects [%s] do not cover %s; add %s to the stream or use another stream name",
+				opts.Name, strings.Join(cfg.Subjects, " "), want, want)
+		}
+		return nil
+	}, opts.Logger)
+}
 
-	stream, err := js.Stream(ctx, opts.Name)
+// ensureLimitsStream returns the stream want describes (what names its
+// kind in messages: "stream", "archive"), creating it if it is missing.
+// An existing one must pass check; its max age and duplicate window are
+// then set to want's if they differ, logged on logger (if not nil), and
+// nothing else of it is changed. Of bridges that create it at once, one
+// creates it and the others find it.
+func ensureLimitsStream(ctx context.Context, js jetstream.JetStream, what string, want jetstream.StreamConfig, check func(jetstream.StreamConfig) error, logger *slog.Logger) (jetstream.Stream, error) {
+	stream, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:       opts.Name,
-			Subjects:   []string{want},
-			Storage:    jetstream.FileStorage,
-			Retention:  jetstream.LimitsPolicy,
-			MaxAge:     opts.MaxAge,
-			Duplicates: opts.DuplicateWindow,
-			Replicas:   opts.Replicas,
-		})
+		stream, err = js.CreateStream(ctx, want)
 		if err == nil {
 			return stream, nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return nil, fmt.Errorf("create stream %s: %w", opts.Name, err)
+			return nil, fmt.Errorf("create %s %s: %w", what, want.Name, err)
 		}
 		// Another bridge created it between our lookup and create.
-		stream, err = js.Stream(ctx, opts.Name)
+		stream, err = js.Stream(ctx, want.Name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("look up stream %s: %w", opts.Name, err)
+		return nil, fmt.Errorf("look up %s %s: %w", what, want.Name, err)
 	}
 
 	cfg := stream.CachedInfo().Config
-	if !anyCovers(cfg.Subjects, want) {
-		return nil, fmt.Errorf("ensure stream %s: its subjects [%s] do not cover %s; add %s to the stream or use another stream name",
-			opts.Name, strings.Join(cfg.Subjects, " "), want, want)
+	if err := check(cfg); err != nil {
+		return nil, err
 	}
-	if cfg.MaxAge == opts.MaxAge && cfg.Duplicates == opts.DuplicateWindow {
+	if cfg.MaxAge == want.MaxAge && cfg.Duplicates == want.Duplicates {
 		return stream, nil
 	}
 	updated := cfg
-	updated.MaxAge = opts.MaxAge
-	updated.Duplicates = opts.DuplicateWindow
+	updated.MaxAge = want.MaxAge
+	updated.Duplicates = want.Duplicates
 	stream, err = js.UpdateStream(ctx, updated)
 	if err != nil {
-		return nil, fmt.Errorf("update stream %s: %w", opts.Name, err)
+		return nil, fmt.Errorf("update %s %s: %w", what, want.Name, err)
 	}
-	if opts.Logger != nil {
-		opts.Logger.Info("updated stream",
-			"stream", opts.Name,
-			"old_max_age", cfg.MaxAge, "max_age", opts.MaxAge,
-			"old_duplicate_window", cfg.Duplicates, "duplicate_window", opts.DuplicateWindow)
+	if logger != nil {
+		logger.Info("updated "+what,
+			"stream", want.Name,
+			"old_max_age", cfg.MaxAge, "max_age", want.MaxAge,
+			"old_duplicate_window", cfg.Duplicates, "duplicate_window", want.Duplicates)
 	}
 	return stream, nil
 }
