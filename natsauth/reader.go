@@ -41,6 +41,10 @@ const (
 // upper case could not be granted the same way by hand.
 var groupName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 
+// archiveSuffix names the archive stream of PLEG_ARCHIVE_MAX_AGE after its
+// event stream (publish.ArchiveName; natsauth does not import publish).
+const archiveSuffix = "_ARCHIVE"
+
 // ReaderTemplate returns the permissions of the readers' scoped signing
 // key: what a reader of the namespaces its user's tags name may do,
 // {{tag(namespace)}} standing for each of them, {{tag(group)}} for each
@@ -103,11 +107,15 @@ func ReaderPermissions(names Names, namespaces, groups []string, inbox string) (
 // stand-ins.
 func readerPermissions(n Names, namespaces, groups []string, inbox string) jwt.Permissions {
 	kv := "KV_" + n.StateBucket
+	archive := n.Stream + archiveSuffix
 	var p jwt.Permissions
 	p.Pub.Allow.Add(
 		"$JS.API.STREAM.INFO."+n.Stream,
 		"$JS.API.CONSUMER.MSG.NEXT."+n.Stream+".*",
 		"$JS.API.CONSUMER.DELETE."+n.Stream+".*",
+		"$JS.API.STREAM.INFO."+archive,
+		"$JS.API.CONSUMER.MSG.NEXT."+archive+".*",
+		"$JS.API.CONSUMER.DELETE."+archive+".*",
 		"$JS.API.STREAM.INFO."+kv,
 		"$JS.API.CONSUMER.DELETE."+kv+".*",
 		"$JS.FC."+kv+".>",
@@ -115,6 +123,7 @@ func readerPermissions(n Names, namespaces, groups []string, inbox string) jwt.P
 	for _, ns := range namespaces {
 		p.Pub.Allow.Add(
 			"$JS.API.CONSUMER.CREATE."+n.Stream+".*."+n.SubjectPrefix+".*."+ns+".>",
+			"$JS.API.CONSUMER.CREATE."+archive+".*."+n.SubjectPrefix+".*."+ns+".>",
 			"$JS.API.CONSUMER.CREATE."+kv+".*.$KV."+n.StateBucket+".*."+ns+".>",
 			"$JS.API.DIRECT.GET."+kv+".$KV."+n.StateBucket+".*."+ns+".>",
 		)

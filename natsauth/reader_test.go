@@ -607,3 +607,65 @@ func TestReaderPermissionsWriteTheTemplateOut(t *testing.T) {
 		}
 	}
 }
+
+// A reader of shop reads shop's events in the archive of
+// PLEG_ARCHIVE_MAX_AGE too, where a pod's history lives once the event
+// stream has dropped it, and is refused payments' there as in the stream.
+func TestReaderReadsItsNamespacesInTheArchive(t *testing.T) {
+	t.Parallel()
+	srv := natsauthtest.Start(t, natsauth.Names{})
+	ctx := t.Context()
+	admin := connect(t, srv.URL, srv.AdminCreds)
+	if _, err := publish.EnsureStream(ctx, admin.js, publish.StreamOptions{SubjectPrefix: "pleg"}); err != nil {
+		t.Fatal(err)
+	}
+	archive, err := publish.EnsureArchive(ctx, admin.js, publish.ArchiveOptions{SubjectPrefix: "pleg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: "node-1", SubjectPrefix: "pleg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cluster{admin: admin, enc: enc, t: t}
+	var shop []string
+	shop = append(shop, c.publish(c.event(generator.ContainerStarted, "shop", "web-0", "u-web", "c1"), ""))
+	c.publish(c.event(generator.ContainerStarted, "payments", "pay-0", "u-pay", "c2"), "")
+	shop = append(shop, c.publish(c.event(generator.ContainerDied, "shop", "web-0", "u-web", "c1"), ""))
+	// The archive has copied them all: its last message is the fourth...
+	// read as an administrator, with a deadline.
+	cons, err := archive.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
+			t.Fatalf("the archive has not copied the events: %v", err)
+		}
+	}
+
+	creds, inbox := srv.MintReader(t, []string{"shop"}, nil)
+	r := connectReader(t, srv.URL, creds, inbox)
+	replay := func(f consumer.Filter) ([]consumer.Event, error, error) {
+		var got []consumer.Event
+		err, refusal := r.call(t, func(ctx context.Context) error {
+			return consumer.Replay(ctx, r.js, consumer.Options{Archive: true, Legacy: consumer.LegacyNever, Filter: f}, func(e consumer.Event) error {
+				got = append(got, e)
+				return nil
+			})
+		})
+		return got, err, refusal
+	}
+	got, err, refusal := replay(consumer.Filter{Namespace: "shop", PodUID: "u-web"})
+	if err != nil || refusal != nil {
+		t.Fatalf("Replay of the archive: %v (refused %v)", err, refusal)
+	}
+	if diff := cmp.Diff(shop, ids(got)); diff != "" {
+		t.Errorf("Replay of shop's web-0 in the archive (-want +got):\n%s", diff)
+	}
+	got, err, refusal = replay(consumer.Filter{Namespace: "payments"})
+	wantRefused(t, "Replay of payments in the archive", err, refusal, "$JS.API.CONSUMER.CREATE.PLEG_ARCHIVE.", ".pleg.*.payments.>")
+	if len(got) > 0 {
+		t.Errorf("Replay of payments in the archive delivered %d events", len(got))
+	}
+}
