@@ -72,7 +72,7 @@ type Config struct {
 	DataDir       string `env:"PLEG_DATA_DIR" desc:"Data directory: the checkpoint and the spool, and the embedded NATS server's store; empty: memory only (needs PLEG_NATS_URL)"`
 	SpoolMaxBytes int64  `env:"PLEG_SPOOL_MAX_BYTES" desc:"Bound of the disk spool under PLEG_DATA_DIR that takes the events the outbox has no room for, in bytes (0: no spool)"`
 	EmbeddedNATS  string `env:"PLEG_EMBEDDED_NATS_LISTEN" desc:"Listen address of the embedded NATS server"`
-	SubjectPrefix string `env:"PLEG_SUBJECT_PREFIX" desc:"First subject token(s): <prefix>.<node>.<podUID>.<eventType>"`
+	SubjectPrefix string `env:"PLEG_SUBJECT_PREFIX" desc:"First subject token(s): <prefix>.<node>.<namespace>.<podUID>.<eventType>"`
 
 	NATSInboxPrefix string `env:"PLEG_NATS_INBOX_PREFIX" desc:"Prefix of the subjects NATS replies come back on; {node} stands for the node's subject token. Per-node credentials (pleg-bridge creds) need _INBOX_{node}; unset: _INBOX"`
 
