@@ -157,7 +157,7 @@ type StreamOptions struct {
 	// archive.
 	ArchiveMaxAge time.Duration
 	// ArchiveName is the archive stream's name; empty means
-	// publish.ArchiveName(Name).
+	// schemas.ArchiveName(Name).
 	ArchiveName string
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // newArchive makes the archive of the stream PLEG as a bridge with
@@ -27,7 +28,7 @@ func waitArchived(t *testing.T, js jetstream.JetStream, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, consumer.ArchiveStream("PLEG"), jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, schemas.ArchiveName("PLEG"), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // DeliverAll is set. Its filter subjects are the filter's subject and, if
 // stream holds events of the legacy layout that the filter may select
 // (legacySubjects), the legacy filter subject too.
-func (o Options) consumerConfig(ctx context.Context, js jetstream.JetStream, deliverPolicy jetstream.DeliverPolicy) (jetstream.OrderedConsumerConfig, error) {
+func (o Options) consumerConfig(ctx context.Context, stream streamLookup, deliverPolicy jetstream.DeliverPolicy) (jetstream.OrderedConsumerConfig, error) {
 	subject, err := o.filterSubject()
 	if err != nil {
 		return jetstream.OrderedConsumerConfig{}, err
@@ -131,7 +131,7 @@ func (o Options) consumerConfig(ctx context.Context, js jetstream.JetStream, del
 	if err != nil {
 		return jetstream.OrderedConsumerConfig{}, err
 	}
-	if legacy != "" && (o.Legacy == LegacyAlways || o.Legacy == LegacyAuto && legacyEvents(ctx, js, o.stream(), legacy)) {
+	if legacy != "" && (o.Legacy == LegacyAlways || o.Legacy == LegacyAuto && legacyEvents(ctx, stream, legacy)) {
 		cfg.FilterSubjects = append(cfg.FilterSubjects, legacy)
 	}
 	switch {
@@ -157,15 +157,32 @@ func (o Options) consumerConfig(ctx context.Context, js jetstream.JetStream, del
 // namespaces, which cannot make that request, reads the current layout only
 // (a stream still holding legacy events is for readers of the whole
 // stream), after legacyProbeTimeout.
-func legacyEvents(ctx context.Context, js jetstream.JetStream, stream, legacy string) bool {
+func legacyEvents(ctx context.Context, stream streamLookup, legacy string) bool {
 	ctx, cancel := context.WithTimeout(ctx, legacyProbeTimeout)
 	defer cancel()
-	s, err := js.Stream(ctx, stream)
+	s, err := stream(ctx)
 	if err != nil {
 		return false
 	}
 	_, err = s.GetMsg(ctx, max(s.CachedInfo().State.FirstSeq, 1), jetstream.WithGetMsgSubject(legacy))
 	return err == nil
+}
+
+// streamLookup returns the stream a call reads, looked up once (lookupOnce).
+type streamLookup func(context.Context) (jetstream.Stream, error)
+
+// lookupOnce returns a streamLookup of the stream name that asks the server
+// for its info at the first call that succeeds, and not again.
+func lookupOnce(js jetstream.JetStream, name string) streamLookup {
+	var s jetstream.Stream
+	return func(ctx context.Context) (jetstream.Stream, error) {
+		if s != nil {
+			return s, nil
+		}
+		var err error
+		s, err = js.Stream(ctx, name)
+		return s, err
+	}
 }
 
 // filterSubject is the filter's subject in the stream read.
@@ -185,18 +202,9 @@ func (o Options) legacySubject() (string, error) {
 	return o.Filter.LegacySubject(o.subjectPrefix())
 }
 
-// ArchiveSuffix makes the default archive stream name from the event
-// stream's, as the bridge names it (publish.ArchiveName: this package does
-// not import publish).
-const ArchiveSuffix = "_ARCHIVE"
-
-// ArchiveStream returns the default name of stream's archive: PLEG_ARCHIVE
-// for PLEG.
-func ArchiveStream(stream string) string { return stream + ArchiveSuffix }
-
 func (o Options) stream() string {
 	if o.Stream == "" && o.Archive {
-		return ArchiveStream(schemas.DefaultStream)
+		return schemas.ArchiveName(schemas.DefaultStream)
 	}
 	return cmp.Or(o.Stream, schemas.DefaultStream)
 }

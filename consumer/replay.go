@@ -25,11 +25,12 @@ import (
 // waits for the next matching message or for ctx.
 func Replay(ctx context.Context, js jetstream.JetStream, opts Options, fn func(Event) error) error {
 	opts.DeliverAll = false
-	cfg, err := opts.consumerConfig(ctx, js, jetstream.DeliverAllPolicy)
+	lookup := lookupOnce(js, opts.stream())
+	cfg, err := opts.consumerConfig(ctx, lookup, jetstream.DeliverAllPolicy)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	stream, err := js.Stream(ctx, opts.stream())
+	stream, err := lookup(ctx)
 	if err != nil {
 		return fmt.Errorf("look up stream %s: %w", opts.stream(), err)
 	}

@@ -31,7 +31,7 @@ func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn fun
 	if !opts.EndTime.IsZero() {
 		return errors.New("subscribe: EndTime is for Replay only")
 	}
-	cfg, err := opts.consumerConfig(ctx, js, jetstream.DeliverNewPolicy)
+	cfg, err := opts.consumerConfig(ctx, lookupOnce(js, opts.stream()), jetstream.DeliverNewPolicy)
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}

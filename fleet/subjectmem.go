@@ -570,7 +570,7 @@ func (m *subjectMem) cutToTheLiveShare(ctx context.Context, js jetstream.JetStre
 
 // archiveInfo returns the archive stream's info.
 func archiveInfo(ctx context.Context, js jetstream.JetStream) (*jetstream.StreamInfo, error) {
-	s, err := js.Stream(ctx, publish.ArchiveName(streamName))
+	s, err := js.Stream(ctx, schemas.ArchiveName(streamName))
 	if err != nil {
 		return nil, fmt.Errorf("look up the archive of %s: %w", streamName, err)
 	}

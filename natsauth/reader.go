@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // ReaderRole is the role name of the account's scoped signing key for
@@ -40,10 +41,6 @@ const (
 // in lower case: NATS lower-cases the tags nsc writes, so a group named in
 // upper case could not be granted the same way by hand.
 var groupName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-
-// archiveSuffix names the archive stream of PLEG_ARCHIVE_MAX_AGE after its
-// event stream (publish.ArchiveName; natsauth does not import publish).
-const archiveSuffix = "_ARCHIVE"
 
 // ReaderTemplate returns the permissions of the readers' scoped signing
 // key: what a reader of the namespaces its user's tags name may do,
@@ -107,7 +104,7 @@ func ReaderPermissions(names Names, namespaces, groups []string, inbox string) (
 // stand-ins.
 func readerPermissions(n Names, namespaces, groups []string, inbox string) jwt.Permissions {
 	kv := "KV_" + n.StateBucket
-	archive := n.Stream + archiveSuffix
+	archive := schemas.ArchiveName(n.Stream)
 	var p jwt.Permissions
 	p.Pub.Allow.Add(
 		"$JS.API.STREAM.INFO."+n.Stream,

@@ -12,19 +12,12 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
-// ArchiveSuffix makes the default archive stream name from the event
-// stream's: PLEG_ARCHIVE for PLEG.
-const ArchiveSuffix = "_ARCHIVE"
-
-// ArchiveName returns the default name of stream's archive.
-func ArchiveName(stream string) string { return stream + ArchiveSuffix }
-
 // ArchiveOptions describe the archive stream EnsureArchive provisions: a
 // longer-lived copy of the event stream whose subjects carry no pod UID, so
 // that nats-server's per-subject memory grows with the fleet's nodes and
 // namespaces, not with its pods (docs/capacity.md).
 type ArchiveOptions struct {
-	// Name is the archive stream's name; empty means ArchiveName(Stream).
+	// Name is the archive stream's name; empty means schemas.ArchiveName(Stream).
 	Name string
 	// Stream is the event stream it sources; empty means
 	// schemas.DefaultStream.
@@ -81,44 +74,23 @@ func EnsureArchive(ctx context.Context, js jetstream.JetStream, opts ArchiveOpti
 		opts.Stream = schemas.DefaultStream
 	}
 	if opts.Name == "" {
-		opts.Name = ArchiveName(opts.Stream)
+		opts.Name = schemas.ArchiveName(opts.Stream)
 	}
 	if opts.Name == opts.Stream {
 		return nil, fmt.Errorf("ensure archive %s: it cannot be the event stream itself", opts.Name)
 	}
-	if opts.Replicas == 0 {
-		opts.Replicas = 1
-	}
-	if opts.Replicas < 0 {
-		return nil, fmt.Errorf("ensure archive %s: replicas %d is negative", opts.Name, opts.Replicas)
-	}
-	if opts.MaxAge < 0 {
-		return nil, fmt.Errorf("ensure archive %s: max age %s is negative", opts.Name, opts.MaxAge)
-	}
-	if opts.DuplicateWindow == 0 {
-		opts.DuplicateWindow = DefaultDuplicateWindow
-	}
-	if opts.DuplicateWindow < 0 {
-		return nil, fmt.Errorf("ensure archive %s: duplicate window %s is negative", opts.Name, opts.DuplicateWindow)
-	}
-	if opts.MaxAge > 0 && opts.DuplicateWindow > opts.MaxAge {
-		opts.DuplicateWindow = opts.MaxAge
-	}
 	transforms := ArchiveTransforms(opts.SubjectPrefix)
 
-	return ensureLimitsStream(ctx, js, "archive", jetstream.StreamConfig{
-		Name: opts.Name,
-		Sources: []*jetstream.StreamSource{{
-			Name:              opts.Stream,
-			OptStartSeq:       1,
-			SubjectTransforms: transforms,
-		}},
-		Storage:    jetstream.FileStorage,
-		Retention:  jetstream.LimitsPolicy,
-		MaxAge:     opts.MaxAge,
-		Duplicates: opts.DuplicateWindow,
-		Replicas:   opts.Replicas,
-	}, func(cfg jetstream.StreamConfig) error {
+	cfg, err := limitsConfig("archive", opts.Name, opts.Replicas, opts.MaxAge, opts.DuplicateWindow)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Sources = []*jetstream.StreamSource{{
+		Name:              opts.Stream,
+		OptStartSeq:       1,
+		SubjectTransforms: transforms,
+	}}
+	return ensureLimitsStream(ctx, js, "archive", cfg, func(cfg jetstream.StreamConfig) error {
 		if !hasArchiveSource(cfg, opts.Stream, transforms) {
 			return fmt.Errorf("ensure archive %s: it has no source from stream %s with the transforms %s → %s and %s → %s; delete it or use another archive name",
 				opts.Name, opts.Stream, transforms[0].Source, transforms[0].Destination, transforms[1].Source, transforms[1].Destination)

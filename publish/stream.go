@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,41 +53,47 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, opts StreamOption
 	if opts.Name == "" {
 		opts.Name = schemas.DefaultStream
 	}
-	if opts.Replicas == 0 {
-		opts.Replicas = 1
-	}
-	if opts.Replicas < 0 {
-		return nil, fmt.Errorf("ensure stream %s: replicas %d is negative", opts.Name, opts.Replicas)
-	}
-	if opts.MaxAge < 0 {
-		return nil, fmt.Errorf("ensure stream %s: max age %s is negative", opts.Name, opts.MaxAge)
-	}
-	if opts.DuplicateWindow == 0 {
-		opts.DuplicateWindow = DefaultDuplicateWindow
-	}
-	if opts.DuplicateWindow < 0 {
-		return nil, fmt.Errorf("ensure stream %s: duplicate window %s is negative", opts.Name, opts.DuplicateWindow)
-	}
-	if opts.MaxAge > 0 && opts.DuplicateWindow > opts.MaxAge {
-		// JetStream refuses a duplicate window longer than the max age.
-		opts.DuplicateWindow = opts.MaxAge
-	}
 	want := opts.SubjectPrefix + ".>"
-	return ensureLimitsStream(ctx, js, "stream", jetstream.StreamConfig{
-		Name:       opts.Name,
-		Subjects:   []string{want},
-		Storage:    jetstream.FileStorage,
-		Retention:  jetstream.LimitsPolicy,
-		MaxAge:     opts.MaxAge,
-		Duplicates: opts.DuplicateWindow,
-		Replicas:   opts.Replicas,
-	}, func(cfg jetstream.StreamConfig) error {
+	cfg, err := limitsConfig("stream", opts.Name, opts.Replicas, opts.MaxAge, opts.DuplicateWindow)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Subjects = []string{want}
+	return ensureLimitsStream(ctx, js, "stream", cfg, func(cfg jetstream.StreamConfig) error {
 		if !anyCovers(cfg.Subjects, want) {
 			return fmt.Errorf("ensure stream %s: its subjects [%s] do not cover %s; add %s to the stream or use another stream name",
 				opts.Name, strings.Join(cfg.Subjects, " "), want, want)
 		}
 		return nil
 	}, opts.Logger)
+}
+
+// limitsConfig returns the configuration both kinds of stream share (what
+// names the kind in errors): file storage, limits retention, replicas (0
+// means 1), max age (0 means forever) and duplicate window (0 means
+// DefaultDuplicateWindow, and never longer than the max age, which
+// JetStream refuses). A negative value is an error naming it.
+func limitsConfig(what, name string, replicas int, maxAge, duplicates time.Duration) (jetstream.StreamConfig, error) {
+	switch {
+	case replicas < 0:
+		return jetstream.StreamConfig{}, fmt.Errorf("ensure %s %s: replicas %d is negative", what, name, replicas)
+	case maxAge < 0:
+		return jetstream.StreamConfig{}, fmt.Errorf("ensure %s %s: max age %s is negative", what, name, maxAge)
+	case duplicates < 0:
+		return jetstream.StreamConfig{}, fmt.Errorf("ensure %s %s: duplicate window %s is negative", what, name, duplicates)
+	}
+	duplicates = cmp.Or(duplicates, DefaultDuplicateWindow)
+	if maxAge > 0 && duplicates > maxAge {
+		duplicates = maxAge
+	}
+	return jetstream.StreamConfig{
+		Name:       name,
+		Storage:    jetstream.FileStorage,
+		Retention:  jetstream.LimitsPolicy,
+		MaxAge:     maxAge,
+		Duplicates: duplicates,
+		Replicas:   cmp.Or(replicas, 1),
+	}, nil
 }
 
 // ensureLimitsStream returns the stream want describes (what names its

@@ -11,3 +11,10 @@ const (
 	// on pleg.<node>.<namespace>.<podUID>.<eventType> and the stream takes pleg.>.
 	DefaultSubjectPrefix = "pleg"
 )
+
+// ArchiveSuffix makes the default name of the archive stream of
+// PLEG_ARCHIVE_MAX_AGE from its event stream's: PLEG_ARCHIVE for PLEG.
+const ArchiveSuffix = "_ARCHIVE"
+
+// ArchiveName returns the default name of stream's archive.
+func ArchiveName(stream string) string { return stream + ArchiveSuffix }

@@ -39,6 +39,10 @@ type natsFlags struct {
 	getenv func(string) string
 	// contextUsed names the context connect applied, for messages.
 	contextUsed string
+	// resolved is set once connect has applied the context and read the
+	// credentials: a command that connects twice (tail and its hint)
+	// reads those files once.
+	resolved bool
 	// stream is the event stream of the command, whose legacy-layout look
 	// a reader limited to namespaces is refused (legacyProbe).
 	stream string
@@ -90,14 +94,17 @@ var errRefused = errors.New("NATS refused it: the credentials do not allow it")
 // ctx, is canceled with the violation as its cause (see refusal), and when
 // the connection closes.
 func (f *natsFlags) connect(ctx context.Context, name string, extra ...nats.Option) (context.Context, *nats.Conn, jetstream.JetStream, error) {
-	if err := f.applyContext(); err != nil {
-		return ctx, nil, nil, err
-	}
-	if err := f.check(); err != nil {
-		return ctx, nil, nil, err
-	}
-	if err := f.readerScope(); err != nil {
-		return ctx, nil, nil, err
+	if !f.resolved {
+		if err := f.applyContext(); err != nil {
+			return ctx, nil, nil, err
+		}
+		if err := f.check(); err != nil {
+			return ctx, nil, nil, err
+		}
+		if err := f.readerScope(); err != nil {
+			return ctx, nil, nil, err
+		}
+		f.resolved = true
 	}
 	auth, err := f.auth.ClientOptions(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -174,7 +181,7 @@ func (f *natsFlags) applyContext() error {
 			name = strings.TrimSpace(string(b))
 		}
 	}
-	if name == "" || f.contextUsed != "" {
+	if name == "" {
 		return nil
 	}
 	if dir == "" || strings.ContainsAny(name, `/\`) {

@@ -91,7 +91,7 @@ func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
 		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--stream is empty")
 	}
 	if f.archive {
-		f.stream = cmp.Or(f.archiveStream, consumer.ArchiveStream(f.stream))
+		f.stream = cmp.Or(f.archiveStream, schemas.ArchiveName(f.stream))
 	}
 	f.nats.stream = f.stream
 	var err error
