@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -56,9 +57,13 @@ const (
 	// restart is recognised.
 	keepRemoved = generator.DefaultTombstoneTTL
 
-	// formatVersion is written in the meta bucket; a store of version
-	// "1" (keys without slots, see ckptKey) is rewritten at Open, one of
-	// another version is set aside.
+	// FormatVersion is the on-disk format of the store this build writes,
+	// in the meta bucket. A store of format "1" (keys without slots, see
+	// ckptKey) is rewritten at Open; one of a newer format, which only a
+	// newer pleg-bridge writes, is refused (NewerFormatError); any other
+	// value is corrupt and set aside. CHANGELOG.md records each change.
+	FormatVersion = formatVersion
+
 	formatVersion = "2"
 	formatV1      = "1"
 
@@ -127,7 +132,9 @@ type Store struct {
 //
 // Open fails at once, within a second, when another process holds the
 // store (a second bridge on the same data directory), and when the
-// directory or the file cannot be created or read.
+// directory or the file cannot be created or read. It fails with a
+// *NewerFormatError, leaving the file untouched, for a store of a newer
+// format than FormatVersion: setting that aside would lose its spool.
 func Open(dir string, opts Options) (*Store, error) {
 	if opts.Node == "" {
 		return nil, errors.New("open durable state: Options.Node is empty")
@@ -186,6 +193,31 @@ func Open(dir string, opts Options) (*Store, error) {
 		logger.Warn("set the durable state aside and started a fresh one; what it held will be re-published",
 			"path", s.path, "aside", aside, "err", lerr)
 	}
+}
+
+// NewerFormatError is returned by Open for a store of a newer format than
+// FormatVersion: one written by a newer pleg-bridge, which this build
+// cannot read (a downgrade). Open leaves the file as it is.
+type NewerFormatError struct {
+	// Path is the store's file.
+	Path string
+	// Version is the store's format version.
+	Version string
+}
+
+func (e *NewerFormatError) Error() string {
+	return fmt.Sprintf("data directory %s holds durable state of format version %s (%s), newer than this build's %s: "+
+		"a newer pleg-bridge wrote it; run that version (or a later one) again, "+
+		"or move the data directory aside to start this one fresh, which loses the spooled events that JetStream has not acknowledged",
+		filepath.Dir(e.Path), e.Version, filepath.Base(e.Path), FormatVersion)
+}
+
+// newerFormat reports whether v is a format version after FormatVersion:
+// a decimal number, as every version so far.
+func newerFormat(v string) bool {
+	n, err := strconv.ParseUint(v, 10, 32)
+	cur, _ := strconv.ParseUint(formatVersion, 10, 32)
+	return err == nil && n > cur && strconv.FormatUint(n, 10) == v
 }
 
 // loadError is a store that must be set aside: its reason names the
@@ -355,6 +387,11 @@ func initBuckets(tx *bolt.Tx, node string, now time.Time) error {
 	}
 	v := string(meta.Get([]byte(keyVersion)))
 	if v != formatVersion && v != formatV1 {
+		if newerFormat(v) {
+			// Set aside, it would be lost to the newer bridge too, with
+			// the spool's events that JetStream never acknowledged.
+			return &NewerFormatError{Path: tx.DB().Path(), Version: v}
+		}
 		return corrupt(fmt.Errorf("%s has format version %q, want %q", tx.DB().Path(), v, formatVersion))
 	}
 	if n := string(meta.Get([]byte(keyNode))); n != node {

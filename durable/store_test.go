@@ -9,10 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
@@ -484,5 +487,94 @@ func TestCheckpointKnowsWhenItsStoreWasCreated(t *testing.T) {
 	}
 	if s.Checkpoint().Sequence() != 0 {
 		t.Errorf("Sequence() = %d with nothing acked", s.Checkpoint().Sequence())
+	}
+}
+
+// setFormatVersion writes v as the format version of the closed store in
+// dir, as a bridge of that format would have.
+func setFormatVersion(t *testing.T, dir, v string) {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(dir, durable.FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Put([]byte("version"), []byte(v)) })
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOpenRefusesAStoreOfANewerFormat: after a downgrade, the store a newer
+// bridge wrote is neither read nor set aside (its spool may hold events
+// JetStream never acknowledged), and the error says which directory, which
+// versions, and what to do.
+func TestOpenRefusesAStoreOfANewerFormat(t *testing.T) {
+	t.Parallel()
+	cur, err := strconv.Atoi(durable.FormatVersion)
+	if err != nil {
+		t.Fatalf("FormatVersion %q is not a number", durable.FormatVersion)
+	}
+	newer := strconv.Itoa(cur + 1)
+	dir := t.TempDir()
+	s, _ := open(t, dir, durable.Options{SpoolMaxBytes: 1 << 20})
+	a := event("u1", "a", generator.ContainerStarted, t0)
+	s.Checkpoint().RecordAck(a, 0)
+	closeStore(t, s)
+	setFormatVersion(t, dir, newer)
+	path := filepath.Join(dir, durable.FileName)
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = durable.Open(dir, durable.Options{Node: "node-1"})
+	var nerr *durable.NewerFormatError
+	if !errors.As(err, &nerr) || nerr.Version != newer || nerr.Path != path {
+		t.Fatalf("Open = %v, want a *NewerFormatError of version %s for %s", err, newer, path)
+	}
+	for _, want := range []string{"data directory " + dir + " ", "format version " + newer, "this build's " + durable.FormatVersion,
+		"run that version", "move the data directory aside", "spooled events"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q:\n%v", want, err)
+		}
+	}
+	if aside := glob(t, dir, durable.FileName+".*"); len(aside) != 0 {
+		t.Errorf("the newer store was set aside: %v", aside)
+	}
+	if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("the newer store was changed (read: %v)", err)
+	}
+
+	// The newer version can go on with it.
+	setFormatVersion(t, dir, durable.FormatVersion)
+	s, _ = open(t, dir, durable.Options{})
+	defer closeStore(t, s)
+	checkEvents(t, "the store back at this format", s.Checkpoint().Restored(), a)
+}
+
+// TestOpenSetsAStoreOfAnUnknownFormatAside: a format version that no
+// pleg-bridge writes is corruption, not a downgrade.
+func TestOpenSetsAStoreOfAnUnknownFormatAside(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"", "0", "x", "02", "-3"} {
+		t.Run(fmt.Sprintf("when it is %q", v), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			s, _ := open(t, dir, durable.Options{})
+			s.Checkpoint().RecordAck(event("u1", "a", generator.ContainerStarted, t0), 0)
+			closeStore(t, s)
+			setFormatVersion(t, dir, v)
+			s, logs := open(t, dir, durable.Options{})
+			defer closeStore(t, s)
+			if got := s.Checkpoint().Restored(); len(got) != 0 {
+				t.Errorf("restored %v", got)
+			}
+			if aside := glob(t, dir, durable.FileName+".corrupt-*"); len(aside) != 1 || len(logs.records(t, "WARN")) != 1 {
+				t.Errorf("want the store set aside once with a warning, got %v", aside)
+			}
+		})
 	}
 }
