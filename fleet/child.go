@@ -27,12 +27,16 @@ const ChildEnv = "PLEG_FLEET_CHILD"
 const (
 	roleServer  = "server"  // one nats-server of the cluster
 	roleBridges = "bridges" // a group of bridges, one per simulated node
+	roleRaw     = "raw"     // the raw publisher, the baseline of publish→ack
 )
 
-// requestDropped asks a bridges child for its dropped events too, which
-// costs a gather of every bridge's registry; any other line asks for the
-// pending events only.
-const requestDropped = "dropped"
+// requestDropped asks a bridges child for its dropped events too, and
+// requestAcks for its publish→ack histogram: each costs a gather of every
+// bridge's registry. Any other line asks for the pending events only.
+const (
+	requestDropped = "dropped"
+	requestAcks    = "acks"
+)
 
 // Bounds of a child's start.
 const (
@@ -50,6 +54,7 @@ type childSpec struct {
 	Role    string
 	Server  *serverSpec  `json:",omitempty"`
 	Bridges *bridgesSpec `json:",omitempty"`
+	Raw     *rawSpec     `json:",omitempty"`
 }
 
 // serverSpec is one nats-server of the cluster. Its name, ports and store
@@ -93,6 +98,9 @@ type childStats struct {
 	// Dropped sums pleg_bridge_events_dropped_total over the bridges; only
 	// when asked with requestDropped.
 	Dropped float64
+	// Acks merges the bridges' publish→ack histograms since the process
+	// started; only when asked with requestAcks.
+	Acks ackHist
 }
 
 // RunChild runs this process as the child spec (the value of ChildEnv)
@@ -124,6 +132,8 @@ func RunChild(ctx context.Context, spec string, stdin io.Reader, stdout, stderr 
 		return runServer(ctx, *s.Server, lines, stdout)
 	case s.Role == roleBridges && s.Bridges != nil:
 		return runBridges(ctx, *s.Bridges, lines, stdout, stderr)
+	case s.Role == roleRaw && s.Raw != nil:
+		return runRaw(ctx, *s.Raw, lines, stdout)
 	}
 	return fmt.Errorf("read %s: unknown role %q or no spec for it", ChildEnv, s.Role)
 }
@@ -234,7 +244,7 @@ func runBridges(ctx context.Context, spec bridgesSpec, lines <-chan string, stdo
 			return errors.Join(errors.New("the bridges ended before they were ready"), err)
 		case <-ticker.C:
 		}
-		synced = stats(bridges, regs, false).Synced
+		synced = stats(bridges, regs, "").Synced
 	}
 	ticker.Stop()
 	if _, err := fmt.Fprintln(stdout, "ready"); err != nil {
@@ -254,7 +264,7 @@ func runBridges(ctx context.Context, spec bridgesSpec, lines <-chan string, stdo
 			if !ok {
 				return stopped()
 			}
-			if err := enc.Encode(stats(bridges, regs, line == requestDropped)); err != nil {
+			if err := enc.Encode(stats(bridges, regs, line)); err != nil {
 				return errors.Join(err, stopped())
 			}
 		}
@@ -285,8 +295,9 @@ func nodeBridgeOptions(spec bridgesSpec, n nodeSpec, reg *prometheus.Registry, l
 	}
 }
 
-// stats reads the bridges' status, and their dropped events if asked.
-func stats(bridges []*bridge.Bridge, regs []*prometheus.Registry, dropped bool) childStats {
+// stats reads the bridges' status, and their dropped events or their ack
+// histogram if req asks for it.
+func stats(bridges []*bridge.Bridge, regs []*prometheus.Registry, req string) childStats {
 	st := childStats{Pending: make([]int, len(bridges))}
 	for i, b := range bridges {
 		s := b.Status()
@@ -297,9 +308,12 @@ func stats(bridges []*bridge.Bridge, regs []*prometheus.Registry, dropped bool) 
 		if s.Synced {
 			st.Synced++
 		}
-		if dropped {
+		if req == requestDropped {
 			st.Dropped += counterSum(regs[i], droppedMetric)
 		}
+	}
+	if req == requestAcks {
+		st.Acks = ackHistOf(regs)
 	}
 	return st
 }

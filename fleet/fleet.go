@@ -76,6 +76,13 @@ type fleet struct {
 	faults    []FaultRecord
 	prog      *soak.Progress // the progress lines and the problems
 	dropped   float64        // events given up by bridge processes that ended
+
+	// The baseline of publish→ack: the raw publisher's process, each
+	// bridge process's ack histogram as last read, and each closed
+	// window's acks, in the order of windows.
+	raw     *process
+	ackPrev map[*bridgeGroup]ackHist
+	acks    []ackWindow
 }
 
 func (f *fleet) run(ctx context.Context) (Report, error) {
@@ -126,6 +133,12 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	f.startup = time.Since(began)
 	f.prog.Printf("every bridge ready (first relist merged) %v after the start", roundDelay(f.startup))
 
+	rawRate := max(o.Rate/float64(len(f.groups)), 1)
+	if err := f.startRaw(ctx, rawRate); err != nil {
+		return Report{}, err
+	}
+	f.prog.Printf("raw publisher (the baseline of publish→ack) publishing %.1f copies of stored events a second to %s", rawRate, rawStream)
+
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	f.stopChurn = stopChurn
 	f.churnErr = make(chan error, 1)
@@ -146,6 +159,8 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	}
 	end := time.Now()
 	f.windows[len(f.windows)-1].To = end
+	f.closeAcks(ctx)
+	f.raw.kill()
 	made := f.nodes.transitions()
 	f.prog.Printf("churn stopped: %d transitions made; waiting up to %v for the stream to hold them", len(made), o.SettleTimeout)
 	held, err := soak.Settle(ctx, f.js, streamName, len(made), o.SettleTimeout)
@@ -209,14 +224,14 @@ func (f *fleet) schedule(ctx context.Context) error {
 		return later(share, drained.Add(quietAfterFault))
 	}
 	n := len(f.opts.Faults)
-	f.openWindow("baseline", f.start)
+	f.openWindow(ctx, "baseline", f.start)
 	f.prog.Printf("baseline: churn at %.0f transitions/s over %d nodes", f.opts.Rate, f.opts.Nodes)
 	if err := f.waitUntil(ctx, windowEnd(f.start, f.start, n+2)); err != nil {
 		return err
 	}
 	for i, fault := range f.opts.Faults {
 		at := time.Now()
-		f.openWindow(fault, at)
+		f.openWindow(ctx, fault, at)
 		f.prog.Printf("%s", fault)
 		rec, err := f.inject(ctx, fault)
 		if err != nil {
@@ -239,7 +254,7 @@ func (f *fleet) schedule(ctx context.Context) error {
 			return err
 		}
 	}
-	f.openWindow("recovery", time.Now())
+	f.openWindow(ctx, "recovery", time.Now())
 	f.prog.Printf("recovery: no more faults")
 	return f.waitUntil(ctx, later(end, time.Now().Add(quietAfterFault)))
 }
@@ -409,9 +424,12 @@ func (f *fleet) scrapeDropped(ctx context.Context, groups []*bridgeGroup) {
 	f.dropped += n
 }
 
-func (f *fleet) openWindow(name string, at time.Time) {
+// openWindow ends the last window at at, reads its acks, and opens the
+// next.
+func (f *fleet) openWindow(ctx context.Context, name string, at time.Time) {
 	if n := len(f.windows); n > 0 {
 		f.windows[n-1].To = at
+		f.closeAcks(ctx)
 	}
 	f.windows = append(f.windows, soak.Window{Name: name, From: at})
 }
@@ -444,6 +462,9 @@ func (f *fleet) close() {
 	_ = f.group.Wait() // their errors were returned by run
 	for _, g := range f.groups {
 		g.proc.kill()
+	}
+	if f.raw != nil {
+		f.raw.kill()
 	}
 	if f.nodes != nil {
 		if err := f.nodes.stop(); err != nil {

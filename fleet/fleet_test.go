@@ -81,6 +81,12 @@ func TestTinyFleetLosesNothingThroughARolloutAServerRestartAndALeaderKill(t *tes
 	if rep.State.Keys != rep.State.Want || len(rep.State.Diffs) > 0 {
 		t.Errorf("state bucket: %d keys for %d containers, differences %q", rep.State.Keys, rep.State.Want, rep.State.Diffs)
 	}
+	// The baseline window's publish→ack figures: the bridges' from their
+	// histograms, the raw publisher's from its own acks.
+	if b := rep.Figures[1]; rep.Windows[1].Name != "baseline" || b.Acks == 0 || b.AckP99 <= 0 || b.RawAcks == 0 || b.RawBucketP99 <= 0 || b.RawP99 <= 0 {
+		t.Errorf("window %q: bridge acks %d (p99 %v), raw acks %d (p99 %v, %v by buckets): want all measured\n%s",
+			rep.Windows[1].Name, b.Acks, b.AckP99, b.RawAcks, b.RawP99, b.RawBucketP99, table.String())
+	}
 	if rep.Stream.Subjects == 0 || rep.Servers[0].PeakRSS == 0 {
 		t.Errorf("stream subjects %d, server peak RSS %d: want both measured", rep.Stream.Subjects, rep.Servers[0].PeakRSS)
 	}

@@ -92,6 +92,19 @@ type WindowFigures struct {
 	// PeakServerRSS is the highest resident memory of any server at one
 	// sample.
 	PeakServerRSS int64
+	// Acks is how many publishes the bridges had acked in the window;
+	// AckP50 and AckP99 estimate their publish→ack times from the
+	// bridges' histograms (pleg_bridge_publish_ack_duration_seconds, as
+	// Prometheus's histogram_quantile would).
+	Acks           uint64
+	AckP50, AckP99 time.Duration
+	// RawAcks and RawErrors are the raw publisher's in the window;
+	// RawP50 and RawP99 are its exact publish→ack times, RawBucketP99
+	// its p99 estimated from the bridges' buckets, to compare like with
+	// like.
+	RawAcks, RawErrors int
+	RawP50, RawP99     time.Duration
+	RawBucketP99       time.Duration
 }
 
 // StreamFigures are a JetStream stream's state.
@@ -148,6 +161,16 @@ func (f *fleet) windowFigures(made []soak.Transition, stored []soak.Stored) []Wi
 	for i, w := range f.windows {
 		slices.Sort(delays[i])
 		out[i].P50, out[i].P99 = percentile(delays[i], 0.5), percentile(delays[i], 0.99)
+		if i < len(f.acks) {
+			a := f.acks[i]
+			out[i].Acks = a.bridges.Count
+			out[i].AckP50, out[i].AckP99 = a.bridges.quantile(0.5), a.bridges.quantile(0.99)
+			out[i].RawAcks, out[i].RawErrors = len(a.raw), a.rawErrors
+			out[i].RawP50, out[i].RawP99 = percentile(a.raw, 0.5), percentile(a.raw, 0.99)
+			if len(a.raw) > 0 {
+				out[i].RawBucketP99 = bucketed(a.bridges.Bounds, a.raw).quantile(0.99)
+			}
+		}
 		for _, s := range f.mon.between(w.From, w.To) {
 			out[i].PeakPending = max(out[i].PeakPending, s.total)
 			for _, rss := range s.serverRSS {
@@ -228,6 +251,9 @@ func (r Report) Table(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := r.ackTable(&b); err != nil {
+		return err
+	}
 	churn := r.End.Sub(r.Start)
 	churned := r.Made
 	if len(r.Windows) > 0 {
@@ -300,6 +326,51 @@ func (r Report) Table(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// ackTable writes the publish→ack times per window, the bridges' against
+// the raw publisher's, and the steady ratio the target is about.
+func (r Report) ackTable(b *strings.Builder) error {
+	b.WriteString("\npublish→ack: the bridges (estimated from their histograms' buckets) against a raw JetStream publisher in the same run (same subjects but the first token, same sizes, a stream of the same configuration)\n")
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "window\tbridge acks\tp50\tp99\traw acks\traw errors\traw p50\traw p99\traw p99 (buckets)\tp99 ratio\t")
+	for i, wr := range r.Windows {
+		if i >= len(r.Figures) {
+			break
+		}
+		f := r.Figures[i]
+		fmt.Fprintf(tw, "%s\t%d\t%v\t%v\t%d\t%d\t%v\t%v\t%v\t%s\t\n", wr.Name, f.Acks, roundAck(f.AckP50), roundAck(f.AckP99),
+			f.RawAcks, f.RawErrors, roundAck(f.RawP50), roundAck(f.RawP99), roundAck(f.RawBucketP99), ratio(f.AckP99, f.RawBucketP99))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for i, wr := range r.Windows {
+		if wr.Name != "baseline" || i >= len(r.Figures) {
+			continue
+		}
+		f := r.Figures[i]
+		fmt.Fprintf(b, "steady (baseline) publish→ack p99: bridges %v, raw %v by the same buckets (%v exact): %s the raw publisher's (target: within 2×)\n",
+			roundAck(f.AckP99), roundAck(f.RawBucketP99), roundAck(f.RawP99), ratio(f.AckP99, f.RawBucketP99))
+	}
+	return nil
+}
+
+// roundAck rounds an ack time for people: acks take from tens of
+// microseconds to seconds.
+func roundAck(d time.Duration) time.Duration {
+	if d < 10*time.Millisecond {
+		return d.Round(10 * time.Microsecond)
+	}
+	return roundDelay(d)
+}
+
+// ratio is a/b as "1.3×", "-" where b is 0.
+func ratio(a, b time.Duration) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", float64(a)/float64(b))
 }
 
 // offset is t as seconds from the churn's start.
