@@ -151,6 +151,45 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// TestDecodeAcceptsTheDataschemaOfEveryContract: a stream holds events of
+// bridges from before contract versions, whose dataschema has no contract
+// segment, beside this contract's; both decode, in both modes, and the
+// dataschema says which contract wrote each.
+func TestDecodeAcceptsTheDataschemaOfEveryContract(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name       string
+		dataschema string
+		contract   string
+	}{
+		{"this contract's", "https://pleg-bridge.dev/schemas/contract/" + schemas.ContractVersion + "/v1/ContainerDied.json", schemas.ContractVersion},
+		{"a bridge's from before contract versions", "https://pleg-bridge.dev/schemas/v1/ContainerDied.json", ""},
+	} {
+		for mode, build := range map[string]func(fixture, testing.TB) (nats.Header, []byte){
+			"structured": fixture.structured, "binary": fixture.binary,
+		} {
+			t.Run(tt.name+" in "+mode+" mode", func(t *testing.T) {
+				t.Parallel()
+				f := died()
+				f.legacy = tt.contract == ""
+				if got := f.dataSchema(); got != tt.dataschema {
+					t.Fatalf("the fixture's dataschema is %q, want %q", got, tt.dataschema)
+				}
+				h, body := build(f, t)
+				e, err := consumer.Decode(subject, h, body)
+				if err != nil {
+					t.Fatalf("Decode: %v", err)
+				}
+				ceType, contract, ok := schemas.ParseDataSchema(e.DataSchema)
+				if e.DataSchema != tt.dataschema || ceType != e.Type || contract != tt.contract || !ok {
+					t.Errorf("DataSchema %q reads as %q, contract %q, %v; want %q, %q, contract %q",
+						e.DataSchema, ceType, contract, ok, tt.dataschema, e.Type, tt.contract)
+				}
+			})
+		}
+	}
+}
+
 func TestDecodeKeepsNanosecondsAndLifecycleType(t *testing.T) {
 	t.Parallel()
 	h, body := died().structured(t)
@@ -420,7 +459,7 @@ func TestDecodesWhatPublishEncodes(t *testing.T) {
 				Type:        schemas.TypeContainerDied,
 				Subject:     "default/wéb-0/app",
 				Time:        at,
-				DataSchema:  "https://pleg-bridge.dev/schemas/v1/ContainerDied.json",
+				DataSchema:  "https://pleg-bridge.dev/schemas/contract/2/v1/ContainerDied.json",
 				PodUID:      "uid with space%",
 				Node:        "node-1.example.com",
 				ContainerID: "3b9f",

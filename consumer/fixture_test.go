@@ -83,8 +83,13 @@ func (f fixture) dataJSON(t testing.TB) []byte {
 	return b
 }
 
+// dataSchema is the event's dataschema; a legacy event's is that of the
+// bridges before contract versions, which had no contract segment.
 func (f fixture) dataSchema() string {
 	uri, _ := schemas.DataSchema(f.ceType())
+	if f.legacy {
+		return strings.Replace(uri, "/contract/"+schemas.ContractVersion+"/", "/", 1)
+	}
 	return uri
 }
 

@@ -505,7 +505,7 @@ func TestEncodeBinaryModePutsAttributesInHeadersAndDataInBody(t *testing.T) {
 		"ce-subject":         {"default/web-0/app"},
 		"ce-time":            {"2026-01-02T03:09:00.5Z"},
 		"ce-datacontenttype": {"application/json"},
-		"ce-dataschema":      {"https://pleg-bridge.dev/schemas/v1/ContainerDied.json"},
+		"ce-dataschema":      {"https://pleg-bridge.dev/schemas/contract/2/v1/ContainerDied.json"},
 		"ce-poduid":          {testPodUID},
 		"ce-node":            {"node-1"},
 		"ce-containerid":     {testContainerID},

@@ -311,3 +311,16 @@ func with(h map[string][]string, k, v string) map[string][]string {
 	}
 	return out
 }
+
+// TestAsyncAPINamesTheContractVersion: the document lives beside the
+// schema files of its contract, and its version is the contract version.
+func TestAsyncAPINamesTheContractVersion(t *testing.T) {
+	t.Parallel()
+	doc := schemastest.AsyncAPI(t)
+	if got, want := str(t, doc, "id"), schemas.SchemaBaseURI+schemas.AsyncAPIFile; got != want {
+		t.Errorf("id = %q, want %q", got, want)
+	}
+	if got := str(t, doc, "info", "version"); got != schemas.ContractVersion {
+		t.Errorf("info.version = %q, want the contract version %q", got, schemas.ContractVersion)
+	}
+}

@@ -9,6 +9,9 @@
 // The JSON Schema files are the source of truth for the data; they are
 // embedded (SchemaFiles), so nothing here touches the network. A change to a
 // contract field bumps the CloudEvent type's version and adds schema files.
+// ContractVersion numbers the contract as a whole (subjects, attributes,
+// streams); every event's dataschema carries it, and ParseDataSchema reads
+// the dataschema of every version, those written before it included.
 //
 // Downstream consumers import this package, so it imports the standard
 // library only: never CRI, gRPC, NATS or the other pleg-bridge packages. The

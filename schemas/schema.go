@@ -5,10 +5,19 @@ import (
 	"io/fs"
 )
 
-// SchemaBaseURI is the URI under which every schema's $id lives. A schema's
-// path in SchemaFiles is its $id without this prefix, for example
-// "v1/ContainerDied.json".
-const SchemaBaseURI = "https://pleg-bridge.dev/schemas/"
+// SchemaBaseURI is the URI under which every schema's $id lives, with the
+// contract version as a segment, so that an event's dataschema says which
+// contract wrote it (see ContractVersion). A schema's path in SchemaFiles
+// is its $id without this prefix, for example "v1/ContainerDied.json".
+const SchemaBaseURI = schemaHome + contractSegment + ContractVersion + "/"
+
+// schemaHome is where the schemas live: the SchemaBaseURI of the bridges
+// before contract versions, whose dataschema has no contract segment
+// (https://pleg-bridge.dev/schemas/v1/ContainerDied.json).
+const schemaHome = "https://pleg-bridge.dev/schemas/"
+
+// contractSegment comes before the contract version in SchemaBaseURI.
+const contractSegment = "contract/"
 
 // EventDataSchema is the $id of the base schema of the event data, which the
 // schema of each CloudEvent type refers to and narrows.

@@ -23,9 +23,9 @@ func TestDataSchema(t *testing.T) {
 		want   string
 		ok     bool
 	}{
-		{"ContainerStarted has its own schema", schemas.TypeContainerStarted, "https://pleg-bridge.dev/schemas/v1/ContainerStarted.json", true},
-		{"ContainerDied has its own schema", schemas.TypeContainerDied, "https://pleg-bridge.dev/schemas/v1/ContainerDied.json", true},
-		{"ContainerRemoved has its own schema", schemas.TypeContainerRemoved, "https://pleg-bridge.dev/schemas/v1/ContainerRemoved.json", true},
+		{"ContainerStarted has its own schema", schemas.TypeContainerStarted, "https://pleg-bridge.dev/schemas/contract/2/v1/ContainerStarted.json", true},
+		{"ContainerDied has its own schema", schemas.TypeContainerDied, "https://pleg-bridge.dev/schemas/contract/2/v1/ContainerDied.json", true},
+		{"ContainerRemoved has its own schema", schemas.TypeContainerRemoved, "https://pleg-bridge.dev/schemas/contract/2/v1/ContainerRemoved.json", true},
 		{"a lifecycle name without the versioned prefix is unknown", "ContainerDied", "", false},
 		{"another version is unknown", "pleg.v2.ContainerDied", "", false},
 		{"the empty type is unknown", "", "", false},
@@ -397,8 +397,17 @@ func TestCloudEventContract(t *testing.T) {
 		{"a missing id is rejected", func(ev map[string]any) { delete(ev, "id") }, "attribute id is missing"},
 		{"a missing poduid extension is rejected", func(ev map[string]any) { delete(ev, "poduid") }, "attribute poduid is missing"},
 		{"a dataschema of another type is rejected", func(ev map[string]any) {
+			ev["dataschema"] = "https://pleg-bridge.dev/schemas/contract/2/v1/ContainerStarted.json"
+		}, "dataschema"},
+		{"a dataschema of another type without a contract version is rejected", func(ev map[string]any) {
 			ev["dataschema"] = "https://pleg-bridge.dev/schemas/v1/ContainerStarted.json"
 		}, "dataschema"},
+		{"a dataschema of another contract version is rejected", func(ev map[string]any) {
+			ev["dataschema"] = "https://pleg-bridge.dev/schemas/contract/3/v1/ContainerDied.json"
+		}, "dataschema"},
+		{"the dataschema of a bridge from before contract versions is accepted", func(ev map[string]any) {
+			ev["dataschema"] = "https://pleg-bridge.dev/schemas/v1/ContainerDied.json"
+		}, ""},
 		{"an unknown type is rejected", func(ev map[string]any) { ev["type"] = "pleg.v1.ContainerChanged" }, "not a pleg-bridge CloudEvent type"},
 		{"a datacontenttype other than JSON is rejected", func(ev map[string]any) { ev["datacontenttype"] = "text/plain" }, "datacontenttype"},
 		{"a time that is not RFC 3339 is rejected", func(ev map[string]any) { ev["time"] = "yesterday" }, "time"},
