@@ -33,8 +33,11 @@ type ArchiveOptions struct {
 	// DefaultDuplicateWindow. The source itself is exactly once (the server
 	// tracks the last sourced sequence), so this only bounds the ids held.
 	DuplicateWindow time.Duration
+	// Version is the pleg-bridge version recorded in the archive's metadata
+	// beside schemas.ContractVersion, as StreamOptions.Version.
+	Version string
 	// Logger receives an Info record when EnsureArchive changes an existing
-	// archive's max age; nil logs nothing.
+	// archive's max age or metadata; nil logs nothing.
 	Logger *slog.Logger
 }
 
@@ -65,7 +68,7 @@ func ArchiveTransforms(prefix string) []jetstream.SubjectTransformConfig {
 // stream with ArchiveTransforms, EnsureArchive returns an error naming it
 // (the operator may have built it otherwise; changing a source would
 // restart it). Only its max age and duplicate window are updated when they
-// differ from opts.
+// differ from opts, and its metadata as EnsureStream's.
 func EnsureArchive(ctx context.Context, js jetstream.JetStream, opts ArchiveOptions) (jetstream.Stream, error) {
 	if err := schemas.ValidatePrefix(opts.SubjectPrefix); err != nil {
 		return nil, fmt.Errorf("ensure archive: subject prefix %q: %w", opts.SubjectPrefix, err)
@@ -81,7 +84,7 @@ func EnsureArchive(ctx context.Context, js jetstream.JetStream, opts ArchiveOpti
 	}
 	transforms := ArchiveTransforms(opts.SubjectPrefix)
 
-	cfg, err := limitsConfig("archive", opts.Name, opts.Replicas, opts.MaxAge, opts.DuplicateWindow)
+	cfg, err := limitsConfig("archive", opts.Name, opts.Replicas, opts.MaxAge, opts.DuplicateWindow, opts.Version)
 	if err != nil {
 		return nil, err
 	}

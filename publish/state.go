@@ -61,6 +61,10 @@ type StateOptions struct {
 	// The writer's purges take the TTL of the bucket it finds; a bucket
 	// made without marker TTLs keeps the markers until a purge of deletes.
 	MarkerTTL time.Duration
+	// Version is the pleg-bridge version recorded, beside
+	// schemas.ContractVersion, in the metadata of a bucket the writer
+	// creates; empty means the main module's version in the build info.
+	Version string
 	// Seed holds what this node published before a restart (the
 	// checkpoint's events): the containers it has in the bucket already.
 	// The writer does not write them again, unless a reconcile finds the
@@ -462,9 +466,14 @@ func (w *StateWriter) openOnce(ctx context.Context) (jetstream.KeyValue, error) 
 // EnsureStateBucket returns the state bucket opts.Bucket and, with
 // opts.Manage, creates it if it is missing: history 1 (one message per
 // key), file storage, opts.Replicas replicas, and delete markers kept
-// opts.MarkerTTL (0: DefaultStateMarkerTTL). An existing bucket is used as
-// it is. Only Bucket, Manage, Replicas and MarkerTTL of opts are read. It
-// makes one attempt; StateWriter.Run calls it until it succeeds.
+// opts.MarkerTTL (0: DefaultStateMarkerTTL), and the contract version and
+// opts.Version in its metadata (schemas.MetadataContractVersion,
+// schemas.MetadataVersion). An existing bucket is used as it is, its
+// metadata included: a bridge's user may only create the bucket, and the
+// bucket's keys, unlike the stream's subjects, have not changed with the
+// contract so far. Only Bucket, Manage, Replicas, MarkerTTL and Version of
+// opts are read. It makes one attempt; StateWriter.Run calls it until it
+// succeeds.
 func EnsureStateBucket(ctx context.Context, js jetstream.JetStream, opts StateOptions) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, opts.Bucket)
 	if !errors.Is(err, jetstream.ErrBucketNotFound) || !opts.Manage {
@@ -477,6 +486,7 @@ func EnsureStateBucket(ctx context.Context, js jetstream.JetStream, opts StateOp
 		Replicas:       max(opts.Replicas, 1),
 		Storage:        jetstream.FileStorage,
 		LimitMarkerTTL: cmp.Or(opts.MarkerTTL, DefaultStateMarkerTTL),
+		Metadata:       contractMetadata(opts.Version),
 	})
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		// Another node created it meanwhile.

@@ -19,6 +19,15 @@ import (
 // one is theirs (ParseDataSchema).
 const ContractVersion = "2"
 
+// The keys of the contract in the metadata of the stream, the archive and
+// the state bucket: the bridge that created one, or last changed its
+// configuration, records there the contract version it publishes and its
+// own pleg-bridge version (publish.EnsureStream says when).
+const (
+	MetadataContractVersion = "pleg-bridge.contract_version"
+	MetadataVersion         = "pleg-bridge.version"
+)
+
 // ParseDataSchema reads the dataschema of a pleg-bridge CloudEvent: the
 // CloudEvent type whose data schema it names, and the contract version of
 // the bridge that wrote it. It accepts the dataschema of every contract
