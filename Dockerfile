@@ -2,7 +2,12 @@
 #
 # pleg-bridge container image: a static binary on distroless, nothing else.
 #
-#   docker build -t pleg-bridge --build-arg VERSION=$(git describe --tags --always) .
+#   docker build -t pleg-bridge --build-arg VERSION=$(git describe --tags --always) \
+#     --build-arg REVISION=$(git rev-parse HEAD) .
+#
+# .git stays out of the build context, so the binary has no VCS information
+# of its own: VERSION and REVISION reach it through the linker, and
+# `pleg-bridge version` and pleg_bridge_build_info report them.
 #
 # The image runs as the distroless "nonroot" user (UID/GID 65532) by default.
 # That is right for every subcommand except "run" against a real node: the
@@ -26,6 +31,7 @@ FROM --platform=$BUILDPLATFORM golang:${GO_VERSION}-bookworm AS build
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION=dev
+ARG REVISION=unknown
 WORKDIR /src
 # Dependencies first, so that a source change does not download them again.
 RUN --mount=type=cache,target=/go/pkg/mod \
@@ -38,7 +44,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${REVISION}" \
         -o /out/pleg-bridge ./cmd/pleg-bridge
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // runAgent is the run subcommand: the bridge on this node, until ctx is
@@ -41,12 +43,19 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 
 // buildInfo is the pleg_bridge_build_info gauge, always 1, whose labels
 // say which build runs: a dashboard or an alert joins on it to tell the
-// versions of a rollout apart.
+// versions of a rollout apart, and the contract and data directory format
+// versions say which of them a rollback crosses (CHANGELOG.md).
 func buildInfo() prometheus.Collector {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "pleg_bridge_build_info",
-		Help:        "Always 1; the labels are the version of pleg-bridge and the Go version it was built with.",
-		ConstLabels: prometheus.Labels{"version": versionString(), "go_version": runtime.Version()},
+		Name: "pleg_bridge_build_info",
+		Help: "Always 1; the labels are the version and commit of pleg-bridge, the Go version it was built with, and the wire contract and data directory format versions it writes.",
+		ConstLabels: prometheus.Labels{
+			"version":          versionString(),
+			"go_version":       runtime.Version(),
+			"commit":           commitString(),
+			"contract_version": schemas.ContractVersion,
+			"format_version":   durable.FormatVersion,
+		},
 	})
 	g.Set(1)
 	return g

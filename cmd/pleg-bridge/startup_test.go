@@ -7,14 +7,10 @@ import (
 	"io/fs"
 	"net"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // runFailing runs the run command with env and, when environ is not nil,
@@ -126,19 +122,6 @@ PLEG_STREAM="a.b": a stream name must be non-empty without . * > / \ or whitespa
 `
 	if stderr.String() != want {
 		t.Errorf("stderr:\n%s\nwant:\n%s", stderr.String(), want)
-	}
-}
-
-func TestBuildInfoSaysTheVersionAndGoVersion(t *testing.T) {
-	t.Parallel()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(buildInfo())
-	want := fmt.Sprintf(`# HELP pleg_bridge_build_info Always 1; the labels are the version of pleg-bridge and the Go version it was built with.
-# TYPE pleg_bridge_build_info gauge
-pleg_bridge_build_info{go_version=%q,version=%q} 1
-`, runtime.Version(), versionString())
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pleg_bridge_build_info"); err != nil {
-		t.Error(err)
 	}
 }
 
