@@ -160,7 +160,7 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	end := time.Now()
 	f.windows[len(f.windows)-1].To = end
 	f.closeAcks(ctx)
-	f.raw.kill()
+	f.stopRaw(ctx)
 	made := f.nodes.transitions()
 	f.prog.Printf("churn stopped: %d transitions made; waiting up to %v for the stream to hold them", len(made), o.SettleTimeout)
 	held, err := soak.Settle(ctx, f.js, streamName, len(made), o.SettleTimeout)

@@ -243,6 +243,17 @@ func (f *fleet) startRaw(ctx context.Context, rate float64) error {
 	return p.start(ctx, time.Minute)
 }
 
+// stopRaw stops the raw publisher and deletes its stream, so that the
+// servers' disk and the stream figures at the end are the fleet's alone.
+func (f *fleet) stopRaw(ctx context.Context) {
+	f.raw.kill()
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := f.js.DeleteStream(ictx, rawStream); err != nil {
+		f.logger.Warn("baseline: delete the raw stream; the servers' disk at the end counts it", "stream", rawStream, "err", err)
+	}
+}
+
 // moveLeader asks the baseline's stream to elect leader as its leader, so
 // that both streams' writes wait on the same server's disk and CPU. It is
 // a wish: nats-server may elect another, which the report then says.
