@@ -128,27 +128,66 @@ func (n *NodeChurn) Replace(k int) (pods, calls int) {
 	n.standing = n.standing[k:]
 	before := len(n.rolling)
 	for _, p := range old {
-		n.replaced++
-		var uid [16]byte
-		for i := range uid {
-			uid[i] = byte(n.rng.Uint32())
-		}
-		q := &simPod{uid: formatUID(uid), containers: make([]simContainer, n.d.opts.ContainersPerPod)}
-		n.plan(q, runSandbox(fmt.Sprintf("rollout-%d", n.replaced)))
-		for i := range q.containers {
-			n.plan(q, startContainer(i))
-		}
-		for i := range p.containers {
-			n.plan(p, stopContainer(i, exit{code: 0, reason: "Completed"}))
-		}
-		for i := range p.containers {
-			n.plan(p, removeContainer(i))
-		}
-		n.plan(p, stopSandbox)
-		n.plan(p, removeSandbox)
-		n.standing = append(n.standing, q)
+		n.planNew("rollout")
+		n.planEnd(p)
 	}
 	return k, len(n.rolling) - before
+}
+
+// Evict plans the end of every standing pod of the node, as a drain of
+// the node does it: each pod ends by the kubelet's usual path (each
+// container stopped, each removed, the sandbox stopped, then removed);
+// the pods stand nowhere after it, their replacements run elsewhere
+// (Adopt). Like Replace it makes no runtime call, and returns the pods and
+// the calls.
+func (n *NodeChurn) Evict() (pods, calls int) {
+	old := n.standing
+	n.standing = nil
+	before := len(n.rolling)
+	for _, p := range old {
+		n.planEnd(p)
+	}
+	return len(old), len(n.rolling) - before
+}
+
+// Adopt plans k new pods on the node, the replacements of pods evicted
+// from another: each pod's sandbox, then each container, started; they
+// stand until replaced. It returns the calls.
+func (n *NodeChurn) Adopt(k int) (calls int) {
+	before := len(n.rolling)
+	for range k {
+		n.planNew("rescheduled")
+	}
+	return len(n.rolling) - before
+}
+
+// planNew plans a new standing pod with a new UID, named after prefix: its
+// sandbox, then each container, started.
+func (n *NodeChurn) planNew(prefix string) {
+	n.replaced++
+	var uid [16]byte
+	for i := range uid {
+		uid[i] = byte(n.rng.Uint32())
+	}
+	q := &simPod{uid: formatUID(uid), containers: make([]simContainer, n.d.opts.ContainersPerPod)}
+	n.plan(q, runSandbox(fmt.Sprintf("%s-%d", prefix, n.replaced)))
+	for i := range q.containers {
+		n.plan(q, startContainer(i))
+	}
+	n.standing = append(n.standing, q)
+}
+
+// planEnd plans p's end by the kubelet's usual path: each container
+// stopped, each removed, the sandbox stopped, then removed.
+func (n *NodeChurn) planEnd(p *simPod) {
+	for i := range p.containers {
+		n.plan(p, stopContainer(i, exit{code: 0, reason: "Completed"}))
+	}
+	for i := range p.containers {
+		n.plan(p, removeContainer(i))
+	}
+	n.plan(p, stopSandbox)
+	n.plan(p, removeSandbox)
 }
 
 func (n *NodeChurn) plan(p *simPod, call func(*driver, *simPod, time.Time) ([]Transition, error)) {

@@ -101,3 +101,62 @@ func testNodeChurnRollout(t *testing.T) {
 		t.Errorf("a second Replace(10) plans %d pods, want the 4 that stand", pods)
 	}
 }
+
+// A drain evicts every standing pod of one node, each ended by the
+// kubelet's usual path, and another node adopts as many new pods; both
+// record exactly the transitions their runtimes made.
+func TestNodeChurnDrainEvictsEveryStandingPodAndAnotherNodeAdoptsThem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		drained := crisim.NewRuntime(crisim.Options{EventBuffer: 1 << 16})
+		if err := drained.PopulateKubelet(4, 8); err != nil {
+			t.Fatal(err)
+		}
+		adopter := crisim.NewRuntime(crisim.Options{EventBuffer: 1 << 16})
+		subCtx, endSub := context.WithCancel(t.Context())
+		subs := []*crisim.Subscription{drained.Subscribe(subCtx), adopter.Subscribe(subCtx)}
+		from := NewNodeChurn(drained, ChurnOptions{ContainersPerPod: 2, Lifetime: time.Hour, Seed: 5})
+		to := NewNodeChurn(adopter, ChurnOptions{ContainersPerPod: 2, Lifetime: time.Hour, Seed: 6})
+
+		pods, calls := from.Evict()
+		if pods != 4 || calls != 4*(2+2+2) {
+			t.Fatalf("Evict() = %d pods, %d calls; want 4 pods, 24 calls", pods, calls)
+		}
+		if adopted := to.Adopt(pods); adopted != 4*(1+2) {
+			t.Fatalf("Adopt(4) = %d calls, want 12", adopted)
+		}
+		for _, n := range []*NodeChurn{from, to} {
+			for {
+				_, ok, err := n.Roll()
+				if err != nil {
+					t.Fatalf("Roll: %v", err)
+				}
+				if !ok {
+					break
+				}
+			}
+		}
+		endSub()
+		for i, n := range []*NodeChurn{from, to} {
+			var evs []*runtimeapi.ContainerEventResponse
+			for ev := range subs[i].Events() {
+				evs = append(evs, ev)
+			}
+			if diff := cmp.Diff(transitionsFromEvents(evs), n.Transitions(), cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })); diff != "" {
+				t.Errorf("node %d: recorded transitions differ from the runtime's events (-runtime +recorded):\n%s", i, diff)
+			}
+		}
+		if got := len(drained.ListPodSandbox(nil)) + len(drained.ListContainers(nil)); got != 0 {
+			t.Errorf("the drained node still has %d sandboxes and containers, want none", got)
+		}
+		ready := &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}
+		if got := len(adopter.ListPodSandbox(ready)); got != 4 {
+			t.Errorf("the adopting node runs %d pods, want 4", got)
+		}
+		if pods, _ := from.Evict(); pods != 0 {
+			t.Errorf("a second Evict plans %d pods, want none: the node stands empty", pods)
+		}
+		if pods, _ := to.Replace(10); pods != 4 {
+			t.Errorf("Replace(10) on the adopting node plans %d pods, want its 4 adopted ones", pods)
+		}
+	})
+}
