@@ -332,6 +332,9 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 
 	case FaultRollingDeploy:
 		return f.rollout(ctx)
+
+	case FaultNodeDrain:
+		return f.drain(ctx)
 	}
 	return FaultRecord{}, fmt.Errorf("unknown fault %q", fault)
 }
@@ -349,6 +352,28 @@ func (f *fleet) rollout(ctx context.Context) (FaultRecord, error) {
 	return FaultRecord{
 		Note: fmt.Sprintf("rolling deployment: %d of the fleet's %d pods replaced (new pod started, old one stopped and removed by the kubelet's usual path) in %v, on top of the churn: %d runtime calls, %d transitions",
 			r.pods, r.of, roundDelay(r.finished.Sub(began)), r.calls, r.made),
+		Repaired: r.finished,
+		Replaced: r.pods,
+		Pods:     r.of,
+		Rolled:   r.made,
+	}, nil
+}
+
+// drain has the churn drain DrainNodes nodes of their pods over DrainSpan
+// and waits until it has; the drain is repaired when its last runtime
+// call is made.
+func (f *fleet) drain(ctx context.Context) (FaultRecord, error) {
+	r := &rollout{drainNodes: f.opts.DrainNodes, span: f.opts.DrainSpan, done: make(chan struct{})}
+	began := time.Now()
+	f.nodes.rollouts <- r // a place for one; a run has one rollout and one drain, one after the other
+	if err := f.watch().For(ctx, r.done); err != nil {
+		return FaultRecord{}, err
+	}
+	took := r.finished.Sub(began)
+	perNode := r.evictCalls / max(r.drainNodes, 1)
+	return FaultRecord{
+		Note: fmt.Sprintf("node drain: %d node(s) drained of %d pods (each ended by the kubelet's usual path; as many new pods started on the other nodes) in %v, on top of the churn: %d runtime calls, %d transitions; %d transitions per drained node (%.0f an hour at that pace)",
+			r.drainNodes, r.pods, roundDelay(took), r.calls, r.made, perNode, float64(perNode)/took.Hours()),
 		Repaired: r.finished,
 		Replaced: r.pods,
 		Pods:     r.of,

@@ -31,10 +31,10 @@ func TestMain(m *testing.M) {
 }
 
 // A tiny fleet goes through a rolling deployment of a tenth of its pods,
-// a rolling restart of its three servers, each a process of its own, and
+// the drain of a node, a rolling restart of its three servers, each a process of its own, and
 // the kill of its stream's leader, and every transition its nodes made is
 // stored once, in order, and the state bucket matches every runtime.
-func TestTinyFleetLosesNothingThroughARolloutAServerRestartAndALeaderKill(t *testing.T) {
+func TestTinyFleetLosesNothingThroughARolloutADrainAServerRestartAndALeaderKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 3 server and 2 bridge processes for about 40 s; not in -short")
 	}
@@ -47,9 +47,10 @@ func TestTinyFleetLosesNothingThroughARolloutAServerRestartAndALeaderKill(t *tes
 		Pods:         5,
 		Rate:         12,
 		Lifetime:     3 * time.Second,
-		Duration:     20 * time.Second,
+		Duration:     25 * time.Second,
 		RolloutSpan:  3 * time.Second,
-		Faults:       []string{fleet.FaultRollingDeploy, fleet.FaultServerRestart, fleet.FaultLeaderKill},
+		DrainSpan:    2 * time.Second,
+		Faults:       []string{fleet.FaultRollingDeploy, fleet.FaultNodeDrain, fleet.FaultServerRestart, fleet.FaultLeaderKill},
 		Dir:          t.TempDir(),
 		ChildCommand: []string{os.Args[0]},
 		Stdout:       &progress,
@@ -67,14 +68,20 @@ func TestTinyFleetLosesNothingThroughARolloutAServerRestartAndALeaderKill(t *tes
 	if got, populated := rep.Total.Found, 6*(5+5*2); got <= populated {
 		t.Errorf("stored %d transitions, want more than the %d of the populated pods: the churn made none\n%s", got, populated, table.String())
 	}
-	if len(rep.Faults) != 3 || !rep.Faults[0].Drained || !rep.Faults[1].Drained || !rep.Faults[2].Drained {
-		t.Errorf("faults %+v, want a rollout, a server restart and a leader kill, drained\n%s", rep.Faults, table.String())
+	if len(rep.Faults) != 4 || !rep.Faults[0].Drained || !rep.Faults[1].Drained || !rep.Faults[2].Drained || !rep.Faults[3].Drained {
+		t.Errorf("faults %+v, want a rollout, a node drain, a server restart and a leader kill, drained\n%s", rep.Faults, table.String())
 	} else {
 		// 30 populated pods and the few the churn runs: a tenth, rounded up.
 		if ro := rep.Faults[0]; ro.Pods < 30 || ro.Replaced != (ro.Pods+9)/10 {
 			t.Errorf("rollout: %d of %d pods replaced, want a tenth of at least 30, rounded up\n%s", ro.Replaced, ro.Pods, table.String())
 		}
-		if lk := rep.Faults[2]; lk.Election <= 0 || lk.Stalls.Nodes == 0 {
+		// The drained node's 5 standing pods (replacements of the rollout
+		// included) end: 6 transitions each (2 containers and the sandbox,
+		// each Died and Removed), and 5 new pods start elsewhere (3 each).
+		if dr := rep.Faults[1]; dr.Name != fleet.FaultNodeDrain || dr.Replaced != 5 || dr.Rolled != 5*6+5*3 {
+			t.Errorf("node drain: %s evicted %d pods with %d transitions, want 5 pods and 45 transitions\n%s", dr.Name, dr.Replaced, dr.Rolled, table.String())
+		}
+		if lk := rep.Faults[3]; lk.Election <= 0 || lk.Stalls.Nodes == 0 {
 			t.Errorf("leader kill: election %v, stalls %+v: want both measured\n%s", lk.Election, lk.Stalls, table.String())
 		}
 	}

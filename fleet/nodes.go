@@ -47,16 +47,20 @@ type nodes struct {
 	rollouts chan *rollout
 }
 
-// rollout is a rolling deployment asked of Churn: it replaces fraction of
-// the fleet's pods, its runtime calls spread over span, on top of the
-// churn's rate. Churn sets the other fields, then closes done.
+// rollout is a rolling deployment or a drain asked of Churn, on top of
+// the churn's rate, its runtime calls spread over span. A deployment
+// replaces fraction of the fleet's pods; a drain (drainNodes > 0) ends
+// every standing pod of its nodes and starts as many on the others.
+// Churn sets the other fields, then closes done.
 type rollout struct {
-	fraction float64
-	span     time.Duration
-	done     chan struct{}
+	fraction   float64
+	drainNodes int
+	span       time.Duration
+	done       chan struct{}
 
-	pods, of    int // pods replaced, of the fleet's pods
+	pods, of    int // pods replaced (or evicted), of the fleet's pods
 	calls, made int // runtime calls made, transitions they made
+	evictCalls  int // a drain's calls on the drained nodes, one transition each
 	finished    time.Time
 }
 
@@ -182,8 +186,12 @@ func (ns *nodes) plan(r *rollout) *rolling {
 	for _, n := range ns.list {
 		r.of += len(n.model.ListPodSandbox(ready))
 	}
-	k := int(math.Ceil(r.fraction * float64(r.of)))
 	roll := &rolling{r: r, began: time.Now()}
+	if r.drainNodes > 0 {
+		ns.planDrain(r, roll)
+		return roll
+	}
+	k := int(math.Ceil(r.fraction * float64(r.of)))
 	for i, n := range ns.list {
 		share := k / len(ns.list)
 		if i < k%len(ns.list) {
@@ -197,6 +205,35 @@ func (ns *nodes) plan(r *rollout) *rolling {
 		}
 	}
 	return roll
+}
+
+// planDrain plans a drain of the last r.drainNodes nodes: each evicts
+// every standing pod, and the other nodes adopt as many new pods, in turn.
+// A fleet of drained nodes only adopts nothing.
+func (ns *nodes) planDrain(r *rollout, roll *rolling) {
+	k := min(r.drainNodes, len(ns.list))
+	victims, others := ns.list[len(ns.list)-k:], ns.list[:len(ns.list)-k]
+	for _, n := range victims {
+		pods, calls := n.churn.Evict()
+		r.pods += pods
+		r.evictCalls += calls
+		roll.calls += calls
+		if calls > 0 {
+			roll.nodes = append(roll.nodes, n)
+		}
+	}
+	if len(others) == 0 {
+		return
+	}
+	adopting := map[*simNode]bool{}
+	for i := range r.pods {
+		n := others[i%len(others)]
+		roll.calls += n.churn.Adopt(1)
+		if !adopting[n] {
+			adopting[n] = true
+			roll.nodes = append(roll.nodes, n)
+		}
+	}
 }
 
 // rolling is a rollout in progress: its calls are made at calls/span,

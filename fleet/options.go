@@ -38,10 +38,16 @@ const (
 	// sandbox stopped, removed). The pods replaced are the nodes' oldest,
 	// those they ran before the churn.
 	FaultRollingDeploy = "rolling-deploy"
+	// FaultNodeDrain drains DrainNodes nodes of their pods within
+	// DrainSpan, as kubectl drain does: each standing pod of those nodes
+	// ends by the kubelet's usual path, and as many new pods start on
+	// the other nodes, in turn. The drained nodes' own churn goes on (it
+	// stands for their DaemonSet pods).
+	FaultNodeDrain = "node-drain"
 )
 
 // AllFaults lists every fault in schedule order.
-var AllFaults = []string{FaultRollingDeploy, FaultServerRestart, FaultLeaderKill, FaultClusterDown, FaultBridgeKill, FaultAllBridgeKill}
+var AllFaults = []string{FaultRollingDeploy, FaultNodeDrain, FaultServerRestart, FaultLeaderKill, FaultClusterDown, FaultBridgeKill, FaultAllBridgeKill}
 
 // Options configures a fleet run. The zero value of a field means its
 // default. Errors about them name the pleg-bridge fleet command's flags,
@@ -85,6 +91,11 @@ type Options struct {
 	// RolloutSpan is the time FaultRollingDeploy spreads its runtime
 	// calls over. Default 1m.
 	RolloutSpan time.Duration
+	// DrainNodes is how many nodes FaultNodeDrain drains. Default 1.
+	DrainNodes int
+	// DrainSpan is the time FaultNodeDrain spreads its runtime calls
+	// over. Default 30s, the kubelet's default termination grace period.
+	DrainSpan time.Duration
 	// FaultLength is how long killed bridge processes stay down. Default
 	// 2s.
 	FaultLength time.Duration
@@ -128,6 +139,8 @@ const (
 	DefaultKillFraction     = 0.1
 	DefaultRolloutFraction  = 0.1
 	DefaultRolloutSpan      = time.Minute
+	DefaultDrainNodes       = 1
+	DefaultDrainSpan        = 30 * time.Second
 	DefaultFaultLength      = 2 * time.Second
 	DefaultDrainTimeout     = 2 * time.Minute
 	DefaultSettleTimeout    = 2 * time.Minute
@@ -164,6 +177,8 @@ func (opts Options) withDefaults() (Options, error) {
 	opts.KillFraction = orDefault(opts.KillFraction, DefaultKillFraction)
 	opts.RolloutFraction = orDefault(opts.RolloutFraction, DefaultRolloutFraction)
 	opts.RolloutSpan = orDefault(opts.RolloutSpan, DefaultRolloutSpan)
+	opts.DrainNodes = orDefault(opts.DrainNodes, DefaultDrainNodes)
+	opts.DrainSpan = orDefault(opts.DrainSpan, DefaultDrainSpan)
 	opts.FaultLength = orDefault(opts.FaultLength, DefaultFaultLength)
 	opts.DrainTimeout = orDefault(opts.DrainTimeout, DefaultDrainTimeout)
 	opts.SettleTimeout = orDefault(opts.SettleTimeout, DefaultSettleTimeout)
@@ -197,7 +212,10 @@ func (opts Options) withDefaults() (Options, error) {
 	if opts.RolloutFraction <= 0 || opts.RolloutFraction > 1 {
 		bad("--rollout-fraction=%v: want more than 0, at most 1", opts.RolloutFraction)
 	}
-	for name, d := range map[string]time.Duration{"--duration": opts.Duration, "--lifetime": opts.Lifetime, "--outage": opts.Outage, "--rollout-span": opts.RolloutSpan,
+	if opts.DrainNodes < 1 || opts.DrainNodes > opts.Nodes {
+		bad("--drain-nodes=%d: want 1 to --nodes (%d)", opts.DrainNodes, opts.Nodes)
+	}
+	for name, d := range map[string]time.Duration{"--duration": opts.Duration, "--lifetime": opts.Lifetime, "--outage": opts.Outage, "--rollout-span": opts.RolloutSpan, "--drain-span": opts.DrainSpan,
 		"--fault-length": opts.FaultLength, "--drain-timeout": opts.DrainTimeout, "--settle-timeout": opts.SettleTimeout} {
 		if d < 0 {
 			bad("%s=%v must be positive", name, d)

@@ -264,7 +264,7 @@ func (r Report) Table(w io.Writer) error {
 		rolled += f.Rolled
 	}
 	if rolled > 0 {
-		byRollout = fmt.Sprintf(", %d of them by the rolling deployment (the churn alone %.1f/s)", rolled, float64(churned-rolled)/churn.Seconds())
+		byRollout = fmt.Sprintf(", %d of them by the rolling deployment or the node drain (the churn alone %.1f/s)", rolled, float64(churned-rolled)/churn.Seconds())
 	}
 	fmt.Fprintf(&b, "\ningest: %d transitions made in %v of churn, %.1f/s (target %.0f/s)%s; the stream held them %v after the churn stopped\n",
 		churned, roundDelay(churn), float64(churned)/churn.Seconds(), o.Rate, byRollout, roundDelay(r.Settle))

@@ -54,6 +54,8 @@ docs/capacity.md says what the figures mean. Faults:
 	f.Float64Var(&o.KillFraction, "kill-fraction", fleet.DefaultKillFraction, "share of the bridge processes bridge-kill kills, rounded up")
 	f.Float64Var(&o.RolloutFraction, "rollout-fraction", fleet.DefaultRolloutFraction, "share of the fleet's pods rolling-deploy replaces, rounded up")
 	f.DurationVar(&o.RolloutSpan, "rollout-span", fleet.DefaultRolloutSpan, "how long rolling-deploy takes to replace them")
+	f.IntVar(&o.DrainNodes, "drain-nodes", fleet.DefaultDrainNodes, "nodes node-drain drains of their pods (their replacements start on the other nodes)")
+	f.DurationVar(&o.DrainSpan, "drain-span", fleet.DefaultDrainSpan, "how long node-drain takes to end the drained nodes' pods and start their replacements")
 	f.DurationVar(&o.FaultLength, "fault-length", fleet.DefaultFaultLength, "how long killed bridge processes stay down")
 	f.DurationVar(&o.DrainTimeout, "drain-timeout", fleet.DefaultDrainTimeout, "how long every node may take to have nothing pending after a fault")
 	f.DurationVar(&o.SettleTimeout, "settle-timeout", fleet.DefaultSettleTimeout, "how long to wait at the end for the stream to hold every transition")
