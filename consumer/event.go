@@ -43,7 +43,10 @@ type Event struct {
 	Subject string
 	// Time is when the transition happened by the runtime's clock, to the
 	// nanosecond, in the offset the event was written with (UTC).
-	Time       time.Time
+	Time time.Time
+	// DataSchema is the URI of the data's JSON Schema, which names the
+	// contract version of the bridge that wrote the event; older bridges
+	// wrote it without one. schemas.ParseDataSchema reads both forms.
 	DataSchema string
 	// PodUID, Node and ContainerID come from the CloudEvent extensions
 	// poduid, node and containerid, or from Data where an extension is
