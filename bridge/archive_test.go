@@ -9,6 +9,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
 // TestABridgeWithAnArchiveCopiesEveryEventOnceWithoutThePodUID runs a
@@ -21,6 +22,8 @@ func TestABridgeWithAnArchiveCopiesEveryEventOnceWithoutThePodUID(t *testing.T) 
 	opts := testOptions(n.endpoint, n.url, t.TempDir())
 	opts.Stream.MaxAge = time.Hour
 	opts.Stream.ArchiveMaxAge = 7 * time.Hour
+	opts.Version = "v9.8.7-test"
+	opts.StateBucket = "PLEG_STATE"
 	for _, p := range []crisim.PodConfig{
 		{Name: "web-0", Namespace: "shop", UID: "uid-1"},
 		{Name: "web-1", Namespace: "shop", UID: "uid-2"},
@@ -64,6 +67,18 @@ func TestABridgeWithAnArchiveCopiesEveryEventOnceWithoutThePodUID(t *testing.T) 
 	}
 	if info.Config.MaxAge != 7*time.Hour || info.Config.Replicas != 1 {
 		t.Errorf("archive max age %s, replicas %d; want 7h, 1", info.Config.MaxAge, info.Config.Replicas)
+	}
+	// The stream, the archive and the state bucket say which bridge made
+	// them.
+	for _, name := range []string{"PLEG", "PLEG_ARCHIVE", "KV_PLEG_STATE"} {
+		s, err := n.js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := s.CachedInfo().Config.Metadata
+		if md[schemas.MetadataVersion] != opts.Version || md[schemas.MetadataContractVersion] != schemas.ContractVersion {
+			t.Errorf("stream %s metadata %v: want version %s, contract %s", name, md, opts.Version, schemas.ContractVersion)
+		}
 	}
 
 	// The events decode from the body: the archive's subjects lose nothing.

@@ -280,7 +280,7 @@ func build(opts Options) (_ *pipeline, err error) {
 		p.state, err = publish.NewStateWriter(p.js, publish.StateOptions{
 			Bucket: opts.StateBucket, Encoder: enc, Manage: opts.Stream.Manage, Replicas: opts.Stream.Replicas,
 			Seed: seed, Ready: func() bool { return p.gen.Synced() && p.pub.Pending() == 0 },
-			DrainTimeout: opts.ShutdownTimeout, Registerer: p.reg, Logger: log,
+			DrainTimeout: opts.ShutdownTimeout, Version: opts.Version, Registerer: p.reg, Logger: log,
 		})
 		if err != nil {
 			return nil, err

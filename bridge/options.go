@@ -37,6 +37,11 @@ type Options struct {
 	// ClusterName, when set, puts the node under /clusters/<cluster> in the
 	// CloudEvent source.
 	ClusterName string
+	// Version is the pleg-bridge version the bridge records in the
+	// metadata of the stream, the archive and the state bucket it creates
+	// or updates, beside the contract version; empty means publish's
+	// default (the build info's main module version, or "dev").
+	Version string
 	// SubjectPrefix is the first subject token(s); empty means
 	// schemas.DefaultSubjectPrefix.
 	SubjectPrefix string

@@ -35,14 +35,14 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, opts Options) err
 func ensureStream(ctx context.Context, js jetstream.JetStream, opts Options) error {
 	sopts := publish.StreamOptions{
 		Name: opts.Stream.Name, SubjectPrefix: opts.SubjectPrefix, Replicas: opts.Stream.Replicas,
-		MaxAge: opts.Stream.MaxAge, DuplicateWindow: opts.Stream.DuplicateWindow, Logger: opts.Logger,
+		MaxAge: opts.Stream.MaxAge, DuplicateWindow: opts.Stream.DuplicateWindow, Version: opts.Version, Logger: opts.Logger,
 	}
 	var aopts *publish.ArchiveOptions
 	if opts.Stream.ArchiveMaxAge > 0 {
 		aopts = &publish.ArchiveOptions{
 			Name: opts.Stream.ArchiveName, Stream: opts.Stream.Name, SubjectPrefix: opts.SubjectPrefix,
 			Replicas: opts.Stream.Replicas, MaxAge: opts.Stream.ArchiveMaxAge,
-			DuplicateWindow: opts.Stream.DuplicateWindow, Logger: opts.Logger,
+			DuplicateWindow: opts.Stream.DuplicateWindow, Version: opts.Version, Logger: opts.Logger,
 		}
 	}
 	delay := streamRetryMin

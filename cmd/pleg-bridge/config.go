@@ -369,6 +369,7 @@ func (c Config) bridgeOptions(logger *slog.Logger, reg *prometheus.Registry) bri
 	return bridge.Options{
 		Node:                c.NodeName,
 		ClusterName:         c.ClusterName,
+		Version:             versionString(),
 		PodAnnotations:      c.PodAnnotations,
 		SubjectPrefix:       c.SubjectPrefix,
 		CEMode:              c.CEMode,
