@@ -4,7 +4,9 @@
 // a single-node cluster without the Prometheus Operator's CRDs whose kubelet
 // runs on the end-to-end tests' containerd, and checked against what the
 // kubelet did; then the Prometheus Operator's component applied where its
-// CRDs are. They are behind the
+// CRDs are; then the DaemonSet rolled with helm upgrade and helm rollback
+// between builds and data directory formats while pods churn
+// (upgrade_test.go), nothing lost or published twice. They are behind the
 // k8s build tag, so `go test ./...` ignores them; test/k8s/run.sh builds
 // and starts what they need and runs them, as root on Linux:
 //

@@ -96,13 +96,14 @@ func createNamespaceAndSecret(t *testing.T, nats *hostNATS) {
 	kubectlQuiet(t, nil, args...)
 }
 
-func imageRepoTag(t *testing.T) (string, string) {
+// imageRepoTag splits the image reference image, repository:tag.
+func imageRepoTag(t *testing.T, image string) (string, string) {
 	t.Helper()
-	i := strings.LastIndex(suite.image, ":")
-	if i < 0 || strings.Contains(suite.image[i:], "/") {
-		t.Fatalf("%s=%q has no tag", envImage, suite.image)
+	i := strings.LastIndex(image, ":")
+	if i < 0 || strings.Contains(image[i:], "/") {
+		t.Fatalf("image %q has no tag", image)
 	}
-	return suite.image[:i], suite.image[i+1:]
+	return image[:i], image[i+1:]
 }
 
 // kustomizeInstaller applies an overlay of deploy/kubernetes, as it is,
@@ -123,7 +124,7 @@ func kustomizeInstaller() installer {
 			if err != nil {
 				t.Fatal(err)
 			}
-			repo, tag := imageRepoTag(t)
+			repo, tag := imageRepoTag(t, suite.image)
 			sock := suite.socket
 			kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -167,7 +168,7 @@ func helmInstaller() installer {
 		auth:           authNKey,
 		install: func(t *testing.T, nats *hostNATS) {
 			createNamespaceAndSecret(t, nats)
-			repo, tag := imageRepoTag(t)
+			repo, tag := imageRepoTag(t, suite.image)
 			registry, repository, _ := strings.Cut(repo, "/")
 			_, stderr, err := runOutput(nil, suite.helm, "install", "pleg-bridge",
 				filepath.Join(suite.repo, "deploy", "helm", "pleg-bridge"), "--namespace", namespace,

@@ -23,6 +23,12 @@ const (
 	envSocket  = "PLEG_K8S_CONTAINERD_SOCKET" // the node's CRI socket
 	envImage   = "PLEG_K8S_IMAGE"             // the pleg-bridge image, imported into containerd
 	envHelm    = "PLEG_K8S_HELM"              // helm
+	// The upgrade tests' other builds, imported too, and the chart of the
+	// old one's commit.
+	envImageB    = "PLEG_K8S_IMAGE_B"    // the same source as the image, stamped with another version
+	envImageOld  = "PLEG_K8S_IMAGE_OLD"  // a build of the previous data directory's format
+	envOldChart  = "PLEG_K8S_OLD_CHART"  // that commit's deploy/helm/pleg-bridge
+	envOldCommit = "PLEG_K8S_OLD_COMMIT" // that commit
 )
 
 // suite is what every test shares: set once by TestMain, read-only after.
@@ -36,6 +42,10 @@ var suite struct {
 	nodeIP     string
 	socket     string
 	image      string // repository:tag
+	imageB     string // repository:tag
+	imageOld   string // repository:tag
+	oldChart   string
+	oldCommit  string
 }
 
 func TestMain(m *testing.M) {
@@ -64,6 +74,10 @@ func setup() error {
 	suite.nodeIP = get(envNodeIP)
 	suite.socket = get(envSocket)
 	suite.image = get(envImage)
+	suite.imageB = get(envImageB)
+	suite.imageOld = get(envImageOld)
+	suite.oldChart = get(envOldChart)
+	suite.oldCommit = get(envOldCommit)
 	if len(missing) > 0 {
 		return fmt.Errorf("%s not set: run the tests with bash test/k8s/run.sh, which starts the cluster", strings.Join(missing, ", "))
 	}

@@ -41,6 +41,23 @@ type hostNATS struct {
 	// NKeySeed (authNKey) the seed of the NKey user, for the Secret.
 	Creds, NKeySeed []byte
 	js              jetstream.JetStream
+	// opts start the server again on its port and store (restart).
+	opts   *server.Options
+	server *server.Server
+}
+
+// stop shuts the server down: the bridge loses NATS, and its clients
+// (the test's among them) try to reconnect.
+func (h *hostNATS) stop() {
+	h.server.Shutdown()
+	h.server.WaitForShutdown()
+}
+
+// restart starts the server again, after stop, on the same port with the
+// same store and credentials: the stream is as it was.
+func (h *hostNATS) restart(t *testing.T) {
+	t.Helper()
+	h.server = publishtest.RunServer(t, h.opts.Clone())
 }
 
 // startHostNATS runs the server, requiring auth, until the test ends and
@@ -83,11 +100,14 @@ func startHostNATS(t *testing.T, auth natsAuth) *hostNATS {
 		connect = nats.UserCredentials(credsFile)
 	}
 
+	h.opts = opts.Clone()
 	s := publishtest.RunServer(t, opts)
+	h.server = s
 	addr, ok := s.Addr().(*net.TCPAddr)
 	if !ok {
 		t.Fatalf("nats server address %v", s.Addr())
 	}
+	h.opts.Port = addr.Port
 	h.URL = "nats://" + net.JoinHostPort(suite.nodeIP, strconv.Itoa(addr.Port))
 	if nc, err := nats.Connect(h.URL, nats.NoReconnect()); err == nil {
 		nc.Close()

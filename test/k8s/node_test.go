@@ -212,27 +212,7 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 		t.Fatalf("the watch saw %d pods, want 6", len(truth))
 	}
 
-	// The stream converges on what containerd holds: dead containers and
-	// sandboxes not yet removed, the rest removed.
-	var problems []string
-	var events []consumer.Event
-	var exitCodes int
-	eventually(t, 90*time.Second, "the stream to hold every transition", func() (bool, error) {
-		before := containerdIDs(t)
-		events = streamEvents(t, nats)
-		after := containerdIDs(t)
-		if !maps.Equal(before, after) {
-			return false, errors.New("containerd changed while the stream was read")
-		}
-		problems, exitCodes = check(truth, events, after, ns, suite.node, outage)
-		if len(problems) == 0 && exitCodes < 4 {
-			problems = append(problems, fmt.Sprintf("only %d exit codes compared with the API's", exitCodes))
-		}
-		if len(problems) == 0 {
-			return true, nil
-		}
-		return false, fmt.Errorf("%d problems:\n%s", len(problems), strings.Join(problems, "\n"))
-	})
+	events, _, exitCodes := checkStream(t, nats, ns, truth, outage, 4)
 	n := 0
 	for _, e := range events {
 		if e.Data.Pod.Namespace == ns {
@@ -241,6 +221,39 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 	}
 	t.Logf("%d transitions of %d pods, all once and in order, %d exit codes as the API showed (%d events in the stream)",
 		n, len(truth), exitCodes, len(events))
+}
+
+// checkStream waits, 90 s at most, for the stream to hold every
+// transition of the pods of namespace ns that truth holds, once and in
+// order (check), with at least minExitCodes exit codes as the API showed
+// them, and returns the whole stream, the IDs containerd held when it
+// was read and the number of exit codes compared. The stream converges on
+// what containerd holds: dead containers and sandboxes not yet removed,
+// the rest removed.
+func checkStream(t *testing.T, nats *hostNATS, ns string, truth map[string]podTruth, outage map[string]bool, minExitCodes int) ([]consumer.Event, map[string]bool, int) {
+	t.Helper()
+	var problems []string
+	var events []consumer.Event
+	var present map[string]bool
+	var exitCodes int
+	eventually(t, 90*time.Second, "the stream to hold every transition", func() (bool, error) {
+		before := containerdIDs(t)
+		events = streamEvents(t, nats)
+		after := containerdIDs(t)
+		if !maps.Equal(before, after) {
+			return false, errors.New("containerd changed while the stream was read")
+		}
+		present = after
+		problems, exitCodes = check(truth, events, after, ns, suite.node, outage)
+		if len(problems) == 0 && exitCodes < minExitCodes {
+			problems = append(problems, fmt.Sprintf("only %d exit codes compared with the API's", exitCodes))
+		}
+		if len(problems) == 0 {
+			return true, nil
+		}
+		return false, fmt.Errorf("%d problems:\n%s", len(problems), strings.Join(problems, "\n"))
+	})
+	return events, present, exitCodes
 }
 
 // podState is a pod's truth and what the watch last showed of it.
