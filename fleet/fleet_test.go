@@ -94,6 +94,9 @@ func TestTinyFleetLosesNothingThroughARolloutADrainAServerRestartAndALeaderKill(
 		t.Errorf("window %q: bridge acks %d (p99 %v), raw acks %d (p99 %v, %v by buckets): want all measured\n%s",
 			rep.Windows[1].Name, b.Acks, b.AckP99, b.RawAcks, b.RawP99, b.RawBucketP99, table.String())
 	}
+	if rep.Figures[1].ServerCores <= 0 {
+		t.Errorf("baseline: the servers' CPU is %v cores, want it measured", rep.Figures[1].ServerCores)
+	}
 	if rep.Stream.Subjects == 0 || rep.Servers[0].PeakRSS == 0 {
 		t.Errorf("stream subjects %d, server peak RSS %d: want both measured", rep.Stream.Subjects, rep.Servers[0].PeakRSS)
 	}

@@ -47,11 +47,14 @@ func (u *Usage) add(pid int, s procSample) {
 
 // sample is what the monitor saw at one moment.
 type sample struct {
-	at         time.Time
-	serverRSS  []int64 // per server, 0 while it is down
-	pending    []int   // per node; -1 where its process did not answer
-	total      int     // the pending events of the nodes that answered
-	unanswered int     // nodes whose process did not answer
+	at        time.Time
+	serverRSS []int64 // per server, 0 while it is down
+	// serverCPU is the servers' CPU time so far, summed over the servers
+	// and their incarnations (as Usage.CPU counts it).
+	serverCPU  time.Duration
+	pending    []int // per node; -1 where its process did not answer
+	total      int   // the pending events of the nodes that answered
+	unanswered int   // nodes whose process did not answer
 }
 
 // monitor samples the servers' and bridge processes' usage and the
@@ -116,6 +119,7 @@ func (m *monitor) sampleOnce(ctx context.Context) {
 			m.usage[p].add(pid, ps)
 			s.serverRSS[i] = ps.rss
 		}
+		s.serverCPU += m.usage[p].CPU
 	}
 	for _, g := range m.bridges {
 		if ps, pid, ok := read(g.proc); ok {

@@ -92,6 +92,10 @@ type WindowFigures struct {
 	// PeakServerRSS is the highest resident memory of any server at one
 	// sample.
 	PeakServerRSS int64
+	// ServerCores is the servers' CPU in the window, summed over the
+	// three, in cores (CPU seconds a second), between its first and last
+	// sample; what a fault, a drain or a rollout of bridges costs them.
+	ServerCores float64
 	// Acks is how many publishes the bridges had acked in the window;
 	// AckP50 and AckP99 estimate their publish→ack times from the
 	// bridges' histograms (pleg_bridge_publish_ack_duration_seconds, as
@@ -171,7 +175,13 @@ func (f *fleet) windowFigures(made []soak.Transition, stored []soak.Stored) []Wi
 				out[i].RawBucketP99 = bucketed(a.bridges.Bounds, a.raw).quantile(0.99)
 			}
 		}
-		for _, s := range f.mon.between(w.From, w.To) {
+		samples := f.mon.between(w.From, w.To)
+		if n := len(samples); n >= 2 {
+			if dt := samples[n-1].at.Sub(samples[0].at); dt > 0 {
+				out[i].ServerCores = (samples[n-1].serverCPU - samples[0].serverCPU).Seconds() / dt.Seconds()
+			}
+		}
+		for _, s := range samples {
 			out[i].PeakPending = max(out[i].PeakPending, s.total)
 			for _, rss := range s.serverRSS {
 				out[i].PeakServerRSS = max(out[i].PeakServerRSS, rss)
@@ -229,7 +239,7 @@ func (r Report) Table(w io.Writer) error {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "window\tfrom\tto\tmade\tstored\tmissing\tduplicated\tout of order\tp50\tp99\tmax delay\tdrain\tpeak pending\tserver peak RSS\t")
+	fmt.Fprintln(tw, "window\tfrom\tto\tmade\tstored\tmissing\tduplicated\tout of order\tp50\tp99\tmax delay\tdrain\tpeak pending\tserver peak RSS\tserver CPU\t")
 	for i, wr := range r.Windows {
 		var fig WindowFigures
 		if i < len(r.Figures) {
@@ -241,12 +251,12 @@ func (r Report) Table(w io.Writer) error {
 				drain = roundDelay(f.Drain).String()
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%v\t%s\t%d\t%s\t\n", wr.Name, r.offset(wr.From), r.offset(wr.To),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%v\t%s\t%d\t%s\t%.0f%%\t\n", wr.Name, r.offset(wr.From), r.offset(wr.To),
 			wr.Expected, wr.Found, wr.Missing, wr.Duplicated, wr.OutOfOrder, roundDelay(fig.P50), roundDelay(fig.P99), roundDelay(wr.MaxDelay),
-			drain, fig.PeakPending, mib(fig.PeakServerRSS))
+			drain, fig.PeakPending, mib(fig.PeakServerRSS), 100*fig.ServerCores)
 	}
 	t := r.Total
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t\t\t%v\t\t\t\t\n", t.Name, r.offset(t.From), r.offset(t.To),
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t\t\t%v\t\t\t\t\t\n", t.Name, r.offset(t.From), r.offset(t.To),
 		t.Expected, t.Found, t.Missing, t.Duplicated, t.OutOfOrder, roundDelay(t.MaxDelay))
 	if err := tw.Flush(); err != nil {
 		return err
