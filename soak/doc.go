@@ -14,9 +14,19 @@
 // pure function), and the bridge's state bucket against the runtime's
 // containers (state.go): the faults must not leave it stale.
 //
+// With Options.Prometheus it also runs a real Prometheus and Alertmanager
+// as child processes (prometheus.go): the shipped alerting rules, rendered
+// with every time divided by AlertTimeScale (rules.go, from the shipped
+// file, never a hand-kept copy), must fire as each fault expects, in time,
+// and resolve after it, and nothing else may fire (alerts.go, the
+// expectations and a pure judge; alerting.go, the faults held until their
+// alerts fire); every query of the Grafana dashboard must answer
+// (dashboard.go).
+//
 // The bridge is a black box here, seen only through its process, its HTTP
 // endpoint and the stream: soak must not import generator, statecache,
 // publish, durable, the wiring package (bridge) or cmd. It imports crisim
-// (the runtime it drives), natsembed and nats-server (the servers it runs),
+// (the runtime it drives, and the CRI API to take back a refusal it
+// queued), natsembed and nats-server (the servers it runs),
 // consumer (to decode what was stored, as any subscriber would) and nats.go.
 package soak

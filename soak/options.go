@@ -41,16 +41,39 @@ const (
 	// FaultStreamDrop ends the bridge's CRI event stream every 250 ms for
 	// FaultLength.
 	FaultStreamDrop = "stream-drop"
+	// FaultStreamRefused ends the bridge's CRI event stream and makes the
+	// runtime refuse every new one (codes.Unavailable) while the rest of
+	// CRI answers, for FaultLength or, with Prometheus, until
+	// PlegBridgeEventStreamDisconnected fires. containerd 2.4 only.
+	FaultStreamRefused = "stream-refused"
+	// FaultBridgeGone stops the bridge (SIGTERM) and takes its scrape
+	// target away, as when its pod is deleted, until PlegBridgeAbsent
+	// fires; then both come back. With Prometheus only.
+	FaultBridgeGone = "bridge-gone"
 )
 
 // AllFaults lists every fault in schedule order.
 var AllFaults = []string{
 	FaultNATSRestart, FaultNATSOutage, FaultLeaderKill, FaultMetaLeaderChange,
-	FaultBridgeKill, FaultOutageBridgeKill, FaultRuntimeRestart, FaultStreamDrop,
+	FaultBridgeKill, FaultBridgeGone, FaultOutageBridgeKill, FaultRuntimeRestart,
+	FaultStreamDrop, FaultStreamRefused,
+}
+
+// AlertingFaults are the faults a soak with Prometheus runs by default:
+// those that fire an alert (alerts.go).
+var AlertingFaults = []string{
+	FaultNATSOutage, FaultBridgeKill, FaultBridgeGone, FaultRuntimeRestart, FaultStreamRefused,
 }
 
 func clusterOnly(fault string) bool {
 	return fault == FaultLeaderKill || fault == FaultMetaLeaderChange
+}
+
+// defaultFault is whether "all" faults include fault without Prometheus:
+// the faults added for alerts are not, so that a soak without Prometheus
+// runs as it did before them.
+func defaultFault(fault string) bool {
+	return fault != FaultBridgeGone && fault != FaultStreamRefused
 }
 
 // Options configures a soak. The zero value of a field means its default.
@@ -109,10 +132,31 @@ type Options struct {
 	// stream to hold every transition. Default 1m.
 	SettleTimeout time.Duration
 
+	// Prometheus runs a real Prometheus server and Alertmanager beside the
+	// bridge (PrometheusBinary, AlertmanagerBinary): Prometheus scrapes the
+	// bridge and evaluates RulesFile rendered AlertTimeScale times faster,
+	// and the soak checks that each fault fires the alerts it should, that
+	// they resolve, that nothing else fires, and that every query of
+	// DashboardFile returns data. Faults then last until their alerts fire,
+	// and nil Faults means AlertingFaults.
+	Prometheus         bool
+	PrometheusBinary   string
+	AlertmanagerBinary string
+	// RulesFile and DashboardFile are deploy/prometheus/rules.yml and
+	// deploy/grafana/pleg-bridge.json; required with Prometheus.
+	RulesFile     string
+	DashboardFile string
+
 	// Logger gets the soak's own diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Stdout gets one line of progress per phase; nil discards it.
 	Stdout io.Writer
+
+	// Set by withDefaults with Prometheus: the rules rendered for the
+	// soak, and the dashboard's queries.
+	rules         []rule
+	renderedRules []byte
+	dashboard     []dashboardQuery
 }
 
 // Defaults of Options.
@@ -159,9 +203,12 @@ func (opts Options) withDefaults() (Options, error) {
 	}
 	if opts.Faults == nil {
 		for _, f := range AllFaults {
-			if opts.Cluster || !clusterOnly(f) {
+			if (opts.Cluster || !clusterOnly(f)) && defaultFault(f) {
 				opts.Faults = append(opts.Faults, f)
 			}
+		}
+		if opts.Prometheus {
+			opts.Faults = slices.Clone(AlertingFaults)
 		}
 	}
 
@@ -203,10 +250,22 @@ func (opts Options) withDefaults() (Options, error) {
 			bad("--faults: unknown fault %q; known: %s", f, strings.Join(AllFaults, ", "))
 		case clusterOnly(f) && !opts.Cluster:
 			bad("--faults: %s needs a NATS cluster (--cluster)", f)
+		case f == FaultBridgeGone && !opts.Prometheus:
+			bad("--faults: %s takes a scrape target away: it needs --prometheus", f)
+		case f == FaultStreamRefused && opts.Containerd17:
+			bad("--faults: %s refuses CRI's event stream, which the bridge does not use on containerd 1.7 (--containerd-1.7)", f)
 		case seen[f]:
 			bad("--faults: %s named twice", f)
 		}
 		seen[f] = true
+	}
+	if opts.Prometheus {
+		if opts.PrometheusBinary == "" || opts.AlertmanagerBinary == "" {
+			bad("--prometheus: the prometheus and alertmanager binaries to run are not set")
+		}
+		if err := opts.loadAlerting(); err != nil {
+			bad("--prometheus: %v", err)
+		}
 	}
 	if len(errs) == 0 {
 		// Schedule order, whatever order they were named in.
@@ -214,7 +273,10 @@ func (opts Options) withDefaults() (Options, error) {
 		slices.SortStableFunc(opts.Faults, func(a, b string) int {
 			return slices.Index(AllFaults, a) - slices.Index(AllFaults, b)
 		})
-		if part, need := opts.part(), opts.longestFault(); part < need {
+		if need := opts.alertingDuration(); opts.Prometheus && opts.Duration < need {
+			bad("--duration=%v is too short for %d faults with --prometheus: each fault lasts until its alerts fire, and the alerts must resolve after it, which takes %v with a baseline and a recovery",
+				opts.Duration, len(opts.Faults), need)
+		} else if part, need := opts.part(), opts.longestFault(); !opts.Prometheus && part < need {
 			fit := "no fault fits: --faults none"
 			if f := opts.fittingFaults(); len(f) > 0 {
 				fit = "--faults " + strings.Join(f, ",") + " fits (or fewer of them, or --faults none)"
@@ -296,8 +358,13 @@ func (opts Options) faultBudget(fault string) time.Duration {
 		}
 	case FaultLeaderKill, FaultMetaLeaderChange, FaultBridgeKill:
 		d = opts.FaultLength + 2*time.Second
-	case FaultRuntimeRestart, FaultStreamDrop:
+	case FaultRuntimeRestart, FaultStreamDrop, FaultStreamRefused:
 		d = opts.FaultLength
+	case FaultBridgeGone:
+		d = opts.FaultLength + 2*time.Second
+	}
+	if opts.Prometheus {
+		d = max(d, opts.alertBudget(fault))
 	}
 	return d + quietAfterFault
 }

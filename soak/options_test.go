@@ -47,9 +47,45 @@ func TestOptionsDefaults(t *testing.T) {
 			wantFaults: []string{FaultNATSRestart, FaultNATSOutage, FaultBridgeKill, FaultOutageBridgeKill, FaultRuntimeRestart, FaultStreamDrop},
 		},
 		{
-			name:       "a cluster gets every fault",
-			opts:       Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Cluster: true},
-			wantFaults: AllFaults,
+			name: "a cluster gets every fault but those added for alerts",
+			opts: Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Cluster: true},
+			wantFaults: []string{FaultNATSRestart, FaultNATSOutage, FaultLeaderKill, FaultMetaLeaderChange,
+				FaultBridgeKill, FaultOutageBridgeKill, FaultRuntimeRestart, FaultStreamDrop},
+		},
+		{
+			name:       "with Prometheus, every fault that fires an alert",
+			opts:       alertingOptions(Options{}),
+			wantFaults: []string{FaultNATSOutage, FaultBridgeKill, FaultBridgeGone, FaultRuntimeRestart, FaultStreamRefused},
+		},
+		{
+			name:       "with Prometheus, no fault at all",
+			opts:       alertingOptions(Options{Faults: []string{}, Duration: time.Minute}),
+			wantFaults: []string{},
+		},
+		{
+			name:    "with Prometheus, a duration too short for the faults' alerts says how long it must be",
+			opts:    alertingOptions(Options{Duration: time.Minute}),
+			wantErr: "--duration=1m0s is too short for 5 faults with --prometheus",
+		},
+		{
+			name:    "a scrape target cannot go without Prometheus",
+			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Faults: []string{FaultBridgeGone}},
+			wantErr: "--faults: bridge-gone takes a scrape target away: it needs --prometheus",
+		},
+		{
+			name:    "the CRI event stream cannot be refused to a bridge that follows containerd 1.7's events",
+			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Containerd17: true, Faults: []string{FaultStreamRefused}},
+			wantErr: "--faults: stream-refused refuses CRI's event stream",
+		},
+		{
+			name:    "Prometheus needs its binaries",
+			opts:    Options{Dir: "/tmp/s", BridgeBinary: "pleg-bridge", Prometheus: true, RulesFile: "../deploy/prometheus/rules.yml", DashboardFile: "../deploy/grafana/pleg-bridge.json"},
+			wantErr: "--prometheus: the prometheus and alertmanager binaries to run are not set",
+		},
+		{
+			name:    "Prometheus needs the rules",
+			opts:    alertingOptions(Options{RulesFile: "no-such-rules.yml"}),
+			wantErr: "--prometheus: read the alerting rules",
 		},
 		{
 			name:       "faults named in any order run in schedule order",
@@ -114,4 +150,15 @@ func TestOptionsDefaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// alertingOptions returns o with Prometheus on and what it needs set.
+func alertingOptions(o Options) Options {
+	o.Dir, o.BridgeBinary, o.Prometheus = "/tmp/s", "pleg-bridge", true
+	o.PrometheusBinary, o.AlertmanagerBinary = "prometheus", "alertmanager"
+	if o.RulesFile == "" {
+		o.RulesFile = "../deploy/prometheus/rules.yml"
+	}
+	o.DashboardFile = "../deploy/grafana/pleg-bridge.json"
+	return o
 }

@@ -36,6 +36,13 @@ type Report struct {
 	// Problems are failures outside the accounting: a bridge not ready
 	// again after a fault, one that did not stop cleanly.
 	Problems []string
+	// Alerts has a row per alert of the rules, with Options.Prometheus:
+	// which fault must fire it, when it fired and resolved, and what was
+	// wrong with that.
+	Alerts []AlertResult
+	// Panels has the answer of each query of the dashboard, with
+	// Options.Prometheus.
+	Panels []PanelResult
 }
 
 // FaultRecord is one injected fault.
@@ -49,7 +56,34 @@ type FaultRecord struct {
 // missing, duplicated or out of order, an unexpected or undecodable
 // message, a /healthz failure while the bridge was up, or a problem.
 func (r Report) Failed() bool {
-	return r.Accounting.Failed() || len(r.Undecodable) > 0 || len(r.Problems) > 0
+	return r.Accounting.Failed() || len(r.Undecodable) > 0 || len(r.Problems) > 0 ||
+		len(r.AlertProblems()) > 0 || len(r.EmptyPanels()) > 0
+}
+
+// AlertProblems lists what was wrong with the alerts, one line each.
+func (r Report) AlertProblems() []string {
+	var out []string
+	for _, a := range r.Alerts {
+		for _, p := range a.Problems {
+			out = append(out, a.Alert+": "+p)
+		}
+	}
+	return out
+}
+
+// EmptyPanels lists the dashboard's queries that failed or returned no
+// series, one line each, naming the panel.
+func (r Report) EmptyPanels() []string {
+	var out []string
+	for _, p := range r.Panels {
+		switch {
+		case p.Err != "":
+			out = append(out, fmt.Sprintf("panel %s, query %s: %s: %s", p.Panel, p.RefID, p.Err, p.Expr))
+		case p.Series == 0:
+			out = append(out, fmt.Sprintf("panel %s, query %s: no series: %s", p.Panel, p.RefID, p.Expr))
+		}
+	}
+	return out
 }
 
 // Table writes the report for people: the settings, what each fault did,
@@ -95,10 +129,24 @@ func (r Report) Table(w io.Writer) error {
 		return fmt.Sprintf("%s: %s", r.offset(h.At), h.Detail)
 	})
 	listed(&b, "problems", r.Problems, func(s string) string { return s })
+	if len(r.Alerts) > 0 {
+		if err := r.alertTable(&b); err != nil {
+			return err
+		}
+	}
+	if len(r.Panels) > 0 {
+		fmt.Fprintf(&b, "\ndashboard: %d queries of its panels run over the soak, %d with no data\n", len(r.Panels), len(r.EmptyPanels()))
+		for _, p := range r.EmptyPanels() {
+			fmt.Fprintf(&b, "  %s\n", p)
+		}
+	}
 
-	if r.Failed() {
+	switch {
+	case r.Failed():
 		b.WriteString("\nFAIL\n")
-	} else {
+	case len(r.Alerts) > 0:
+		b.WriteString("\nPASS: every transition stored exactly once, in per-container order; every alert fired where expected and only there, and resolved; every dashboard query answered\n")
+	default:
 		b.WriteString("\nPASS: every transition stored exactly once, in per-container order\n")
 	}
 	_, err := io.WriteString(w, b.String())
@@ -148,4 +196,55 @@ func roundDelay(d time.Duration) time.Duration {
 		return d.Round(time.Millisecond)
 	}
 	return d.Round(100 * time.Millisecond)
+}
+
+// alertTable writes a row per alert: the faults that must fire it, when it
+// fired and resolved (times since the churn started), and its verdict.
+func (r Report) alertTable(b *strings.Builder) error {
+	fmt.Fprintf(b, "\nalerts (deploy/prometheus/rules.yml, every time divided by %d; scrape and evaluation every %v):\n\n", AlertTimeScale, scrapeInterval)
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "alert\texpected in\tfired\tresolved\tverdict")
+	var reasons []string
+	for _, a := range r.Alerts {
+		var exp []string
+		for _, f := range a.Expected {
+			exp = append(exp, fmt.Sprintf("%s (%s)", f.Name, r.offset(f.At)))
+		}
+		expected := strings.Join(exp, ", ")
+		switch {
+		case len(exp) > 0:
+		case len(a.FiredBy) > 0:
+			expected = "not here (" + strings.Join(a.FiredBy, ", ") + " not scheduled)"
+		default:
+			expected = "not expected"
+			reasons = append(reasons, fmt.Sprintf("%s: %s", a.Alert, a.NotExpected))
+		}
+		var fired, resolved []string
+		for _, ep := range a.Episodes {
+			fired = append(fired, r.offset(ep.Fired))
+			resolved = append(resolved, r.offset(ep.Resolved))
+		}
+		verdict := "ok"
+		if len(a.Problems) > 0 {
+			verdict = "FAIL: " + strings.Join(a.Problems, "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.Alert, expected, orDash(fired), orDash(resolved), verdict)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(reasons) > 0 {
+		b.WriteString("\nnot expected (no fault of the soak can fire them; docs/alerts.md says so too):\n")
+		for _, s := range reasons {
+			fmt.Fprintf(b, "  %s\n", s)
+		}
+	}
+	return nil
+}
+
+func orDash(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ", ")
 }

@@ -66,11 +66,16 @@ type soak struct {
 	bridge *bridgeProcess
 	health *healthMonitor
 	driver *driver
+	// With Options.Prometheus: Prometheus and Alertmanager, and the
+	// webhook Alertmanager notifies.
+	prom   *promStack
+	alerts *alertReceiver
 
 	// The driver and the health monitor run in group until close.
 	group      errgroup.Group
 	stopChurn  context.CancelFunc
 	stopHealth context.CancelFunc
+	stopAlerts context.CancelFunc
 	churnErr   chan error // the driver's result
 
 	start   time.Time
@@ -107,6 +112,11 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	if err := s.bridge.start(ctx); err != nil {
 		return Report{}, err
 	}
+	if o.Prometheus {
+		if err := s.startAlerting(ctx, listen); err != nil {
+			return Report{}, err
+		}
+	}
 
 	s.health = &healthMonitor{bridge: s.bridge}
 	s.driver = newDriver(s.rt.model, driverOptions{Rate: o.Rate, ContainersPerPod: o.ContainersPerPod, Lifetime: o.Lifetime, Seed: o.Seed})
@@ -140,6 +150,12 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	if err != nil {
 		s.prog.Problem("settle: %v", err)
 	}
+	var alerts []AlertResult
+	var panels []PanelResult
+	if o.Prometheus {
+		// Before the bridge stops, which would fire PlegBridgeDown.
+		alerts, panels = s.checkAlerting(ctx, end)
+	}
 	s.prog.Printf("the stream holds %d messages; stopping the bridge (SIGTERM)", held)
 	s.scrapeDropped(ctx)
 	s.health.setUp(false)
@@ -167,6 +183,8 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 		Undecodable:   undecodable,
 		BridgeDropped: s.dropped,
 		Problems:      s.prog.Problems(),
+		Alerts:        alerts,
+		Panels:        panels,
 	}
 	return rep, nil
 }
@@ -191,6 +209,15 @@ func (s *soak) bridgeEnv(listen string) []string {
 		"PLEG_PUBLISH_MAX_IN_FLIGHT=" + strconv.Itoa(o.MaxInFlight),
 		"PLEG_LOG_FORMAT=json",
 		"PLEG_LOG_LEVEL=info",
+	}
+	if o.Prometheus {
+		env = append(env,
+			// The rules' 180 s relist threshold is 3 s in the soak: the
+			// safety-net relist of evented mode, every 30 s in production,
+			// comes every second, as in generic mode.
+			"PLEG_EVENTED_RELIST_PERIOD=1s",
+			// Small enough for a NATS outage to fill it.
+			"PLEG_SPOOL_MAX_BYTES="+strconv.Itoa(soakSpoolBytes))
 	}
 	return append(env, o.BridgeEnv...)
 }
@@ -257,19 +284,21 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 	case FaultNATSRestart, FaultNATSOutage:
 		down := time.Now()
 		s.nats.stopAll()
-		var readiness string
+		var readiness, fired string
 		if fault == FaultNATSOutage {
 			end := down.Add(o.outage())
 			readiness = s.readyzDuring(ctx, down, end)
-			if err := s.waitUntil(ctx, end); err != nil {
+			var err error
+			if fired, err = s.holdAlerts(ctx, fault, down, end, nil); err != nil {
 				return "", err
 			}
 		}
 		if err := s.nats.startAll(); err != nil {
 			return "", err
 		}
-		note := fmt.Sprintf("NATS down for %v%s", roundDelay(time.Since(down)), readiness)
-		return note + s.bridgeRecovery(ctx), nil
+		note := fmt.Sprintf("NATS down for %v%s%s", roundDelay(time.Since(down)), readiness, fired)
+		note += s.bridgeRecovery(ctx)
+		return note + s.awaitResolved(ctx, fault), nil
 
 	case FaultLeaderKill, FaultMetaLeaderChange:
 		c := s.nats.cluster
@@ -323,36 +352,72 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 			roundDelay(time.Since(down)), roundDelay(o.outage()/2), o.FaultLength)
 		return note + s.bridgeRecovery(ctx), nil
 
-	case FaultBridgeKill:
+	case FaultBridgeKill, FaultBridgeGone:
 		s.scrapeDropped(ctx)
 		s.health.setUp(false)
 		killed := time.Now()
-		s.bridge.kill()
-		if err := s.wait(ctx, o.FaultLength); err != nil {
+		how := "killed (SIGKILL)"
+		if fault == FaultBridgeKill {
+			s.bridge.kill()
+		} else {
+			how = "stopped (SIGTERM), its scrape target removed,"
+			if err := s.bridge.stop(); err != nil {
+				s.prog.Problem("%s: %v", fault, err)
+			}
+			if err := s.prom.setTarget(false); err != nil {
+				return "", err
+			}
+		}
+		fired, err := s.holdAlerts(ctx, fault, killed, killed.Add(o.FaultLength), nil)
+		if err != nil {
 			return "", err
 		}
+		if fault == FaultBridgeGone {
+			if err := s.prom.setTarget(true); err != nil {
+				return "", err
+			}
+		}
+		down := time.Since(killed)
 		started := time.Now()
 		if err := s.bridge.start(ctx); err != nil {
 			return "", err
 		}
 		s.blindSince(killed)
 		s.health.setUp(true)
-		return fmt.Sprintf("bridge killed (SIGKILL), started again after %v, ready %v after its start",
-			o.FaultLength, roundDelay(time.Since(started))), nil
+		note := fmt.Sprintf("bridge %s started again after %v%s, ready %v after its start",
+			how, roundDelay(down), fired, roundDelay(time.Since(started)))
+		return note + s.awaitResolved(ctx, fault), nil
 
 	case FaultRuntimeRestart:
 		s.driver.pause()
+		stopped := time.Now()
 		if err := s.rt.stop(); err != nil {
 			return "", err
 		}
-		if err := s.wait(ctx, o.FaultLength); err != nil {
+		fired, err := s.holdAlerts(ctx, fault, stopped, stopped.Add(o.FaultLength), nil)
+		if err != nil {
 			return "", err
 		}
 		if err := s.rt.serve(ctx); err != nil {
 			return "", err
 		}
 		s.driver.resume()
-		return fmt.Sprintf("runtime stopped serving for %v (churn paused), serving the same containers again", o.FaultLength), nil
+		note := fmt.Sprintf("runtime stopped serving for %v (churn paused)%s, serving the same containers again", roundDelay(time.Since(stopped)), fired)
+		return note + s.awaitResolved(ctx, fault), nil
+
+	case FaultStreamRefused:
+		began := time.Now()
+		ref, streams := s.rt.refuseStreams()
+		fired, err := s.holdAlerts(ctx, fault, began, began.Add(o.FaultLength), func() { ref.topUp() })
+		if err != nil {
+			return "", err
+		}
+		calls, err := ref.end(ctx)
+		if err != nil {
+			return "", err
+		}
+		note := fmt.Sprintf("ended %d CRI event streams and refused the bridge's %d new ones for %v%s", streams, calls, roundDelay(time.Since(began)), fired)
+		return note + s.awaitResolved(ctx, fault), nil
 
 	case FaultStreamDrop:
 		end := time.Now().Add(o.FaultLength)
@@ -454,13 +519,17 @@ func (s *soak) waitUntil(ctx context.Context, t time.Time) error {
 // close stops whatever run started, the bridge first: it uses both the
 // runtime and NATS.
 func (s *soak) close() {
-	if s.stopChurn != nil {
-		s.stopChurn()
-		s.stopHealth()
-		_ = s.group.Wait() // their errors were returned by run
+	for _, stop := range []context.CancelFunc{s.stopChurn, s.stopHealth, s.stopAlerts} {
+		if stop != nil {
+			stop()
+		}
 	}
+	_ = s.group.Wait() // their errors were returned by run
 	if s.bridge != nil {
 		s.bridge.kill()
+	}
+	if s.prom != nil {
+		s.prom.stop()
 	}
 	if s.rt != nil {
 		if err := s.rt.stop(); err != nil {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/pleg-bridge/pleg-bridge/soak"
@@ -57,10 +59,19 @@ takes fewer --faults (its error says which fit). Faults:
   pleg-bridge soak --cluster                         # a 3-server NATS cluster, stream replicas 3
   pleg-bridge soak --duration 1m --faults none --rate 50
   pleg-bridge soak --duration 1m --faults bridge-kill,stream-drop
-  pleg-bridge soak --faults nats-outage --bridge-env PLEG_MODE=generic --dir /tmp/soak`,
+  pleg-bridge soak --faults nats-outage --bridge-env PLEG_MODE=generic --dir /tmp/soak
+  pleg-bridge soak --prometheus                      # and a real Prometheus and Alertmanager: each fault fires its alerts
+  pleg-bridge soak --prometheus --faults none --duration 10m   # nothing may fire`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return runSoak(c.Context(), fl.options(), fl.logLevel, env.stdout, env.stderr)
+			o := fl.options()
+			if o.Prometheus {
+				var err error
+				if o.PrometheusBinary, o.AlertmanagerBinary, err = soak.FindAlertingBinaries(lookPathIn(env.getenv("PATH")), cacheDir(env)); err != nil {
+					return fmt.Errorf("soak: %w", err)
+				}
+			}
+			return runSoak(c.Context(), o, fl.logLevel, env.stdout, env.stderr)
 		},
 	}
 	f := c.Flags()
@@ -86,6 +97,10 @@ takes fewer --faults (its error says which fit). Faults:
 		return nil
 	})
 	f.TextVar(&fl.logLevel, "log-level", fl.logLevel, "log level of the soak's own diagnostics: debug, info, warn or error")
+	f.BoolVar(&o.Prometheus, "prometheus", false, fmt.Sprintf(`run a real Prometheus and Alertmanager (on PATH, or fetched as .ci/run does into $XDG_CACHE_HOME/pleg-bridge): the rules of --rules, every time divided by %d, must fire as each fault expects and resolve after it, nothing else may fire, and every query of --dashboard must return data; "all" faults are then %s`,
+		soak.AlertTimeScale, strings.Join(soak.AlertingFaults, ",")))
+	f.StringVar(&o.RulesFile, "rules", "deploy/prometheus/rules.yml", "the alerting rules, with --prometheus")
+	f.StringVar(&o.DashboardFile, "dashboard", "deploy/grafana/pleg-bridge.json", "the Grafana dashboard whose queries must answer, with --prometheus")
 	return c
 }
 
@@ -125,11 +140,38 @@ func runSoak(ctx context.Context, o soak.Options, logLevel slog.Level, stdout, s
 		return err
 	}
 	if rep.Failed() {
-		return fmt.Errorf("soak failed: %d missing, %d duplicated, %d out of order, %d unexpected, %d /healthz failures, %d problems; the bridge's log is in %s",
-			rep.Total.Missing, rep.Total.Duplicated, rep.Total.OutOfOrder, len(rep.Unexpected)+len(rep.Undecodable), len(rep.Health), len(rep.Problems), o.Dir)
+		return fmt.Errorf("soak failed: %d missing, %d duplicated, %d out of order, %d unexpected, %d /healthz failures, %d problems, %d alert problems, %d dashboard queries without data; the bridge's log is in %s",
+			rep.Total.Missing, rep.Total.Duplicated, rep.Total.OutOfOrder, len(rep.Unexpected)+len(rep.Undecodable), len(rep.Health), len(rep.Problems),
+			len(rep.AlertProblems()), len(rep.EmptyPanels()), o.Dir)
 	}
 	if temporary {
 		return os.RemoveAll(o.Dir)
 	}
 	return nil
+}
+
+// cacheDir is where .ci/run keeps the tools it fetches:
+// ${XDG_CACHE_HOME:-$HOME/.cache}/pleg-bridge; empty if neither is set.
+func cacheDir(env commandEnv) string {
+	if d := env.getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "pleg-bridge")
+	}
+	if h := env.getenv("HOME"); h != "" {
+		return filepath.Join(h, ".cache", "pleg-bridge")
+	}
+	return ""
+}
+
+// lookPathIn returns exec.LookPath's search of the directories of path (a
+// PATH value) rather than of the process's PATH.
+func lookPathIn(path string) func(string) (string, error) {
+	return func(name string) (string, error) {
+		for _, dir := range filepath.SplitList(path) {
+			p := filepath.Join(cmp.Or(dir, "."), name)
+			if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+				return p, nil
+			}
+		}
+		return "", fmt.Errorf("%s not found in PATH", name)
+	}
 }

@@ -102,11 +102,29 @@ func TestSoakHelpExamplesAreValid(t *testing.T) {
 		}
 		o := fl.options()
 		o.Dir, o.BridgeBinary = cmp.Or(o.Dir, t.TempDir()), "pleg-bridge"
+		if o.Prometheus {
+			o.PrometheusBinary, o.AlertmanagerBinary = "prometheus", "alertmanager"
+			o.RulesFile, o.DashboardFile = filepath.Join("..", "..", o.RulesFile), filepath.Join("..", "..", o.DashboardFile)
+		}
 		if err := o.Validate(); err != nil {
 			t.Errorf("example %q is refused: %v", line, err)
 		}
 	}
 	if n == 0 {
 		t.Error("soak --help has no examples")
+	}
+}
+
+// TestSoakWithPrometheusSaysHowToGetItsBinaries: --prometheus with neither
+// binary on PATH nor in the cache names both, where it looked, and how to
+// get them, before it starts anything.
+func TestSoakWithPrometheusSaysHowToGetItsBinaries(t *testing.T) {
+	cache := t.TempDir()
+	env := envFrom(t, map[string]string{"PATH": t.TempDir(), "XDG_CACHE_HOME": cache})
+	err := run(t.Context(), []string{"soak", "--prometheus", "--dir", t.TempDir()}, env, &bytes.Buffer{}, &bytes.Buffer{})
+	for _, want := range []string{"--prometheus needs prometheus", "alertmanager (not on PATH", filepath.Join(cache, "pleg-bridge"), "docs/soak.md"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error = %v, want one containing %q", err, want)
+		}
 	}
 }
