@@ -57,7 +57,7 @@ func startEmbedded(listen, dataDir string, logger *slog.Logger) (*server.Server,
 // further attempt until the connection is up again.
 func connectNATS(url, name string, opts NATSOptions, connected prometheus.Gauge, logger *slog.Logger) (*nats.Conn, error) {
 	log := logger.With("component", "nats")
-	redacted := redactURLs(url)
+	redacted := RedactURLs(url)
 	var failing atomic.Bool // a failed attempt was logged at Warn; the next success says so
 	up := func(nc *nats.Conn, what string) {
 		connected.Set(1)
@@ -118,10 +118,10 @@ func newNATSConnectedGauge() prometheus.Gauge {
 // natsReconnectWait is the pause between two attempts to reach NATS.
 const natsReconnectWait = time.Second
 
-// redactURLs returns the comma-separated NATS URLs of urls with their
+// RedactURLs returns the comma-separated NATS URLs of urls with their
 // credentials replaced: a password, and a user without a password, which
 // NATS takes for a token.
-func redactURLs(urls string) string {
+func RedactURLs(urls string) string {
 	var out []string
 	for u := range strings.SplitSeq(urls, ",") {
 		u = strings.TrimSpace(u)

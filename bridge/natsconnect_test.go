@@ -187,8 +187,8 @@ func TestRedactURLsHidesPasswordsAndTokens(t *testing.T) {
 		"nats://u:p@a:4222, nats://tok@b:4222,tls://c:1": "nats://u:xxxxx@a:4222,nats://xxxxx@b:4222,tls://c:1",
 		"nats://u:p%zz@a:4222":                           "(a URL that does not parse)",
 	} {
-		if got := redactURLs(in); got != want {
-			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
+		if got := RedactURLs(in); got != want {
+			t.Errorf("RedactURLs(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -129,7 +129,7 @@ func (f *natsFlags) connect(ctx context.Context, name string, extra ...nats.Opti
 				err = fmt.Errorf("%w (%w)", err, why)
 			}
 		}
-		return ctx, nil, nil, fmt.Errorf("connect to NATS at %s (--nats-url): %w", redactURLs(f.url), err)
+		return ctx, nil, nil, fmt.Errorf("connect to NATS at %s (--nats-url): %w", bridge.RedactURLs(f.url), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
@@ -190,9 +190,9 @@ func (f *streamFlags) lastSeq(ctx context.Context, js jetstream.JetStream) (uint
 	s, err := js.Stream(ctx, f.stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if f.archive {
-			return 0, fmt.Errorf("archive stream %s not found on %s (--archive; the bridges keep it with PLEG_ARCHIVE_MAX_AGE, named PLEG_ARCHIVE_STREAM)", f.stream, redactURLs(f.nats.url))
+			return 0, fmt.Errorf("archive stream %s not found on %s (--archive; the bridges keep it with PLEG_ARCHIVE_MAX_AGE, named PLEG_ARCHIVE_STREAM)", f.stream, bridge.RedactURLs(f.nats.url))
 		}
-		return 0, fmt.Errorf("stream %s not found on %s (--stream; the bridges publish to PLEG_STREAM)", f.stream, redactURLs(f.nats.url))
+		return 0, fmt.Errorf("stream %s not found on %s (--stream; the bridges publish to PLEG_STREAM)", f.stream, bridge.RedactURLs(f.nats.url))
 	}
 	if err != nil {
 		return 0, fmt.Errorf("look up stream %s: %w", f.stream, err)
@@ -203,20 +203,9 @@ func (f *streamFlags) lastSeq(ctx context.Context, js jetstream.JetStream) (uint
 // where names the stream and the server, without a password.
 func (f *streamFlags) where() string {
 	if f.nats.contextUsed != "" {
-		return fmt.Sprintf("stream %s on %s (nats context %s)", f.stream, redactURLs(f.nats.url), f.nats.contextUsed)
+		return fmt.Sprintf("stream %s on %s (nats context %s)", f.stream, bridge.RedactURLs(f.nats.url), f.nats.contextUsed)
 	}
-	return fmt.Sprintf("stream %s on %s", f.stream, redactURLs(f.nats.url))
-}
-
-// redactURLs hides the passwords of a comma-separated list of server URLs.
-func redactURLs(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			parts[i] = u.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
+	return fmt.Sprintf("stream %s on %s", f.stream, bridge.RedactURLs(f.nats.url))
 }
 
 // timeFlag parses a flag value that is either a duration before now ("10m")

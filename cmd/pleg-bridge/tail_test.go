@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -611,5 +612,19 @@ func TestTailOfAMissingStreamFailsBeforeFollowing(t *testing.T) {
 		if stderr.Len() > 0 {
 			t.Errorf("%s --stream NOPE said on stderr %q before failing, want nothing", cmd, stderr.String())
 		}
+	}
+}
+
+// TestAMissingStreamsErrorHidesTheURLsToken: a token in --nats-url (NATS
+// takes a user without a password for one) is not printed with the
+// stream's error.
+func TestAMissingStreamsErrorHidesTheURLsToken(t *testing.T) {
+	t.Parallel()
+	s := startAuthServer(t, &server.Options{Authorization: "s3cr3t-t0ken"})
+	url := strings.Replace(s.ClientURL(), "nats://", "nats://s3cr3t-t0ken@", 1)
+	err := run(t.Context(), []string{"replay", "--nats-url", url, "--stream", "NOPE", "--node", "node-1"},
+		func(string) (string, bool) { return "", false }, io.Discard, io.Discard)
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "nats://xxxxx@") {
+		t.Errorf("replay --stream NOPE with a token in the URL = %v, want the error with the token hidden (nats://xxxxx@...)", err)
 	}
 }
