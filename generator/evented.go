@@ -336,8 +336,11 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 	gotEvent := make(chan struct{}, 1)
 	replayed := make(chan struct{}, 1)
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
+	// The goroutines below end with wctx: end it, then wait for them.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	wg.Go(func() { s.promoteWhenHealthy(wctx, requireEvents, gotEvent) })
 	wg.Go(func() { endReplayWhenQuiet(wctx, s.replay, replayed) })
 	err := s.rt.WatchEvents(wctx, func(ev *runtimeapi.ContainerEventResponse) {
