@@ -449,24 +449,21 @@ func relookDelay(n int) time.Duration {
 // locate finds id among the cached containers and sandboxes: the scope
 // of a targeted relist that shows it, and its state.
 func (g *Generator) locate(id string) (relistScope, cstate, bool) {
-	var scope relistScope
-	var state cstate
-	var found bool
-	g.cache.Range(func(podUID string, e statecache.Entry[*podRecord]) bool {
+	// Find, not Range: a containerd event must not copy the whole cache.
+	podUID, e, found := g.cache.Find(func(_ string, e statecache.Entry[*podRecord]) bool {
 		if e.Status == nil {
-			return true
+			return false
 		}
-		rec, ok := e.Status.containers[id]
-		if !ok {
-			return true
-		}
-		found, state = true, rec.state
-		// A container's change is confirmed by its sandbox's containers
-		// alone; a sandbox's needs the sandbox listed.
-		scope = relistScope{podUID: podUID, sandboxID: rec.sandboxID, containersOnly: !rec.info.Sandbox}
-		return false
+		_, ok := e.Status.containers[id]
+		return ok
 	})
-	return scope, state, found
+	if !found {
+		return relistScope{}, 0, false
+	}
+	rec := e.Status.containers[id]
+	// A container's change is confirmed by its sandbox's containers alone;
+	// a sandbox's needs the sandbox listed.
+	return relistScope{podUID: podUID, sandboxID: rec.sandboxID, containersOnly: !rec.info.Sandbox}, rec.state, true
 }
 
 // resolve asks CRI which sandbox id is, or belongs to: containerd's events

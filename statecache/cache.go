@@ -142,6 +142,21 @@ func (c *Cache[S]) UpdateTime(t time.Time) {
 	}
 }
 
+// Find returns the first entry, in no particular order, for which match
+// returns true, and whether there is one. It holds the cache's lock while
+// match runs and copies nothing, so match must be quick and must not call
+// the cache; Range is the walk that may. It is safe for concurrent use.
+func (c *Cache[S]) Find(match func(podUID string, e Entry[S]) bool) (string, Entry[S], bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid, e := range c.pods {
+		if match(uid, e) {
+			return uid, e, true
+		}
+	}
+	return "", Entry[S]{}, false
+}
+
 // Range calls fn for each entry of a snapshot taken when Range starts, in no
 // particular order, and stops early when fn returns false. The lock is not
 // held while fn runs, so fn may call the cache. It is safe for concurrent

@@ -553,3 +553,29 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("waiters left = %d, want 0", n)
 	}
 }
+
+func TestFind(t *testing.T) {
+	t.Parallel()
+	c := New[int]()
+	for i := range 5 {
+		c.Set(fmt.Sprint(i), i*10, at(i))
+	}
+	uid, e, ok := c.Find(func(_ string, e Entry[int]) bool { return e.Status == 30 })
+	if !ok || uid != "3" || e.Status != 30 || !e.Modified.Equal(at(3)) {
+		t.Errorf("Find(status 30) = %q, %+v, %v; want pod 3 set at %v", uid, e, ok, at(3))
+	}
+	if uid, _, ok := c.Find(func(string, Entry[int]) bool { return false }); ok || uid != "" {
+		t.Errorf("Find(nothing) = %q, %v; want no entry", uid, ok)
+	}
+	// Concurrent writers and finders: the race detector checks the lock.
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			for j := range 100 {
+				c.Set(fmt.Sprint(i), j, at(j))
+				c.Find(func(uid string, _ Entry[int]) bool { return uid == "4" })
+			}
+		})
+	}
+	wg.Wait()
+}
