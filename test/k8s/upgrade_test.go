@@ -168,7 +168,8 @@ type rollout struct {
 	do       func(t *testing.T)
 }
 
-// Churn before, and after, the rollout: this many more pods done.
+// Churn before the rollout, and after it: this many pods created and
+// deleted.
 const churnAround = 4
 
 // rollWhileChurning churns pods in namespace ns (a new one), rolls the
@@ -180,10 +181,20 @@ func rollWhileChurning(t *testing.T, nats *hostNATS, ns string, r rollout) {
 	kubectl(t, nil, "create", "namespace", ns)
 	t.Cleanup(func() { _, _ = run(nil, suite.kubectl, "delete", "namespace", ns, "--wait=false") })
 	w := watchPods(t, ns)
+	// Where the time goes, for the log: churn before, the rollout, churn
+	// after, the drain, the check.
+	var stages []string
+	mark := time.Now()
+	stage := func(name string) {
+		now := time.Now()
+		stages = append(stages, fmt.Sprintf("%s %s", name, now.Sub(mark).Round(100*time.Millisecond)))
+		mark = now
+	}
 	c := startChurn(t, ns, w)
 	old := waitBridgeReady(t, "")
 	oldLog := readBridgeLog(t, old)
-	c.waitDone(t, churnAround, "pods churned before the "+r.name)
+	c.waitDone(t, 0, churnAround, "pods churned before the "+r.name)
+	stage("churn before")
 
 	seqStart := lastSeq(t, nats)
 	var spooled float64
@@ -218,7 +229,11 @@ func rollWhileChurning(t *testing.T, nats *hostNATS, ns string, r rollout) {
 	}
 	nextLog := readBridgeLog(t, next)
 	checkResumed(t, r, oldLog, nextLog, seqStart)
-	c.waitDone(t, c.done()+churnAround, "pods churned after the "+r.name)
+	stage("rollout")
+	// Pods the rollout held back are deleted at once: the churn after it
+	// counts the pods created after it.
+	c.waitDone(t, c.createdSoFar(), churnAround, "pods churned after the "+r.name)
+	stage("churn after")
 	c.stop(t)
 	// A pod deleted before the kubelet made its sandbox has no container
 	// to report: the last ones created run first.
@@ -240,8 +255,10 @@ func rollWhileChurning(t *testing.T, nats *hostNATS, ns string, r rollout) {
 		}
 		return nil
 	})
+	stage("drain")
 	truth := w.snapshot()
 	events, present, exitCodes := checkStream(t, nats, ns, truth, outage, 4)
+	stage("check")
 	var before, during, after int
 	ids := map[string]bool{}
 	for _, e := range events {
@@ -291,9 +308,9 @@ func rollWhileChurning(t *testing.T, nats *hostNATS, ns string, r rollout) {
 	}
 	t.Logf("%s: %d transitions made (%d containers of %d pods), %d in the stream, each once and in order, none missing "+
 		"(%d before the rollout, %d while it ran, %d after; %d exit codes as the API showed; %d pods deleted while no bridge was Ready); "+
-		"the rollout took %s to the new pod Ready%s; the new bridge published %v duplicates",
+		"the rollout took %s to the new pod Ready%s; the new bridge published %v duplicates; time: %s",
 		r.name, made, containers, len(truth), before+during+after, before, during, after, exitCodes, len(outage),
-		took.Round(100*time.Millisecond), away, duplicates)
+		took.Round(100*time.Millisecond), away, duplicates, strings.Join(stages, ", "))
 }
 
 // checkResumed checks in the log of the bridge after the rollout that it
@@ -449,6 +466,8 @@ type churner struct {
 	end    chan struct{} // closed when the goroutine returns
 
 	mu        sync.Mutex
+	created   int             // pods created by the churn; guarded by mu
+	index     map[string]int  // by name, the order in which the churn created a pod; guarded by mu
 	deleted   map[string]bool // by name; guarded by mu
 	runBefore map[string]bool // during a rollout, the pods shown running or done before it; nil otherwise; guarded by mu
 	outage    map[string]bool // pods deleted during the rollout; guarded by mu
@@ -460,7 +479,7 @@ func startChurn(t *testing.T, ns string, w *podWatch) *churner {
 	t.Helper()
 	createPods(t, ns, churnLong)
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &churner{ns: ns, w: w, cancel: cancel, end: make(chan struct{}), deleted: map[string]bool{}}
+	c := &churner{ns: ns, w: w, cancel: cancel, end: make(chan struct{}), index: map[string]int{}, deleted: map[string]bool{}}
 	go c.run(ctx)
 	t.Cleanup(func() {
 		cancel()
@@ -482,6 +501,10 @@ func (c *churner) run(ctx context.Context) {
 		s := churnScenarios[n%len(churnScenarios)]
 		s.name = fmt.Sprintf("%s-%d", s.name, n)
 		err := createPod(s.pod(c.ns))
+		c.mu.Lock()
+		c.index[s.name] = n
+		c.created = n + 1
+		c.mu.Unlock()
 		if err == nil {
 			err = c.deleteDone()
 		}
@@ -557,24 +580,31 @@ func (c *churner) endOutage() map[string]bool {
 	return out
 }
 
-// done returns how many pods the churn deleted.
-func (c *churner) done() int {
+// createdSoFar returns how many pods the churn created.
+func (c *churner) createdSoFar() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.deleted)
+	return c.created
 }
 
-// waitDone waits for n pods deleted by the churn, and fails the test if
-// the churn stopped on an error.
-func (c *churner) waitDone(t *testing.T, n int, what string) {
+// waitDone waits for n pods deleted by the churn among those it created
+// from the since-th on, and fails the test if the churn stopped on an
+// error.
+func (c *churner) waitDone(t *testing.T, since, n int, what string) {
 	t.Helper()
 	eventually(t, 2*time.Minute, what, func() (bool, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.err != nil || len(c.deleted) >= n {
+		done := 0
+		for name := range c.deleted {
+			if c.index[name] >= since {
+				done++
+			}
+		}
+		if c.err != nil || done >= n {
 			return true, nil
 		}
-		return false, fmt.Errorf("%d pods done, want %d", len(c.deleted), n)
+		return false, fmt.Errorf("%d pods done, want %d", done, n)
 	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
