@@ -12,8 +12,8 @@
 #
 # Needs root on Linux, gcc (containerd), apt (runc, the CNI plugins), openssl,
 # curl, the Go module proxy and the repository's history (the older commit).
-# About 10 minutes with empty caches (mostly the Kubernetes build), 5 to 7
-# minutes warm, of which the upgrade tests take 3 to 4. Binaries are cached
+# About 10 minutes with empty caches (mostly the Kubernetes build), 5 to 8
+# minutes warm, of which the upgrade tests take 3 to 5. Binaries are cached
 # under ${PLEG_E2E_CACHE:-/var/cache/pleg-bridge-e2e}, helm under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/pleg-bridge; set PLEG_K8S_KEEP=1 to leave
 # the cluster running after the tests (stop it with cluster.sh stop), and
