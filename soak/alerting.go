@@ -20,6 +20,13 @@ import (
 // (PlegBridgeEventsHeldBack).
 const soakSpoolBytes = 1 << 20
 
+// AlertingOutboxSize is the bridge's outbox with Prometheus unless
+// Options.OutboxSize says otherwise: big enough that a few seconds of
+// slow acks on a busy machine do not fill 80% of it for PlegBridgeOutbox
+// Filling's 10 s (5 minutes scaled), small enough that a NATS outage
+// fills it in 3 s.
+const AlertingOutboxSize = 512
+
 // alertPoll is how often a fault held for its alerts looks at what fired.
 const alertPoll = 20 * time.Millisecond
 

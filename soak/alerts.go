@@ -41,8 +41,9 @@ type alertExpectation struct {
 const notifySlack = 3 * scrapeInterval
 
 // resolveSlack is how long an alert may take to resolve after its fault
-// was repaired: the bridge back (a second or two), a scrape, a rate's
-// range of the soak's rules (5 s) and the notification.
+// was repaired: the bridge back (a second or two), a scrape, the part of a
+// rate's range of the soak's rules (10 s) that still holds errors, and the
+// notification.
 const resolveSlack = 10 * time.Second
 
 // alertExpectations covers every alert of deploy/prometheus/rules.yml; a
@@ -53,14 +54,14 @@ var alertExpectations = map[string]alertExpectation{
 		Fires: []string{FaultRuntimeRestart},
 		// While its event stream is down, the bridge holds each relist
 		// back for up to 3 s for the replay of the next connection
-		// (generator's replayHold, not scaled with the rules), and 3 s is
-		// the soak's threshold.
+		// (generator's replayHold, not scaled with the rules), half the
+		// soak's threshold of 6 s.
 		MayFire: []string{FaultStreamRefused, FaultStreamDrop},
-		// The threshold: 180 s in production, 3 s in the soak.
+		// The threshold: 180 s in production, 6 s in the soak.
 		BuildUp: 180 * time.Second / AlertTimeScale,
 	},
 	"PlegBridgeRelistSlow": {
-		NotExpected: "needs relists that take a minute (a second in the soak) on average over 15 minutes, while the bridge stays healthy; the simulated runtime answers in milliseconds and no fault slows its listing",
+		NotExpected: "needs relists that take a minute (2 s in the soak) on average over 15 minutes, while the bridge stays healthy; the simulated runtime answers in milliseconds and no fault slows its listing",
 	},
 	"PlegBridgeEventsLost": {
 		NotExpected: "fires when the bridge gives up an event; every fault of the soak must lose none, and a loss fails the soak's accounting anyway",
@@ -80,30 +81,31 @@ var alertExpectations = map[string]alertExpectation{
 	"PlegBridgeOutboxFilling": {
 		Fires:   []string{FaultNATSOutage},
 		MayFire: []string{FaultOutageBridgeKill, FaultNATSRestart, FaultLeaderKill, FaultMetaLeaderChange},
-		BuildUp: time.Second, // 64 events at 200 a second
+		BuildUp: 3 * time.Second, // AlertingOutboxSize events at 200 a second
 	},
 	"PlegBridgeSpoolFilling": {
 		Fires:   []string{FaultNATSOutage},
 		MayFire: []string{FaultOutageBridgeKill},
-		BuildUp: 5 * time.Second, // half of soakSpoolBytes at 200 events a second
+		BuildUp: 10 * time.Second, // the outbox, then half of soakSpoolBytes, at 200 events a second
 	},
 	"PlegBridgeEventsHeldBack": {
 		Fires:   []string{FaultNATSOutage},
 		MayFire: []string{FaultOutageBridgeKill},
-		BuildUp: 10 * time.Second, // all of soakSpoolBytes
+		BuildUp: 15 * time.Second, // the outbox, then all of soakSpoolBytes
 	},
 	"PlegBridgeEventStreamDisconnected": {
 		Fires: []string{FaultStreamRefused},
 		// After the refusals, the bridge's next attempt comes within its
-		// longest backoff (generator.DefaultStreamBackoffMax, 30 s).
-		ResolveWithin: 30*time.Second + resolveSlack,
+		// longest backoff (generator.DefaultStreamBackoffMax, 30 s, 36 s
+		// with its jitter).
+		ResolveWithin: 36*time.Second + resolveSlack,
 	},
 	"PlegBridgeEventStreamNotTrusted": {
-		NotExpected: "needs an event stream that stays open but misses transitions for an hour (a minute in the soak) while pods churn; the simulated runtime's stream delivers every event it emits, and no fault makes it lose some",
+		NotExpected: "needs an event stream that stays open but misses transitions for an hour (2 minutes in the soak) while pods churn; the simulated runtime's stream delivers every event it emits, and no fault makes it lose some",
 	},
 	"PlegBridgeStateWritesFailing": {
 		MayFire:     []string{FaultNATSOutage, FaultOutageBridgeKill},
-		NotExpected: "the bridge retries a failing write at most every 10 s (publish.DefaultRetryBackoffMax, not scaled with the rules), so the rule's 10-minute range, 10 s in the soak, does not always hold a failure and its for starts over: a NATS outage may fire it, and does not have to",
+		NotExpected: "needs writes to the state bucket failing while the stream takes events (the bucket's permissions or room); a NATS outage stops both, and the bridge writes a key only for an event the stream stored, so it fires only if the outage found writes waiting, and does not have to",
 	},
 	"PlegBridgeDown": {
 		Fires:   []string{FaultBridgeKill},
@@ -111,6 +113,10 @@ var alertExpectations = map[string]alertExpectation{
 	},
 	"PlegBridgeAbsent": {
 		Fires: []string{FaultBridgeGone},
+		// The bridge drains on SIGTERM (a second or two) before its
+		// target goes, and Prometheus reads the target file again within
+		// a scrape interval.
+		BuildUp: 3 * time.Second,
 	},
 	"PlegBridgeNotOnEveryNode": {
 		NotExpected: "reads kube-state-metrics' view of the DaemonSet, which a soak has neither",

@@ -191,6 +191,9 @@ func (opts Options) withDefaults() (Options, error) {
 	opts.ContainersPerPod = orDefault(opts.ContainersPerPod, DefaultContainersPerPod)
 	opts.Lifetime = orDefault(opts.Lifetime, DefaultLifetime)
 	opts.DuplicateWindow = orDefault(opts.DuplicateWindow, DefaultDuplicateWindow)
+	if opts.Prometheus {
+		opts.OutboxSize = orDefault(opts.OutboxSize, AlertingOutboxSize)
+	}
 	opts.OutboxSize = orDefault(opts.OutboxSize, DefaultOutboxSize)
 	opts.MaxInFlight = orDefault(opts.MaxInFlight, DefaultMaxInFlight)
 	opts.FaultLength = orDefault(opts.FaultLength, DefaultFaultLength)

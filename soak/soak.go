@@ -212,10 +212,10 @@ func (s *soak) bridgeEnv(listen string) []string {
 	}
 	if o.Prometheus {
 		env = append(env,
-			// The rules' 180 s relist threshold is 3 s in the soak: the
-			// safety-net relist of evented mode, every 30 s in production,
-			// comes every second, as in generic mode.
-			"PLEG_EVENTED_RELIST_PERIOD=1s",
+			// The rules' 180 s relist threshold is 6 s in the soak, so
+			// the safety-net relist of evented mode, every 30 s in
+			// production, comes every second: 30 s scaled the same way.
+			"PLEG_EVENTED_RELIST_PERIOD="+(generatorEventedRelistPeriod/AlertTimeScale).String(),
 			// Small enough for a NATS outage to fill it.
 			"PLEG_SPOOL_MAX_BYTES="+strconv.Itoa(soakSpoolBytes))
 	}
@@ -444,6 +444,11 @@ func (s *soak) blindSince(killed time.Time) {
 		s.blind = append(s.blind, Window{Name: "bridge dead", From: killed.Add(-unseenBeforeKill), To: time.Now()})
 	}
 }
+
+// generatorEventedRelistPeriod is the bridge's default
+// PLEG_EVENTED_RELIST_PERIOD (generator.DefaultEventedRelistPeriod; the
+// soak does not import generator).
+const generatorEventedRelistPeriod = 30 * time.Second
 
 // unseenBeforeKill is how long before a SIGKILL a transition may not be on
 // disk yet: the durable store writes the spool every 100 ms, and a

@@ -65,6 +65,9 @@ takes fewer --faults (its error says which fit). Faults:
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			o := fl.options()
+			if o.Prometheus && !c.Flags().Changed("outbox") {
+				o.OutboxSize = 0 // the soak's default with Prometheus
+			}
 			if o.Prometheus {
 				var err error
 				if o.PrometheusBinary, o.AlertmanagerBinary, err = soak.FindAlertingBinaries(lookPathIn(env.getenv("PATH")), cacheDir(env)); err != nil {
@@ -85,7 +88,7 @@ takes fewer --faults (its error says which fit). Faults:
 	f.DurationVar(&o.Lifetime, "lifetime", soak.DefaultLifetime, "how long containers run, give or take 50%")
 	f.Uint64Var(&o.Seed, "seed", 0, "seed of the churn (0: from the clock)")
 	f.DurationVar(&o.DuplicateWindow, "duplicate-window", soak.DefaultDuplicateWindow, "the stream's duplicate window; a NATS outage lasts twice as long")
-	f.IntVar(&o.OutboxSize, "outbox", soak.DefaultOutboxSize, "the bridge's PLEG_OUTBOX_SIZE")
+	f.IntVar(&o.OutboxSize, "outbox", soak.DefaultOutboxSize, fmt.Sprintf("the bridge's PLEG_OUTBOX_SIZE (%d with --prometheus)", soak.AlertingOutboxSize))
 	f.IntVar(&o.MaxInFlight, "max-in-flight", soak.DefaultMaxInFlight, "the bridge's PLEG_PUBLISH_MAX_IN_FLIGHT")
 	f.DurationVar(&o.FaultLength, "fault-length", soak.DefaultFaultLength, "how long a killed part stays down, and how long stream drops go on")
 	f.DurationVar(&o.SettleTimeout, "settle-timeout", soak.DefaultSettleTimeout, "how long to wait at the end for the stream to hold every transition")
