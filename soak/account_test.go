@@ -262,3 +262,46 @@ func TestAccountUnobservable(t *testing.T) {
 		t.Errorf("only unobservable transitions fail the soak: %+v", b.Total)
 	}
 }
+
+// While the runtime refused the event stream, a bridge saw it by relisting
+// alone: a sandbox started and stopped between two relists, first seen
+// NOTREADY, has no start to report, so its start is excused; a container's
+// start (it has started_at), a sandbox's later steps and a whole life
+// (the stream replays it once it is back) are due.
+func TestAccountRelistOnlyExcusesASandboxsStartAlone(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	windows := []Window{{Name: "stream-refused", From: at(0), To: at(30)}}
+	blind := []Window{{Name: "event stream refused", From: at(10), To: at(20), RelistOnly: true}}
+	life := func(id string, sandbox bool, from, to float64) []Transition {
+		return []Transition{
+			{ContainerID: id, Sandbox: sandbox, Type: ContainerStarted, At: at(from)},
+			{ContainerID: id, Sandbox: sandbox, Type: ContainerDied, At: at((from + to) / 2)},
+			{ContainerID: id, Sandbox: sandbox, Type: ContainerRemoved, At: at(to)},
+		}
+	}
+	var made []Transition
+	made = append(made, life("sandbox", true, 11, 15)...)     // first seen NOTREADY
+	made = append(made, life("container", false, 11, 15)...) // first seen exited: started_at says when
+	made = append(made, life("whole", true, 12, 13)...)      // nothing stored of it
+	stored := []Stored{
+		{ContainerID: "sandbox", Type: ContainerDied, Seq: 1, StoredAt: at(14)},
+		{ContainerID: "sandbox", Type: ContainerRemoved, Seq: 2, StoredAt: at(16)},
+		{ContainerID: "container", Type: ContainerDied, Seq: 3, StoredAt: at(14)},
+		{ContainerID: "container", Type: ContainerRemoved, Seq: 4, StoredAt: at(16)},
+	}
+	a := account(windows, made, stored, nil, blind)
+	var unobservable, missing []string
+	for _, f := range a.Unobservable {
+		unobservable = append(unobservable, f.ContainerID+" "+f.Type)
+	}
+	for _, f := range a.Missing {
+		missing = append(missing, f.ContainerID+" "+f.Type)
+	}
+	if want := []string{"sandbox ContainerStarted"}; !slices.Equal(unobservable, want) {
+		t.Errorf("unobservable %v, want %v", unobservable, want)
+	}
+	if want := []string{"container ContainerStarted", "whole ContainerStarted", "whole ContainerDied", "whole ContainerRemoved"}; !slices.Equal(missing, want) {
+		t.Errorf("missing %v, want %v", missing, want)
+	}
+}
