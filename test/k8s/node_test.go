@@ -198,15 +198,7 @@ func churn(t *testing.T, ns string, nats *hostNATS, bridgeUID string) {
 	// Everything deleted. The kubelet removes the containers of a deleted
 	// pod at once, its sandbox at its next garbage collection (within a
 	// minute): the check takes containerd's word for what is gone.
-	kubectl(t, nil, "-n", ns, "delete", "pods", "--all", "--wait", "--timeout=90s")
-	w.wait(t, time.Minute, "every pod gone from the API", func(pods map[string]*podState) error {
-		for _, p := range pods {
-			if !p.deleted {
-				return fmt.Errorf("%s not deleted yet", p.name)
-			}
-		}
-		return nil
-	})
+	w.deleteAll(t, ns)
 	truth := w.snapshot()
 	if len(truth) != 6 {
 		t.Fatalf("the watch saw %d pods, want 6", len(truth))
@@ -346,6 +338,21 @@ func (w *podWatch) update(typ string, pod corev1.Pod) {
 
 // wait returns when cond holds for the pods seen, and fails the test at
 // the timeout or if the watch ends, with cond's last error.
+// deleteAll deletes every pod of ns and waits until the watch saw each go
+// from the API.
+func (w *podWatch) deleteAll(t *testing.T, ns string) {
+	t.Helper()
+	kubectl(t, nil, "-n", ns, "delete", "pods", "--all", "--wait", "--timeout=90s")
+	w.wait(t, time.Minute, "every pod gone from the API", func(pods map[string]*podState) error {
+		for _, p := range pods {
+			if !p.deleted {
+				return fmt.Errorf("%s not deleted yet", p.name)
+			}
+		}
+		return nil
+	})
+}
+
 func (w *podWatch) wait(t *testing.T, timeout time.Duration, what string, cond func(map[string]*podState) error) {
 	t.Helper()
 	deadline := time.NewTimer(timeout)

@@ -246,15 +246,7 @@ func rollWhileChurning(t *testing.T, nats *hostNATS, ns string, r rollout) {
 		return nil
 	})
 
-	kubectl(t, nil, "-n", ns, "delete", "pods", "--all", "--wait", "--timeout=90s")
-	w.wait(t, time.Minute, "every pod gone from the API", func(pods map[string]*podState) error {
-		for _, p := range pods {
-			if !p.deleted {
-				return fmt.Errorf("%s not deleted yet", p.name)
-			}
-		}
-		return nil
-	})
+	w.deleteAll(t, ns)
 	stage("drain")
 	truth := w.snapshot()
 	events, present, exitCodes := checkStream(t, nats, ns, truth, outage, 4)
