@@ -281,7 +281,7 @@ func TestAccountRelistOnlyExcusesASandboxsStartAlone(t *testing.T) {
 		}
 	}
 	var made []Transition
-	made = append(made, life("sandbox", true, 11, 15)...)    // first seen NOTREADY
+	made = append(made, life("sandbox", true, 11, 15)...)     // first seen NOTREADY
 	made = append(made, life("container", false, 11, 15)...) // first seen exited: started_at says when
 	made = append(made, life("whole", true, 12, 13)...)      // nothing stored of it
 	stored := []Stored{
