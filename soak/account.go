@@ -58,13 +58,6 @@ type Stored struct {
 type Window struct {
 	Name     string
 	From, To time.Time // [From, To)
-	// RelistOnly marks a blind window in which a bridge ran but saw the
-	// runtime by relisting alone (its event stream refused): a sandbox
-	// started and stopped between two relists was first seen NOTREADY,
-	// and such a sandbox has no ContainerStarted by the contract (a
-	// sandbox has no started_at). Only such a sandbox's start is excused
-	// in it; everything else was due.
-	RelistOnly bool
 }
 
 // HealthFailure is one /healthz probe that did not answer 200 while the
@@ -139,8 +132,7 @@ type transitionKey struct {
 // bridge first saw the container later in its life, with no start time to
 // report (a sandbox started and stopped while no bridge ran, first seen
 // NOTREADY, has none by the contract; a container removed before its
-// status could be read has none either). A RelistOnly window excuses a
-// sandbox's start alone, and never a whole life. It does no I/O.
+// status could be read has none either). It does no I/O.
 func account(windows []Window, made []Transition, stored []Stored, health []HealthFailure, blind []Window) Accounting {
 	unseen := unobservable(made, blind)
 	// firstStep is the earliest lifecycle step stored of each container.
@@ -160,12 +152,7 @@ func account(windows []Window, made []Transition, stored []Stored, health []Heal
 		}
 		// A later step is stored: this one is excused if no bridge ran
 		// when it was made.
-		return seen && slices.ContainsFunc(blind, func(b Window) bool {
-			if b.RelistOnly && !(t.Sandbox && t.Type == ContainerStarted) {
-				return false
-			}
-			return !t.At.Before(b.From) && t.At.Before(b.To)
-		})
+		return seen && slices.ContainsFunc(blind, func(b Window) bool { return !t.At.Before(b.From) && t.At.Before(b.To) })
 	}
 	stored = slices.SortedFunc(slices.Values(stored), func(a, b Stored) int { return cmp.Compare(a.Seq, b.Seq) })
 	seqs := make(map[transitionKey][]uint64, len(stored))
@@ -283,9 +270,6 @@ func unobservable(made []Transition, blind []Window) map[string]bool {
 	out := map[string]bool{}
 	for id, sp := range spans {
 		for _, b := range blind {
-			if b.RelistOnly {
-				continue // a whole life between two relists is still due: the stream replays it
-			}
 			if sp.removed && !sp.from.Before(b.From) && sp.to.Before(b.To) {
 				out[id] = true
 				break

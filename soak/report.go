@@ -118,7 +118,7 @@ func (r Report) Table(w io.Writer) error {
 		r.Stored, len(r.Unexpected), len(r.Undecodable), r.BridgeDropped)
 
 	r.list(&b, "missing", r.Missing)
-	r.list(&b, "unobservable (no bridge could see it: the container lived and went while no bridge ran on containerd 1.7, which keeps no event, or a sandbox started and stopped between two relists while the event stream was refused, first seen NOTREADY)", r.Unobservable)
+	r.list(&b, "unobservable (the container lived and went while no bridge ran; containerd 1.7 keeps no event)", r.Unobservable)
 	r.list(&b, "duplicated", r.Duplicated)
 	r.list(&b, "out of order", r.OutOfOrder)
 	listed(&b, "unexpected", r.Unexpected, func(s Stored) string {

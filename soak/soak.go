@@ -416,7 +416,6 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		s.blind = append(s.blind, Window{Name: "event stream refused", From: began, To: time.Now(), RelistOnly: true})
 		note := fmt.Sprintf("ended %d CRI event streams and refused the bridge's %d new ones for %v%s", streams, calls, roundDelay(time.Since(began)), fired)
 		return note + s.awaitResolved(ctx, fault), nil
 
