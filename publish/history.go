@@ -314,8 +314,7 @@ func (d *delivery) tryCarry(now time.Time) {
 		// waiting for a retry, and its queue's head may change.
 		pq.events = append(byPod[uid], pq.events...)
 	}
-	d.carrying = len(d.carry)
-	d.p.carrying.Store(int64(d.carrying))
+	d.p.carrying.Store(int64(len(d.carry)))
 	d.p.log.Debug("carrying the checkpoint's history into the stream",
 		"stream", d.renewing.Name, "events", len(d.carry), "pods", len(uids))
 	d.carry, d.carryMeta = nil, nil
@@ -324,9 +323,7 @@ func (d *delivery) tryCarry(now time.Time) {
 // carriedOne takes in that a carried event is delivered or given up; the
 // last adopts the stream.
 func (d *delivery) carriedOne() {
-	d.carrying--
-	d.p.carrying.Store(int64(d.carrying))
-	if d.carrying == 0 {
+	if d.p.carrying.Add(-1) == 0 {
 		d.adopt()
 	}
 }

@@ -229,7 +229,8 @@ type Publisher struct {
 	// spool), settled those of them Run has delivered or given up.
 	recorded, settled atomic.Uint64
 	// carrying counts the events carried from the checkpoint into a new
-	// stream and not yet delivered (history.go), for Pending.
+	// stream and not yet delivered (history.go): Pending reads it, and
+	// Run's delivery alone changes it.
 	carrying atomic.Int64
 }
 
@@ -616,8 +617,6 @@ type delivery struct {
 	carryUntil time.Time
 	carryTimer *time.Timer
 	carryArmed bool
-	// carrying counts the carried events not yet delivered.
-	carrying int
 }
 
 type inflight struct {

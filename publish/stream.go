@@ -207,17 +207,19 @@ func ensureLimitsStream(ctx context.Context, js jetstream.JetStream, what string
 
 // contractMetadata returns the metadata a bridge of version records on the
 // stream, the archive and the state bucket it sets up: the contract
-// version and its pleg-bridge version (empty: buildVersion).
+// version and its pleg-bridge version (empty: BuildVersion).
 func contractMetadata(version string) map[string]string {
 	return map[string]string{
 		schemas.MetadataContractVersion: schemas.ContractVersion,
-		schemas.MetadataVersion:         cmp.Or(version, buildVersion()),
+		schemas.MetadataVersion:         cmp.Or(version, BuildVersion()),
 	}
 }
 
-// buildVersion is the main module's version in the build info (what `go
-// build` in a VCS checkout and `go install` stamp), or "dev".
-func buildVersion() string {
+// BuildVersion is the main module's version in the build info (what `go
+// build` in a VCS checkout and `go install` stamp), or "dev": the version
+// a bridge records where none is given, and the command's own where the
+// linker stamped none.
+func BuildVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
@@ -22,15 +23,7 @@ var (
 	commit  = ""
 )
 
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
+func versionString() string { return cmp.Or(version, publish.BuildVersion()) }
 
 // commitString is the VCS commit the binary was built from: main.commit,
 // else the build info's vcs.revision with "-dirty" when the tree had
