@@ -360,10 +360,19 @@ func (g *Generator) mergeLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case req := <-g.batches:
-			if err = g.mergeStreamFirst(ctx); err == nil {
+			var taken []*batch
+			if taken, err = g.mergeStreamFirst(ctx); err == nil {
 				err = g.apply(ctx, req.b)
 			}
 			req.done <- err // buffered: the submitter may have gone
+			for _, b := range taken {
+				if err != nil {
+					break
+				}
+				if err = g.apply(ctx, b); err == nil {
+					g.relistSucceeded(b.at)
+				}
+			}
 		case ev := <-g.streamBuf:
 			err = g.applyStreamEvent(ctx, ev)
 		case <-g.held.due: // armed only while the sink left events unsent
@@ -377,36 +386,65 @@ func (g *Generator) mergeLoop(ctx context.Context) error {
 	}
 }
 
-// mergeStreamFirst runs in the merge goroutine before a relist batch is
-// applied: while the replay gate is open, it waits, merging the stream
-// meanwhile (while no connection is open, at most replayHold), then merges
-// every stream message already received. A stream message is never newer
-// than the relist for being merged first: the merge refuses what would move
-// a container backwards, and a relist declares gone only what nothing saw
+// mergeStreamFirst runs in the merge goroutine before a batch is applied:
+// while the replay gate is open, it waits, merging the stream meanwhile
+// (while no connection is open, at most replayHold), then merges every
+// stream message already received. A stream message is never newer than the
+// relist for being merged first: the merge refuses what would move a
+// container backwards, and a relist declares gone only what nothing saw
 // after it began. The other way round, a relist merged before an older
 // message can make that message stale and lose the transition it reports
 // (see replayGate).
-func (g *Generator) mergeStreamFirst(ctx context.Context) error {
+//
+// The node is not left unlisted while a batch waits: every RelistPeriod it
+// takes a full relist itself and returns them, oldest first, to be merged
+// after the batch. The relist loop is blocked meanwhile, and a replay that
+// does not come (a runtime refusing every new stream, whose reconnects back
+// off in steps shorter than replayHold, so that the gate stays open for
+// seconds) would otherwise space the relists replayHold apart: a sandbox
+// that started and ended between two of them would be listed only ended,
+// and a sandbox first seen ended has no start to report.
+func (g *Generator) mergeStreamFirst(ctx context.Context) ([]*batch, error) {
 	shut := g.stream.replay.shut()
+	select {
+	case <-shut:
+		return nil, g.mergeBuffered(ctx)
+	default:
+	}
 	hold := time.NewTimer(replayHold)
 	defer hold.Stop()
+	relist := time.NewTicker(g.opts.RelistPeriod)
+	defer relist.Stop()
+	var taken []*batch
 	for waiting := true; waiting; {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-shut:
 			waiting = false
 		case <-hold.C:
 			// While connected, the replay ends by itself within replayMax.
 			waiting = g.stream.connectedAt.Load() != 0
+		case <-relist.C:
+			b, err := g.relister.take(ctx, nil, false)
+			if err != nil {
+				g.metrics.relists.WithLabelValues("full", "error").Inc()
+				g.logger.Debug("relist while another waits for the stream's replay failed", "err", err)
+				continue
+			}
+			taken = append(taken, b)
 		case ev := <-g.streamBuf:
 			if err := g.applyStreamEvent(ctx, ev); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	// What is buffered now, not what keeps coming: a storm must not keep
-	// the relist out.
+	return taken, g.mergeBuffered(ctx)
+}
+
+// mergeBuffered merges the stream messages buffered now, not what keeps
+// coming: a storm must not keep a relist out.
+func (g *Generator) mergeBuffered(ctx context.Context) error {
 	for range len(g.streamBuf) {
 		if err := g.applyStreamEvent(ctx, <-g.streamBuf); err != nil {
 			return err

@@ -1037,3 +1037,52 @@ func TestRequestRelistRelistsAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestRelistingGoesOnWhileARelistIsHeldForAReplay: the runtime refuses
+// every new event stream (a CRI server restarting its streaming side, or
+// the soak's stream-refused fault) while pods come and go. Each refusal
+// fails at once, so the reconnects back off in short steps and the replay
+// gate stays open for seconds. A relist held for a replay that does not
+// come must not hold the node's listing back with it: a pod that starts and
+// ends within those seconds is listed running by a relist taken meanwhile,
+// so its start is reported, and the replay, when the stream is back,
+// repeats nothing.
+func TestRelistingGoesOnWhileARelistIsHeldForAReplay(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		<-f.rt.StreamOpened()
+		advance(time.Second)
+
+		for range 6 {
+			f.rt.FailNext("WatchEvents", status.Error(codes.Unavailable, "refused"))
+		}
+		f.rt.EndStreams(codes.Unavailable)
+		synctest.Wait()
+		m := f.rt.Model()
+		want := map[string][]string{}
+		for i := range 4 {
+			advance(500 * time.Millisecond)
+			sb := must(m.RunPodSandbox(crisim.PodConfig{UID: fmt.Sprintf("short-%d", i)}))
+			c := must(m.CreateContainer(sb, crisim.ContainerConfig{}))
+			must(0, m.StartContainer(c))
+			advance(1500 * time.Millisecond)
+			must(0, m.StopContainer(c, 1, "Error", ""))
+			must(0, m.StopPodSandbox(sb))
+			want[sb] = []string{"ContainerStarted", "ContainerDied"}
+			want[c] = []string{"ContainerStarted", "ContainerDied"}
+		}
+		advance(time.Minute) // the refusals end; the stream replays what it kept
+
+		if diff := cmp.Diff(want, eventTypesByContainer(f.rec.Events())); diff != "" {
+			t.Errorf("events per container (-want +got):\n%s", diff)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
