@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -166,6 +167,21 @@ func legacyEvents(ctx context.Context, stream streamLookup, legacy string) bool 
 	}
 	_, err = s.GetMsg(ctx, max(s.CachedInfo().State.FirstSeq, 1), jetstream.WithGetMsgSubject(legacy))
 	return err == nil
+}
+
+// LegacyProbeRefused reports whether err, as a connection's error handler
+// receives it, is the server refusing LegacyAuto's probe of stream (a get of
+// a message by subject, which a reader limited to namespaces may not make).
+// Subscribe and Replay survive that refusal, reading the current layout
+// only, so an error handler that ends the connection on a permission
+// violation should let this one pass. The server reports it only as text,
+// naming the API subject refused, so this is where that text is read.
+func LegacyProbeRefused(err error, stream string) bool {
+	if err == nil || stream == "" {
+		return false
+	}
+	s := err.Error()
+	return strings.Contains(s, `"$JS.API.STREAM.MSG.GET.`+stream+`"`) || strings.Contains(s, `"$JS.API.DIRECT.GET.`+stream+`"`)
 }
 
 // streamLookup returns the stream a call reads, looked up once (lookupOnce).

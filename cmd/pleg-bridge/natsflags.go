@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/natsauth"
 )
 
@@ -44,7 +45,7 @@ type natsFlags struct {
 	// reads those files once.
 	resolved bool
 	// stream is the event stream of the command, whose legacy-layout look
-	// a reader limited to namespaces is refused (legacyProbe).
+	// a reader limited to namespaces is refused (consumer.LegacyProbeRefused).
 	stream string
 	// namespaces are those the credentials are limited to (a reader's from
 	// pleg-bridge creds --reader), set by connect; none for others.
@@ -114,7 +115,7 @@ func (f *natsFlags) connect(ctx context.Context, name string, extra ...nats.Opti
 	opts := append([]nats.Option{
 		nats.Name(name),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) && !legacyProbe(err, f.stream) {
+			if errors.Is(err, nats.ErrPermissionViolation) && !consumer.LegacyProbeRefused(err, f.stream) {
 				cancel(fmt.Errorf("%w: %w", errRefused, err))
 			}
 		}),
@@ -231,15 +232,6 @@ func expandHome(p, home string) string {
 		return filepath.Join(home, rest)
 	}
 	return p
-}
-
-// legacyProbe reports whether err refuses the consumer package's look for
-// events of the legacy subject layout in stream (consumer.LegacyAuto), a
-// message get, which a reader limited to namespaces may not make: it then
-// reads the current layout only, and goes on.
-func legacyProbe(err error, stream string) bool {
-	s := err.Error()
-	return stream != "" && (strings.Contains(s, `"$JS.API.STREAM.MSG.GET.`+stream+`"`) || strings.Contains(s, `"$JS.API.DIRECT.GET.`+stream+`"`))
 }
 
 // readerScope reads the credentials file, if any: a reader's (pleg-bridge
