@@ -35,8 +35,8 @@ func fileKeys(t *testing.T, path string) []string {
 	defer db.Close()
 	var ids []string
 	err = db.View(func(tx *bolt.Tx) error {
-		if v := string(tx.Bucket([]byte(bucketMeta)).Get([]byte(keyVersion))); v != formatVersion {
-			t.Errorf("format version %q, want %q", v, formatVersion)
+		if v := string(tx.Bucket([]byte(bucketMeta)).Get([]byte(keyVersion))); v != FormatVersion {
+			t.Errorf("format version %q, want %q", v, FormatVersion)
 		}
 		return tx.Bucket([]byte(bucketCheckpoint)).ForEach(func(k, v []byte) error {
 			r, err := decodeRecord(v)

@@ -62,9 +62,7 @@ const (
 	// ckptKey) is rewritten at Open; one of a newer format, which only a
 	// newer pleg-bridge writes, is refused (NewerFormatError); any other
 	// value is corrupt and set aside. CHANGELOG.md records each change.
-	FormatVersion = formatVersion
-
-	formatVersion = "2"
+	FormatVersion = "2"
 	formatV1      = "1"
 
 	bucketMeta       = "meta"
@@ -216,7 +214,7 @@ func (e *NewerFormatError) Error() string {
 // a decimal number, as every version so far.
 func newerFormat(v string) bool {
 	n, err := strconv.ParseUint(v, 10, 32)
-	cur, _ := strconv.ParseUint(formatVersion, 10, 32)
+	cur, _ := strconv.ParseUint(FormatVersion, 10, 32)
 	return err == nil && n > cur && strconv.FormatUint(n, 10) == v
 }
 
@@ -375,7 +373,7 @@ func initBuckets(tx *bolt.Tx, node string, now time.Time) error {
 		if meta, err = tx.CreateBucket([]byte(bucketMeta)); err != nil {
 			return fmt.Errorf("create meta bucket: %w", err)
 		}
-		if err := meta.Put([]byte(keyVersion), []byte(formatVersion)); err != nil {
+		if err := meta.Put([]byte(keyVersion), []byte(FormatVersion)); err != nil {
 			return fmt.Errorf("write format version: %w", err)
 		}
 		if err := meta.Put([]byte(keyNode), []byte(node)); err != nil {
@@ -386,13 +384,13 @@ func initBuckets(tx *bolt.Tx, node string, now time.Time) error {
 		}
 	}
 	v := string(meta.Get([]byte(keyVersion)))
-	if v != formatVersion && v != formatV1 {
+	if v != FormatVersion && v != formatV1 {
 		if newerFormat(v) {
 			// Set aside, it would be lost to the newer bridge too, with
 			// the spool's events that JetStream never acknowledged.
 			return &NewerFormatError{Path: tx.DB().Path(), Version: v}
 		}
-		return corrupt(fmt.Errorf("%s has format version %q, want %q", tx.DB().Path(), v, formatVersion))
+		return corrupt(fmt.Errorf("%s has format version %q, want %q", tx.DB().Path(), v, FormatVersion))
 	}
 	if n := string(meta.Get([]byte(keyNode))); n != node {
 		return &loadError{reason: "other-node", err: fmt.Errorf("%s belongs to node %q, not %q", tx.DB().Path(), n, node)}
@@ -401,7 +399,7 @@ func initBuckets(tx *bolt.Tx, node string, now time.Time) error {
 		if err := rekeyV1(tx); err != nil {
 			return err
 		}
-		if err := meta.Put([]byte(keyVersion), []byte(formatVersion)); err != nil {
+		if err := meta.Put([]byte(keyVersion), []byte(FormatVersion)); err != nil {
 			return fmt.Errorf("write format version: %w", err)
 		}
 	}
