@@ -268,12 +268,16 @@ type outboxEvent struct {
 	maybeStoredAt time.Time
 }
 
-// New returns a Publisher that publishes with js. Run must be called for
-// anything to be delivered. It returns an error for a missing encoder,
-// negative sizes or durations, or metrics that cannot be registered.
-func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
-	if js == nil {
-		return nil, errors.New("create publisher: jetstream handle is nil")
+// New returns a Publisher that publishes on nc. Run must be called for
+// anything to be delivered. It makes its own JetStream handles on nc: one
+// whose async publish handlers report every outcome to Run, and one for the
+// stream lookups of the checks and the read of what an earlier run stored
+// (the default API prefix and domain). It returns an error for a nil
+// connection, a missing encoder, negative sizes or durations, or metrics
+// that cannot be registered.
+func New(nc *nats.Conn, opts Options) (*Publisher, error) {
+	if nc == nil {
+		return nil, errors.New("create publisher: nats connection is nil")
 	}
 	if opts.Encoder == nil {
 		return nil, errors.New("create publisher: encoder is nil")
@@ -287,6 +291,10 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("create publisher: %w", err)
 	}
 	p := &Publisher{
 		js:       js,
@@ -310,7 +318,7 @@ func New(js jetstream.JetStream, opts Options) (*Publisher, error) {
 	// flight, and one handoff fewer between the ack and the next publish.
 	// nats.go calls exactly one handler per publish (an ack, an error, or
 	// ErrAsyncPublishTimeout after AckTimeout).
-	ajs, err := jetstream.New(js.Conn(),
+	ajs, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
 			p.report(ackResult{msg: m, ack: ack, done: time.Now()})
 		}),

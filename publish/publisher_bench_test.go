@@ -55,7 +55,7 @@ func benchmarkPublish(b *testing.B, writeThrough bool) {
 	}
 	opts.Encoder = newEncoder(b, publish.EncoderOptions{})
 	opts.Logger = slog.New(slog.DiscardHandler)
-	pub, err := publish.New(js, publish.Options{
+	pub, err := publish.New(js.Conn(), publish.Options{
 		Spool:        opts.Spool,
 		WriteThrough: opts.WriteThrough,
 		Encoder:      opts.Encoder,

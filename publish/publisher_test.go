@@ -97,7 +97,7 @@ func newFixtureOn(t *testing.T, js jetstream.JetStream, opts publish.Options) *f
 		}
 		f.acks <- ackedEvent{ev: ev, seq: seq, at: time.Now()}
 	}
-	pub, err := publish.New(js, opts)
+	pub, err := publish.New(js.Conn(), opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -624,17 +624,17 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := publish.New(js, tt.opts)
+			_, err := publish.New(js.Conn(), tt.opts)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("New(%+v) error = %v, want one containing %q", tt.opts, err, tt.want)
 			}
 		})
 	}
 	reg := prometheus.NewRegistry()
-	if _, err := publish.New(js, publish.Options{Encoder: enc, Registerer: reg}); err != nil {
+	if _, err := publish.New(js.Conn(), publish.Options{Encoder: enc, Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := publish.New(js, publish.Options{Encoder: enc, Registerer: reg}); err == nil {
+	if _, err := publish.New(js.Conn(), publish.Options{Encoder: enc, Registerer: reg}); err == nil {
 		t.Error("a second Publisher registered the same metrics on one registry")
 	}
 }

@@ -44,7 +44,7 @@ func BenchmarkReadBack(b *testing.B) {
 		b.Run(fmt.Sprintf("decoded/%d", n), func(b *testing.B) {
 			for b.Loop() {
 				stored := make(chan []generator.Event, 1)
-				pub, err := publish.New(js, publish.Options{
+				pub, err := publish.New(js.Conn(), publish.Options{
 					Encoder: enc, Stream: "PLEG", ReconcileFrom: 1, Logger: slog.New(slog.DiscardHandler),
 					OnStored: func(evs []generator.Event) { stored <- evs },
 				})

@@ -217,7 +217,7 @@ func exportedMetrics(t *testing.T) (names, histograms map[string]bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := publish.New(js, publish.Options{Encoder: enc, Spool: store.Spool(), Registerer: rec}); err != nil {
+	if _, err := publish.New(js.Conn(), publish.Options{Encoder: enc, Spool: store.Spool(), Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := publish.NewStateWriter(js, publish.StateOptions{Encoder: enc, Bucket: "pleg-state", Registerer: rec}); err != nil {
