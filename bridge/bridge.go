@@ -293,7 +293,7 @@ func build(opts Options) (_ *pipeline, err error) {
 			state.Record(ev)
 		}
 	}
-	p.pub, err = publish.New(p.nc, publish.Options{
+	p.pub, err = publish.New(p.js, publish.Options{
 		Encoder:     enc,
 		MaxInFlight: opts.PublishMaxInFlight,
 		OutboxSize:  opts.OutboxSize,
@@ -339,9 +339,12 @@ func build(opts Options) (_ *pipeline, err error) {
 		EventedRelistPeriod: opts.EventedRelistPeriod,
 		PodAnnotations:      opts.PodAnnotations,
 		TaskEvents:          generator.InstrumentTaskEvents(tasks, metrics),
-		Published:           published,
-		Logger:              log,
-		Metrics:             metrics,
+		// Beside rt, not found on it: Hooks.WrapRuntime's wrapper would
+		// hide them, and the unchanged relist with them.
+		Listings:  p.cri,
+		Published: published,
+		Logger:    log,
+		Metrics:   metrics,
 	})
 	log.Info("bridge running", "node", opts.Node, "cri_endpoint", opts.CRIEndpoint, "mode", string(opts.Mode),
 		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "state_bucket", opts.StateBucket, "data_dir", opts.DataDir)

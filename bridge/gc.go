@@ -60,10 +60,10 @@ func liveHeap() uint64 {
 // variable chose one): Options.StartupGCPercent until the first relist is
 // merged and its events are acked, then Options.GCPercent, and the
 // process's own once ctx is done. A negative option leaves the target
-// alone in its phase. At the end of the start-up it also lets the CRI
-// client reuse its listings (CRIClient.ReuseListings), which must not
-// happen earlier for the same reason, and asks for a relist that fills
-// the client's memo.
+// alone in its phase. At the end of the start-up it also tells the
+// generator so (Generator.EndStartup): the CRI client then reuses its
+// listings, which must not happen earlier for the same reason, and a
+// relist fills the client's memo.
 //
 // Why: the first relist is the bridge's memory peak. It lists the whole
 // node (the listing's frames and items, about 10 MB at 1,000 pods and
@@ -96,16 +96,15 @@ func (p *pipeline) endStartup(ctx context.Context) {
 	if !p.waitStartup(ctx) {
 		return
 	}
+	set(p.opts.gcPercent(liveHeap()))
 	// Past the peak, the CRI client may keep what makes a steady relist
-	// cheap (see CRIClient.ReuseListings), GOGC set or not, and a relist
-	// at once fills its memo: the one full decode of the node after the
+	// cheap, GOGC set or not, and a relist at once fills its memo (see
+	// Generator.EndStartup): the one full decode of the node after the
 	// first relist is then part of the start-up too, rather than of the
 	// first safety-net relist, 30 s into the idle evented bridge's life
 	// (about 30 ms of CPU at 1,000 pods and 5,000 containers, half again
 	// that first 30 s of idle; pleg-bench's idle rows).
-	p.cri.ReuseListings()
-	set(p.opts.gcPercent(liveHeap()))
-	p.gen.RequestRelist()
+	p.gen.EndStartup()
 	<-ctx.Done()
 }
 

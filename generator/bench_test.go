@@ -66,20 +66,20 @@ func benchmarkRelist(b *testing.B, containers int, overGRPC bool, kind string) {
 		b.Fatal(err)
 	}
 	var rt generator.Runtime = fake
+	opts := generator.Options{Logger: slog.New(slog.DiscardHandler), Metrics: generator.NewMetrics(nil)}
 	if overGRPC {
 		cli := benchCRIClient(b, fake.Model())
 		if !first {
 			cli.ReuseListings() // as the bridge's, once its first relist is behind it
 		}
 		rt = cli
-		if kind == "merged" {
-			// Without the client's listing version (not part of the
-			// Runtime interface), no relist comes back unchanged.
-			rt = struct{ generator.Runtime }{cli}
+		if kind != "merged" {
+			// Without the client's listing version (Options.Listings),
+			// no relist comes back unchanged.
+			opts.Listings = cli
 		}
 	}
 	ctx := b.Context()
-	opts := generator.Options{Logger: slog.New(slog.DiscardHandler), Metrics: generator.NewMetrics(nil)}
 	sink := &countingSink{}
 	g := generator.New(rt, sink, opts)
 	if err := g.Relist(ctx); err != nil { // warms the connection, checks the setup

@@ -200,8 +200,10 @@ func (c *CRIClient) ListedItems() (decoded, reused uint64) {
 	return c.memos.counts.decoded.Load(), c.memos.counts.reused.Load()
 }
 
-// listingVersion implements listingVersioner (see listMemos.version).
-func (c *CRIClient) listingVersion() (uint64, bool) { return c.memos.version() }
+// ListingVersion implements Listings (see listMemos.version).
+func (c *CRIClient) ListingVersion() (uint64, bool) { return c.memos.version() }
+
+var _ Listings = (*CRIClient)(nil)
 
 // Close closes the connection.
 func (c *CRIClient) Close() error { return c.conn.Close() }

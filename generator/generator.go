@@ -89,11 +89,18 @@ type Options struct {
 	// Removed by the first relist.
 	Published []Event
 	// TaskEvents is containerd's event service, for the containerd-events
-	// mode and auto mode on containerd 1.x. Nil: the runtime's, if it
-	// implements TaskEventSource (the CRI client does), else none.
+	// mode and auto mode on containerd 1.x (the CRI client serves it on
+	// the CRI socket). Nil: none; those modes then relist only.
 	TaskEvents TaskEventSource
-	Logger     *slog.Logger
-	Metrics    *Metrics
+	// Listings are the listings of the client the Runtime lists through
+	// (the CRI client), given apart from the Runtime so that a decorator
+	// around it cannot hide them. With them, a full relist that lists
+	// what the last one merged did merges nothing (see lastFullMerge),
+	// once EndStartup let the client reuse its listings. Nil: every relist
+	// is merged whole.
+	Listings Listings
+	Logger   *slog.Logger
+	Metrics  *Metrics
 }
 
 // Generator is the PLEG: it relists the runtime, merges what it sees into
@@ -217,9 +224,6 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		restoredDue: make(chan struct{}, 1),
 	}
 	g.triggers = newTriggerSet(g, opts.Metrics.triggers)
-	if opts.TaskEvents == nil {
-		opts.TaskEvents, _ = rt.(TaskEventSource)
-	}
 	g.targeted = newTargetedQueue(opts.TargetedRelistDelay, opts.TargetedRelistRate, opts.Metrics.targetedPending)
 	g.seed(opts.Published)
 	g.opts.Published = nil // only needed once
@@ -234,6 +238,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		lookup:            g.lookup,
 		lookupMeta:        g.lookupMeta,
 		meta:              g.meta,
+		listings:          opts.Listings,
 		last:              &g.lastFull,
 	}
 	g.stream = &streamSupervisor{
@@ -338,6 +343,23 @@ func (g *Generator) requestRelist() {
 // from that relist. It does not block, and requests made before that
 // relist starts are one.
 func (g *Generator) RequestRelist() { g.requestRelist() }
+
+// EndStartup tells the generator that its owner's start-up, its memory
+// peak, is over: its first relist is merged and that relist's events are
+// delivered. From then on the runtime's client reuses its listings
+// (Options.Listings' ReuseListings), which makes a steady relist cheap but
+// costs memory that lives on, so it must not happen earlier; and a full
+// relist is asked for at once (RequestRelist) to fill what the client
+// keeps, so that the one full decode of the node after the first relist is
+// part of the start-up too rather than of the first safety-net relist. Call
+// it once. It does not block and is safe for concurrent use; without
+// Options.Listings it only asks for the relist.
+func (g *Generator) EndStartup() {
+	if g.opts.Listings != nil {
+		g.opts.Listings.ReuseListings()
+	}
+	g.requestRelist()
+}
 
 // Relist takes one full relist and merges it synchronously, sending its
 // events to the sink (or holding them, while the sink is full, for a backfill

@@ -47,6 +47,9 @@ func newFixture(t *testing.T, mopts crisim.Options, gopts generator.Options) *fi
 		gopts.Logger = slog.New(slog.DiscardHandler)
 	}
 	gopts.Metrics = generator.NewMetrics(f.reg)
+	if gopts.TaskEvents == nil {
+		gopts.TaskEvents = f.rt // the fake serves containerd's events too, as the CRI client does
+	}
 	f.gen = generator.New(f.rt, f.rec, gopts)
 	return f
 }

@@ -218,9 +218,6 @@ func (i *instrumented) ContainerStatus(ctx context.Context, id string) (*runtime
 	return v, err
 }
 
-// listingVersion forwards to the runtime's, if it has one.
-func (i *instrumented) listingVersion() (uint64, bool) { return listingVersion(i.rt) }
-
 func (i *instrumented) WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error {
 	start := time.Now()
 	err := i.rt.WatchEvents(ctx, fn)

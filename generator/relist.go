@@ -29,7 +29,8 @@ type batch struct {
 	subject string
 
 	// Of a full relist: the version of the runtime's listings once they
-	// were taken (versioned: the runtime has one; see listingVersioner),
+	// were taken (versioned: the runtime's client has one; see
+	// Options.Listings),
 	// and whether a status call failed, leaving a change for the next
 	// relist to see again (see inspect).
 	version   uint64
@@ -56,21 +57,6 @@ func (b *batch) recycle() {
 		b.pods[0] = podObservation{containers: b.pods[0].containers[:0]}
 	}
 	*b = batch{pods: b.pods[:0]}
-}
-
-// listingVersioner is a Runtime that tells when its full listings list
-// exactly what the one before did: the CRI client, once it reuses its
-// listings (see listMemos.version).
-type listingVersioner interface {
-	listingVersion() (version uint64, ok bool)
-}
-
-// listingVersion returns rt's listing version, if it has one.
-func listingVersion(rt Runtime) (uint64, bool) {
-	if v, ok := rt.(listingVersioner); ok {
-		return v.listingVersion()
-	}
-	return 0, false
 }
 
 // lastFullMerge is what the merge goroutine knows of the last full relist
@@ -142,6 +128,9 @@ type relister struct {
 	// builds no label maps.
 	lookupMeta func(podUID string) *PodMeta
 	meta       metaFilter
+	// listings versions the runtime's full listings (nil: it does not,
+	// and no relist is found unchanged); see Options.Listings.
+	listings Listings
 
 	// last is the last full relist merged (nil: a relist is never found
 	// unchanged).
@@ -184,8 +173,8 @@ func (r *relister) take(ctx context.Context, scope *relistScope, mayBeUnchanged 
 		return nil, err
 	}
 	b := &batch{source: SourceRelist, at: at, full: scope == nil}
-	if b.full {
-		b.version, b.versioned = listingVersion(r.rt)
+	if b.full && r.listings != nil {
+		b.version, b.versioned = r.listings.ListingVersion()
 		if b.versioned && mayBeUnchanged && r.last.unchanged(b.version) {
 			b.unchanged = true
 			return b, nil

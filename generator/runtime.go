@@ -25,6 +25,24 @@ type Runtime interface {
 	WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error
 }
 
+// Listings is what a runtime's client may offer for its full listings
+// beyond the CRI calls; the CRI client implements it. The generator does
+// not look for it on a Runtime (a decorator would hide it): it is given
+// explicitly, as Options.Listings, and must be the client the Runtime lists
+// through, under any decorators.
+type Listings interface {
+	// ListingVersion returns a number that stays the same for as long as
+	// every full listing lists exactly what the one before it did, and
+	// whether the number means anything (false before ReuseListings). A
+	// relist whose listings have the version of the last one merged, with
+	// nothing else merged since, has nothing to merge (see lastFullMerge).
+	ListingVersion() (version uint64, ok bool)
+	// ReuseListings makes the listings from now on reuse what the last
+	// full listing decoded, which makes a steady relist cheap but costs
+	// memory that lives on. Generator.EndStartup calls it.
+	ReuseListings()
+}
+
 // Sink receives the events of one relist, or of one stream message, in order.
 // Send returns once the events are recorded for delivery (not necessarily
 // delivered); it does not block for room. It returns *SinkFullError (match it

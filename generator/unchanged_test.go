@@ -46,7 +46,7 @@ func newUnchangedNode(t *testing.T, model *crisim.Runtime, reuse bool) *unchange
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	n := &unchangedNode{model: model, srv: srv, reg: reg, sink: &sliceSink{}}
-	n.g = New(InstrumentRuntime(cli, m), n.sink, Options{Logger: slog.New(slog.DiscardHandler), Metrics: m})
+	n.g = New(InstrumentRuntime(cli, m), n.sink, Options{Logger: slog.New(slog.DiscardHandler), Metrics: m, Listings: cli})
 	return n
 }
 

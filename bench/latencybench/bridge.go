@@ -56,8 +56,7 @@ func (h *Harness) runBridge(ctx context.Context, mode Mode) (Result, error) {
 	}
 	opts.Hooks.OnAck = tr.onAck
 	if cfg.Stages {
-		opts.Hooks.WrapRuntime = func(rt generator.Runtime) generator.Runtime { return timedRuntime{Runtime: rt, tr: tr} }
-		opts.Hooks.WrapSink = func(s generator.Sink) generator.Sink { return timedSink{sink: s, tr: tr} }
+		timeStages(&opts.Hooks, tr)
 	}
 	b, err := bridge.New(opts)
 	if err != nil {

@@ -7,8 +7,17 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
+
+// timeStages sets the bridge's hooks that time each event at the stages
+// visible from outside the generator and the publisher (Config.Stages),
+// recording them in tr.
+func timeStages(h *bridge.Hooks, tr *tracker) {
+	h.WrapRuntime = func(rt generator.Runtime) generator.Runtime { return timedRuntime{Runtime: rt, tr: tr} }
+	h.WrapSink = func(s generator.Sink) generator.Sink { return timedSink{sink: s, tr: tr} }
+}
 
 // timedRuntime is the bridge's Runtime with the arrival of each stream event
 // stamped on its transition (Config.Stages).

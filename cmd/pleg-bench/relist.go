@@ -84,13 +84,15 @@ func measureRelistOf(ctx context.Context, size nodeSize, reps int) (_ []measurem
 		_, err := raw.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 		return err
 	}
-	steady := generator.New(cri, &countingSink{}, opts)
+	steadyOpts := opts
+	steadyOpts.Listings = cri
+	steady := generator.New(cri, &countingSink{}, steadyOpts)
 	if err := steady.Relist(ctx); err != nil {
 		return nil, err
 	}
-	// The same client without its listing version (not part of the
-	// Runtime interface): no relist comes back unchanged.
-	merged := generator.New(struct{ generator.Runtime }{cri}, &countingSink{}, opts)
+	// The same client without its listing version (Options.Listings): no
+	// relist comes back unchanged.
+	merged := generator.New(cri, &countingSink{}, opts)
 	if err := merged.Relist(ctx); err != nil {
 		return nil, err
 	}
