@@ -293,7 +293,7 @@ func build(opts Options) (_ *pipeline, err error) {
 			state.Record(ev)
 		}
 	}
-	p.pub, err = publish.New(p.js, publish.Options{
+	p.pub, err = publish.New(p.nc, publish.Options{
 		Encoder:     enc,
 		MaxInFlight: opts.PublishMaxInFlight,
 		OutboxSize:  opts.OutboxSize,
