@@ -22,6 +22,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/statebucket"
 )
 
 // httpShutdownTimeout bounds the wait for the scrapes and probes in flight
@@ -159,7 +160,7 @@ type pipeline struct {
 	js         jetstream.JetStream
 	gen        *generator.Generator
 	pub        *publish.Publisher
-	state      *publish.StateWriter // nil without Options.StateBucket
+	state      *statebucket.Writer // nil without Options.StateBucket
 }
 
 // build opens the durable store, makes the runtime client, connects NATS
@@ -277,7 +278,7 @@ func build(opts Options) (_ *pipeline, err error) {
 		if p.store != nil {
 			seed = p.store.Checkpoint().Restored()
 		}
-		p.state, err = publish.NewStateWriter(p.js, publish.StateOptions{
+		p.state, err = statebucket.New(p.js, statebucket.Options{
 			Bucket: opts.StateBucket, Encoder: enc, Manage: opts.Stream.Manage, Replicas: opts.Stream.Replicas,
 			Seed: seed, Ready: func() bool { return p.gen.Synced() && p.pub.Pending() == 0 },
 			DrainTimeout: opts.ShutdownTimeout, Version: opts.Version, Registerer: p.reg, Logger: log,

@@ -70,7 +70,7 @@ type Options struct {
 	NATS   NATSOptions
 	Stream StreamOptions
 	// StateBucket is the key-value bucket where the bridge keeps its
-	// node's current containers, one key per container (publish.StateWriter);
+	// node's current containers, one key per container (statebucket.Writer);
 	// empty means none. With Stream.Manage the bucket is created if
 	// missing, with Stream.Replicas replicas.
 	StateBucket string

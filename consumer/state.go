@@ -109,7 +109,7 @@ type StateChange struct {
 // what they are, not the cluster. nats.go recreates the watcher's
 // consumer after a reconnect or a gap and resumes after the last entry
 // read; a container removed while a watcher was away longer than the
-// bucket keeps delete markers (publish.DefaultStateMarkerTTL) is not
+// bucket keeps delete markers (statebucket.DefaultMarkerTTL) is not
 // reported removed.
 //
 // It blocks until ctx is done, then returns nil, or until fn returns an

@@ -14,6 +14,8 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
+	"github.com/pleg-bridge/pleg-bridge/statebucket"
+	"github.com/pleg-bridge/pleg-bridge/statebucket/statebuckettest"
 )
 
 const testBucket = "STATE"
@@ -22,7 +24,7 @@ const testBucket = "STATE"
 // in-process server, run until the test ends.
 type stateNode struct {
 	node string
-	w    *publish.StateWriter
+	w    *statebucket.Writer
 }
 
 func newStateNode(t *testing.T, js jetstream.JetStream, node string) *stateNode {
@@ -31,19 +33,7 @@ func newStateNode(t *testing.T, js jetstream.JetStream, node string) *stateNode 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := publish.NewStateWriter(js, publish.StateOptions{Bucket: testBucket, Encoder: enc, Manage: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("state writer of %s: %v", node, err)
-		}
-	})
+	w := statebuckettest.Start(t, js, statebucket.Options{Bucket: testBucket, Encoder: enc, Manage: true})
 	return &stateNode{node: node, w: w}
 }
 

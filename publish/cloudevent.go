@@ -197,9 +197,9 @@ func (e *Encoder) Encode(ev generator.Event) (*nats.Msg, error) {
 		msg.Header = binaryHeaders(&ce)
 		msg.Data = data
 	default:
-		body, err := e.appendStructured(make([]byte, 0, e.structuredSize(ev)), ev, info, id)
+		body, err := e.structured(ev, info, id)
 		if err != nil {
-			return nil, fmt.Errorf("encode event %s of container %s: %w", ev.Type, ev.Container.ID, err)
+			return nil, err
 		}
 		msg.Header = nats.Header{
 			jetstream.MsgIDHeader: {id},
@@ -208,6 +208,34 @@ func (e *Encoder) Encode(ev generator.Event) (*nats.Msg, error) {
 		msg.Data = body
 	}
 	return msg, nil
+}
+
+// EncodeStructured returns ev as a structured-mode CloudEvent, the JSON
+// that Encode puts in the body in ModeStructured, whatever the Encoder's
+// mode: what a store of whole events (the state bucket) holds. It fails
+// for the events Encode fails for.
+func (e *Encoder) EncodeStructured(ev generator.Event) ([]byte, error) {
+	info, err := e.check(ev)
+	if err != nil {
+		return nil, err
+	}
+	return e.structured(ev, info, EventID(ev.Container.ID, ev.Type))
+}
+
+// Node returns the node whose events the Encoder encodes: the node token
+// of their subjects, and their node extension.
+func (e *Encoder) Node() string {
+	return e.node
+}
+
+// structured returns the structured-mode body of ev, which check accepted;
+// id is ev's CloudEvent id and info its type's.
+func (e *Encoder) structured(ev generator.Event, info typeInfo, id string) ([]byte, error) {
+	body, err := e.appendStructured(make([]byte, 0, e.structuredSize(ev)), ev, info, id)
+	if err != nil {
+		return nil, fmt.Errorf("encode event %s of container %s: %w", ev.Type, ev.Container.ID, err)
+	}
+	return body, nil
 }
 
 // check returns what Encode needs of ev's type, or an error if ev cannot be

@@ -591,6 +591,35 @@ func TestEncodeRejectsEventsItCannotPublishCorrectly(t *testing.T) {
 	}
 }
 
+// TestEncodeStructuredIsTheStructuredBodyInEitherMode: what the state
+// bucket holds is the event as the stream's structured messages carry it,
+// also from an Encoder in binary mode, and it refuses what Encode refuses.
+func TestEncodeStructuredIsTheStructuredBodyInEitherMode(t *testing.T) {
+	structured := newEncoder(t, publish.EncoderOptions{})
+	for _, mode := range []publish.Mode{publish.ModeStructured, publish.ModeBinary} {
+		enc := newEncoder(t, publish.EncoderOptions{Mode: mode})
+		for typ, ev := range goldenEvents(t) {
+			t.Run(string(mode)+"/"+string(typ), func(t *testing.T) {
+				got, err := enc.EncodeStructured(ev)
+				if err != nil {
+					t.Fatalf("EncodeStructured: %v", err)
+				}
+				if diff := cmp.Diff(string(encode(t, structured, ev).Data), string(got)); diff != "" {
+					t.Errorf("EncodeStructured differs from the structured body (-Encode +EncodeStructured):\n%s", diff)
+				}
+			})
+		}
+		if enc.Node() != "node-1" {
+			t.Errorf("Node() = %q, want node-1", enc.Node())
+		}
+		ev := goldenEvents(t)[generator.ContainerStarted]
+		ev.Pod.UID = ""
+		if _, err := enc.EncodeStructured(ev); err == nil || !strings.Contains(err.Error(), "pod UID is empty") {
+			t.Errorf("EncodeStructured of an event without a pod UID: error %v, want one saying so", err)
+		}
+	}
+}
+
 func TestNewEncoderNamesTheBadValue(t *testing.T) {
 	tests := []struct {
 		name string

@@ -86,7 +86,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, opts StreamOption
 // means 1), max age (0 means forever), duplicate window (0 means
 // DefaultDuplicateWindow, and never longer than the max age, which
 // JetStream refuses), and the metadata of a bridge of version (see
-// contractMetadata). A negative value is an error naming it.
+// ContractMetadata). A negative value is an error naming it.
 func limitsConfig(what, name string, replicas int, maxAge, duplicates time.Duration, version string) (jetstream.StreamConfig, error) {
 	switch {
 	case replicas < 0:
@@ -107,7 +107,7 @@ func limitsConfig(what, name string, replicas int, maxAge, duplicates time.Durat
 		MaxAge:     maxAge,
 		Duplicates: duplicates,
 		Replicas:   cmp.Or(replicas, 1),
-		Metadata:   contractMetadata(version),
+		Metadata:   ContractMetadata(version),
 	}, nil
 }
 
@@ -125,7 +125,7 @@ const metadataUpdateTimeout = 2 * time.Second
 // nothing else of it is changed but its metadata. Of bridges that create
 // it at once, one creates it and the others find it.
 //
-// want.Metadata is this bridge's (contractMetadata). A stream created by
+// want.Metadata is this bridge's (ContractMetadata). A stream created by
 // this bridge gets it; an existing one gets it, beside its other keys,
 // when its configuration is updated for its limits, and otherwise only
 // when it records no contract version or an older one than this bridge's:
@@ -205,10 +205,11 @@ func ensureLimitsStream(ctx context.Context, js jetstream.JetStream, what string
 	return stream, nil
 }
 
-// contractMetadata returns the metadata a bridge of version records on the
-// stream, the archive and the state bucket it sets up: the contract
-// version and its pleg-bridge version (empty: BuildVersion).
-func contractMetadata(version string) map[string]string {
+// ContractMetadata returns the metadata a bridge of version records on the
+// stream, the archive and the state bucket (statebucket.Ensure) it sets
+// up: the contract version and its pleg-bridge version (empty:
+// BuildVersion).
+func ContractMetadata(version string) map[string]string {
 	return map[string]string{
 		schemas.MetadataContractVersion: schemas.ContractVersion,
 		schemas.MetadataVersion:         cmp.Or(version, BuildVersion()),

@@ -1,12 +1,11 @@
-package publish
+package statebucket
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -15,49 +14,54 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
-// StateWriter defaults.
+// Writer defaults.
 const (
-	// DefaultStateMarkerTTL is how long the delete marker of a removed
+	// DefaultMarkerTTL is how long the delete marker of a removed
 	// container stays in the state bucket. A watcher that is connected
 	// sees it at once; one that reconnects resumes after the last entry it
 	// saw and sees it as long as it is there, so this is the longest a
 	// watcher may be away without keeping a removed container. A day of
 	// markers is one small message per container removed that day.
-	DefaultStateMarkerTTL = 24 * time.Hour
-	// DefaultStateMaxDeletes bounds the deletes that wait while NATS is
+	DefaultMarkerTTL = 24 * time.Hour
+	// DefaultMaxDeletes bounds the deletes that wait while NATS is
 	// away, beyond the node's live containers (which the writer holds
 	// anyway). Past it they are forgotten and the node's keys are
 	// reconciled instead once NATS is back: one read of the node's keys
 	// replaces any number of deletes.
-	DefaultStateMaxDeletes = 16384
+	DefaultMaxDeletes = 16384
 )
 
-// stateWriteTimeout bounds one write to the bucket; a write that fails is
-// retried with the Publisher's backoff bounds. stateReadyInterval is how
-// often the writer asks Ready while it has not reconciled yet.
+// writeTimeout bounds one write to the bucket; a write that fails is
+// retried with the Publisher's backoff bounds. readyInterval is how often
+// the writer asks Ready while it has not reconciled yet.
 const (
-	stateWriteTimeout  = 5 * time.Second
-	stateReadyInterval = 500 * time.Millisecond
+	writeTimeout  = 5 * time.Second
+	readyInterval = 500 * time.Millisecond
 )
 
-// StateOptions configures a StateWriter. Zero values take the defaults.
-type StateOptions struct {
+// errReconnecting is the error of a write not tried while the connection
+// reconnects.
+var errReconnecting = errors.New("nats connection is reconnecting")
+
+// Options configures a Writer. Zero values take the defaults.
+type Options struct {
 	// Bucket is the key-value bucket's name. Required.
 	Bucket string
 	// Encoder encodes the values: the events' CloudEvents, always in
 	// structured mode whatever the Encoder's mode. Its node is the node
 	// whose keys the writer owns. Required.
-	Encoder *Encoder
+	Encoder *publish.Encoder
 	// Manage creates the bucket if it is missing, with Replicas replicas
 	// (0 means 1), history 1 and delete markers kept MarkerTTL. Without
 	// it the writer waits for the bucket to exist.
 	Manage   bool
 	Replicas int
 	// MarkerTTL is the marker TTL of a bucket the writer creates: how long
-	// the marker of a deleted key stays; 0 means DefaultStateMarkerTTL.
+	// the marker of a deleted key stays; 0 means DefaultMarkerTTL.
 	// The writer's purges take the TTL of the bucket it finds; a bucket
 	// made without marker TTLs keeps the markers until a purge of deletes.
 	MarkerTTL time.Duration
@@ -76,13 +80,14 @@ type StateOptions struct {
 	// forget deletes.
 	Ready func() bool
 	// MaxDeletes bounds the deletes waiting to be written; 0 means
-	// DefaultStateMaxDeletes.
+	// DefaultMaxDeletes.
 	MaxDeletes int
 	// RetryBackoffMin and RetryBackoffMax bound the wait before a failed
-	// write is retried; zero takes the Publisher's defaults.
+	// write is retried; zero takes the Publisher's defaults
+	// (publish.DefaultRetryBackoffMin, publish.DefaultRetryBackoffMax).
 	RetryBackoffMin, RetryBackoffMax time.Duration
 	// DrainTimeout bounds the writes made once Run's ctx is done; 0 means
-	// DefaultDrainTimeout.
+	// publish.DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// Registerer receives the metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -90,13 +95,13 @@ type StateOptions struct {
 	Logger *slog.Logger
 }
 
-// StateWriter keeps the node's part of the state bucket equal to the
+// Writer keeps the node's part of the state bucket equal to the
 // node's containers as the stream tells them: one key per container
 // (schemas.StateKey), whose value is the container's latest event as a
 // structured CloudEvent, deleted (a purge, leaving a marker for
 // MarkerTTL) when the container is removed.
 //
-// Record takes each event after JetStream acked it (Options.OnAck), so the
+// Record takes each event after JetStream acked it (publish.Options.OnAck), so the
 // bucket never shows what the stream does not hold, and never blocks: it
 // updates the writer's view of the node's live containers and marks the
 // key dirty. Run writes the dirty keys one at a time, each with the
@@ -116,13 +121,13 @@ type StateOptions struct {
 // a checkpoint was down.
 //
 // Record and Pending are safe for concurrent use.
-type StateWriter struct {
+type Writer struct {
 	js      jetstream.JetStream
-	opts    StateOptions // defaults applied
-	enc     *Encoder     // structured
+	opts    Options // defaults applied
+	enc     *publish.Encoder
 	node    string
 	log     *slog.Logger
-	metrics *stateMetrics
+	metrics *metrics
 
 	// wake has room for one signal: Record's, that a key is dirty.
 	wake chan struct{}
@@ -141,9 +146,9 @@ type StateWriter struct {
 	resync bool
 }
 
-// NewStateWriter returns a StateWriter that writes with js. Run must be
-// called for anything to be written.
-func NewStateWriter(js jetstream.JetStream, opts StateOptions) (*StateWriter, error) {
+// New returns a Writer that writes with js. Run must be called for
+// anything to be written.
+func New(js jetstream.JetStream, opts Options) (*Writer, error) {
 	if js == nil {
 		return nil, errors.New("create state writer: jetstream handle is nil")
 	}
@@ -158,44 +163,42 @@ func NewStateWriter(js jetstream.JetStream, opts StateOptions) (*StateWriter, er
 			opts.MarkerTTL, opts.MaxDeletes, opts.Replicas)
 	}
 	if opts.MarkerTTL == 0 {
-		opts.MarkerTTL = DefaultStateMarkerTTL
+		opts.MarkerTTL = DefaultMarkerTTL
 	}
 	if opts.MarkerTTL < time.Second {
 		return nil, fmt.Errorf("create state writer: marker TTL %s is below JetStream's minimum of 1s", opts.MarkerTTL)
 	}
 	if opts.MaxDeletes == 0 {
-		opts.MaxDeletes = DefaultStateMaxDeletes
+		opts.MaxDeletes = DefaultMaxDeletes
 	}
 	if opts.Replicas == 0 {
 		opts.Replicas = 1
 	}
 	if opts.RetryBackoffMin == 0 {
-		opts.RetryBackoffMin = DefaultRetryBackoffMin
+		opts.RetryBackoffMin = publish.DefaultRetryBackoffMin
 	}
 	if opts.RetryBackoffMax == 0 {
-		opts.RetryBackoffMax = DefaultRetryBackoffMax
+		opts.RetryBackoffMax = publish.DefaultRetryBackoffMax
 	}
 	if opts.DrainTimeout == 0 {
-		opts.DrainTimeout = DefaultDrainTimeout
+		opts.DrainTimeout = publish.DefaultDrainTimeout
 	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	enc := *opts.Encoder // shares its read-only maps
-	enc.mode = ModeStructured
-	w := &StateWriter{
+	w := &Writer{
 		js:    js,
 		opts:  opts,
-		enc:   &enc,
-		node:  enc.node,
+		enc:   opts.Encoder,
+		node:  opts.Encoder.Node(),
 		log:   log.With("component", "state", "bucket", opts.Bucket),
 		wake:  make(chan struct{}, 1),
 		live:  map[string]generator.Event{},
 		byID:  map[string]string{},
 		dirty: map[string]struct{}{},
 	}
-	m, err := newStateMetrics(opts.Registerer, w.Pending)
+	m, err := newMetrics(opts.Registerer, w.Pending)
 	if err != nil {
 		return nil, fmt.Errorf("create state writer: %w", err)
 	}
@@ -206,7 +209,7 @@ func NewStateWriter(js jetstream.JetStream, opts StateOptions) (*StateWriter, er
 
 // seed takes the latest event of each container in events as live, unless
 // it is removed; no key becomes dirty.
-func (w *StateWriter) seed(events []generator.Event) {
+func (w *Writer) seed(events []generator.Event) {
 	latest := map[string]generator.Event{}
 	for _, ev := range events {
 		if cur, ok := latest[ev.Container.ID]; !ok || typeRank(ev.Type) > typeRank(cur.Type) {
@@ -238,7 +241,7 @@ func typeRank(t generator.LifecycleEventType) int {
 }
 
 // key returns the state bucket key of ev's container.
-func (w *StateWriter) key(ev generator.Event) string {
+func (w *Writer) key(ev generator.Event) string {
 	return schemas.StateKey(schemas.StateRef{
 		Node: w.node, Namespace: ev.Pod.Namespace, Pod: ev.Pod.Name, PodUID: ev.Pod.UID, ContainerID: ev.Container.ID,
 	})
@@ -248,7 +251,7 @@ func (w *StateWriter) key(ev generator.Event) string {
 // dirty, to hold the event, or to be deleted for a ContainerRemoved. An
 // event older than what the writer holds for its container is ignored. It
 // does no I/O and never blocks.
-func (w *StateWriter) Record(ev generator.Event) {
+func (w *Writer) Record(ev generator.Event) {
 	if ev.Container.ID == "" || ev.Pod.UID == "" {
 		return // not encodable: the Publisher dropped it too
 	}
@@ -283,7 +286,7 @@ func (w *StateWriter) Record(ev generator.Event) {
 // waiting, it forgets them all and asks for a reconcile; a reconcile's
 // own marks are not bounded (they are bounded by the node's keys in the
 // bucket), or it would forget what it found. Call it with mu held.
-func (w *StateWriter) markDirty(key string, bounded bool) {
+func (w *Writer) markDirty(key string, bounded bool) {
 	if _, ok := w.dirty[key]; ok {
 		return
 	}
@@ -311,7 +314,7 @@ func (w *StateWriter) markDirty(key string, bounded bool) {
 }
 
 // Pending returns the number of keys waiting to be written.
-func (w *StateWriter) Pending() int {
+func (w *Writer) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.dirty)
@@ -322,7 +325,7 @@ func (w *StateWriter) Pending() int {
 // while JetStream is unreachable or the bucket cannot be used (logged at
 // Error: permissions, a stream that is not a bucket), since the stream
 // does not depend on it. It returns nil once ctx is done.
-func (w *StateWriter) Run(ctx context.Context) error {
+func (w *Writer) Run(ctx context.Context) error {
 	kv, purgeTTL, err := w.open(ctx)
 	if err != nil {
 		return nil // ctx is done
@@ -336,7 +339,7 @@ func (w *StateWriter) Run(ctx context.Context) error {
 	reconcileFailures := 0
 	var readyC <-chan time.Time
 	if !reconciled {
-		tick := time.NewTicker(stateReadyInterval)
+		tick := time.NewTicker(readyInterval)
 		defer tick.Stop()
 		readyC = tick.C
 	}
@@ -362,7 +365,7 @@ func (w *StateWriter) Run(ctx context.Context) error {
 				return nil
 			}
 			failures++
-			d := retryDelay(w.opts.RetryBackoffMin, w.opts.RetryBackoffMax, failures)
+			d := backoff(w.opts.RetryBackoffMin, w.opts.RetryBackoffMax, failures)
 			if failures == 1 {
 				w.log.Warn("cannot write the state bucket, will retry", "err", err, "retry_in", d)
 			} else {
@@ -397,7 +400,7 @@ func (w *StateWriter) Run(ctx context.Context) error {
 }
 
 // drain writes what is dirty once more, within DrainTimeout.
-func (w *StateWriter) drain(ctx context.Context, kv jetstream.KeyValue, purgeTTL time.Duration) {
+func (w *Writer) drain(ctx context.Context, kv jetstream.KeyValue, purgeTTL time.Duration) {
 	if w.Pending() == 0 {
 		return
 	}
@@ -409,110 +412,9 @@ func (w *StateWriter) drain(ctx context.Context, kv jetstream.KeyValue, purgeTTL
 	}
 }
 
-// open returns the bucket, created with Manage if missing, and the TTL to
-// give delete markers (0 when the bucket has no marker TTLs). It retries
-// while JetStream is unreachable (or the bucket missing, without Manage).
-func (w *StateWriter) open(ctx context.Context) (jetstream.KeyValue, time.Duration, error) {
-	failures := 0
-	for {
-		kv, err := w.openOnce(ctx)
-		var st jetstream.KeyValueStatus
-		if err == nil {
-			st, err = kv.Status(ctx)
-			if err == nil {
-				// The bucket's own marker TTL, also for one an operator
-				// made: the purges' markers live as long as its others.
-				ttl := st.LimitMarkerTTL()
-				if ttl == 0 {
-					w.log.Warn("the state bucket has no marker TTL: markers of removed containers stay until its deletes are purged")
-				}
-				w.log.Info("state bucket ready", "node", w.node)
-				return kv, ttl, nil
-			}
-		}
-		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
-		}
-		failures++
-		d := retryDelay(w.opts.RetryBackoffMin, w.opts.RetryBackoffMax, failures)
-		switch {
-		case !stateUnreachable(err):
-			// Permissions, a bucket that is not one: an operator must
-			// act. The stream does not depend on the bucket, so the
-			// bridge goes on, and so does the writer, slowly.
-			d = w.opts.RetryBackoffMax
-			if failures == 1 {
-				w.log.Error("cannot use the state bucket, will retry", "err", err, "retry_in", d)
-			}
-		case failures == 1:
-			w.log.Warn("cannot open the state bucket, will retry", "err", err, "retry_in", d)
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, 0, ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-func (w *StateWriter) openOnce(ctx context.Context) (jetstream.KeyValue, error) {
-	cctx, cancel := context.WithTimeout(ctx, stateWriteTimeout)
-	defer cancel()
-	return EnsureStateBucket(cctx, w.js, w.opts)
-}
-
-// EnsureStateBucket returns the state bucket opts.Bucket and, with
-// opts.Manage, creates it if it is missing: history 1 (one message per
-// key), file storage, opts.Replicas replicas, and delete markers kept
-// opts.MarkerTTL (0: DefaultStateMarkerTTL), and the contract version and
-// opts.Version in its metadata (schemas.MetadataContractVersion,
-// schemas.MetadataVersion). An existing bucket is used as it is, its
-// metadata included: a bridge's user may only create the bucket, and the
-// bucket's keys, unlike the stream's subjects, have not changed with the
-// contract so far. Only Bucket, Manage, Replicas, MarkerTTL and Version of
-// opts are read. It makes one attempt; StateWriter.Run calls it until it
-// succeeds.
-func EnsureStateBucket(ctx context.Context, js jetstream.JetStream, opts StateOptions) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, opts.Bucket)
-	if !errors.Is(err, jetstream.ErrBucketNotFound) || !opts.Manage {
-		return kv, err
-	}
-	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:         opts.Bucket,
-		Description:    "pleg-bridge: the latest lifecycle event of every container, one key per container",
-		History:        1,
-		Replicas:       max(opts.Replicas, 1),
-		Storage:        jetstream.FileStorage,
-		LimitMarkerTTL: cmp.Or(opts.MarkerTTL, DefaultStateMarkerTTL),
-		Metadata:       contractMetadata(opts.Version),
-	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		// Another node created it meanwhile.
-		return js.KeyValue(ctx, opts.Bucket)
-	}
-	return kv, err
-}
-
-// stateUnreachable reports whether err means the bucket cannot be reached
-// (yet), rather than one the writer cannot use.
-func stateUnreachable(err error) bool {
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return true
-	}
-	for _, target := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
-		nats.ErrDisconnected, nats.ErrConnectionReconnecting, jetstream.ErrNoStreamResponse, jetstream.ErrJetStreamNotEnabled} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
-}
-
 // writeDirty writes the dirty keys in the order they became dirty, until
 // none is left or a write fails (the key stays dirty).
-func (w *StateWriter) writeDirty(ctx context.Context, kv jetstream.KeyValue, purgeTTL time.Duration) error {
+func (w *Writer) writeDirty(ctx context.Context, kv jetstream.KeyValue, purgeTTL time.Duration) error {
 	for {
 		w.mu.Lock()
 		if len(w.order) == 0 {
@@ -546,19 +448,21 @@ func (w *StateWriter) writeDirty(ctx context.Context, kv jetstream.KeyValue, pur
 	}
 }
 
+// encodeError is an event the Encoder refuses: its key is left as it is,
+// not retried.
 type encodeError struct{ error }
 
 // write puts ev as key's value, or deletes key when it is not live.
-func (w *StateWriter) write(ctx context.Context, kv jetstream.KeyValue, key string, ev generator.Event, live bool, purgeTTL time.Duration) error {
+func (w *Writer) write(ctx context.Context, kv jetstream.KeyValue, key string, ev generator.Event, live bool, purgeTTL time.Duration) error {
 	op := "delete"
 	var value []byte
 	if live {
 		op = "put"
-		msg, err := w.enc.Encode(ev)
+		var err error
+		value, err = w.enc.EncodeStructured(ev)
 		if err != nil {
 			return encodeError{err}
 		}
-		value = msg.Data
 	}
 	if nc := w.js.Conn(); nc != nil && nc.IsReconnecting() {
 		// A write nats.go buffers until the reconnect would wait out its
@@ -566,7 +470,7 @@ func (w *StateWriter) write(ctx context.Context, kv jetstream.KeyValue, key stri
 		w.metrics.writes.WithLabelValues(op, resultError).Inc()
 		return errReconnecting
 	}
-	wctx, cancel := context.WithTimeout(ctx, stateWriteTimeout)
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	var err error
 	if live {
@@ -582,153 +486,20 @@ func (w *StateWriter) write(ctx context.Context, kv jetstream.KeyValue, key stri
 		w.metrics.writes.WithLabelValues(op, resultError).Inc()
 		return fmt.Errorf("%s state key %s: %w", op, key, err)
 	}
-	w.metrics.writes.WithLabelValues(op, "ok").Inc()
+	w.metrics.writes.WithLabelValues(op, resultOK).Inc()
 	return nil
 }
 
-// reconcileOrLog reconciles, logging a failure (at Warn the first after a
-// success, at Debug the next ones); it reports success.
-func (w *StateWriter) reconcileOrLog(ctx context.Context, kv jetstream.KeyValue, failedBefore int) bool {
-	n, err := w.reconcile(ctx, kv)
-	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-		case failedBefore == 0:
-			w.log.Warn("cannot reconcile the node's keys in the state bucket, will try again", "err", err)
-		default:
-			w.log.Debug("cannot reconcile the node's keys in the state bucket, will try again", "err", err)
-		}
-		return false
+// backoff returns the wait before the next attempt after failures failed
+// ones in a row: minDelay doubled for each failure after the first, at
+// most maxDelay, drawn from the upper half of that at random, so that the
+// writers of nodes that failed together do not retry together. It is the
+// Publisher's retry backoff.
+func backoff(minDelay, maxDelay time.Duration, failures int) time.Duration {
+	d := minDelay
+	for n := 1; n < failures && d < maxDelay; n++ {
+		d *= 2
 	}
-	w.metrics.reconciles.Inc()
-	w.log.Info("reconciled the node's keys in the state bucket", "keys_to_write", n)
-	return true
-}
-
-// reconcile reads the node's keys and their values, and marks dirty every
-// key whose value differs from what the writer holds (missing, stale, or
-// of a container it does not hold). It returns how many it marked.
-func (w *StateWriter) reconcile(ctx context.Context, kv jetstream.KeyValue) (int, error) {
-	w.mu.Lock()
-	w.resync = false
-	snapshot := make(map[string]generator.Event, len(w.live))
-	for k, ev := range w.live {
-		snapshot[k] = ev
-	}
-	w.mu.Unlock()
-
-	stored, err := readKeys(ctx, kv, schemas.StateKeyFilter(schemas.StateRef{Node: w.node}))
-	if err != nil {
-		w.mu.Lock()
-		w.resync = true
-		w.mu.Unlock()
-		return 0, err
-	}
-	var stale []string
-	for key, value := range stored {
-		ev, ok := snapshot[key]
-		if !ok || storedEventID(value) != EventID(ev.Container.ID, ev.Type) {
-			stale = append(stale, key)
-		}
-	}
-	for key := range snapshot {
-		if _, ok := stored[key]; !ok {
-			stale = append(stale, key)
-		}
-	}
-	// A key whose container changed since the snapshot is dirty already
-	// or written with its current value: marking it again costs at most
-	// one write.
-	w.mu.Lock()
-	for _, key := range stale {
-		w.markDirty(key, false)
-	}
-	w.mu.Unlock()
-	if len(stale) > 0 {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
-	}
-	return len(stale), nil
-}
-
-// storedEventID returns the CloudEvent id of a stored value, "" if it has
-// none. A key is up to date when it holds the writer's event: the id names
-// the container and the event type, and nothing else. The bytes are not
-// compared: a value written by a run whose events carried more (a field
-// the checkpoint does not keep, which the writer's seed then lacks) is the
-// same event and stays as it is.
-func storedEventID(value []byte) string {
-	var ce struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(value, &ce) != nil {
-		return ""
-	}
-	return ce.ID
-}
-
-// readKeys returns the values of the keys of kv that match filter, deleted
-// ones left out, as they are when it is called.
-func readKeys(ctx context.Context, kv jetstream.KeyValue, filter string) (map[string][]byte, error) {
-	rctx, cancel := context.WithTimeout(ctx, stateWriteTimeout)
-	defer cancel()
-	watcher, err := kv.Watch(rctx, filter, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer watcher.Stop()
-	out := map[string][]byte{}
-	for {
-		select {
-		case e, ok := <-watcher.Updates():
-			if !ok {
-				return nil, errors.New("read state keys: watcher stopped")
-			}
-			if e == nil {
-				return out, nil
-			}
-			out[e.Key()] = e.Value()
-		case <-rctx.Done():
-			return nil, fmt.Errorf("read state keys: %w", rctx.Err())
-		}
-	}
-}
-
-// stateMetrics are the StateWriter's collectors.
-type stateMetrics struct {
-	writes     *prometheus.CounterVec
-	reconciles prometheus.Counter
-	forgotten  prometheus.Counter
-}
-
-func newStateMetrics(reg prometheus.Registerer, pending func() int) (*stateMetrics, error) {
-	m := &stateMetrics{
-		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pleg_bridge_state_writes_total",
-			Help: "Writes to the state bucket by operation (put, delete) and result (ok, error: retried).",
-		}, []string{"operation", "result"}),
-		reconciles: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pleg_bridge_state_reconciles_total",
-			Help: "Reconciles of the node's keys in the state bucket with the containers the bridge holds.",
-		}),
-		forgotten: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pleg_bridge_state_deletes_forgotten_total",
-			Help: "Deletes of state keys forgotten for want of room while NATS was away, left to a reconcile.",
-		}),
-	}
-	if reg == nil {
-		return m, nil
-	}
-	pendingGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "pleg_bridge_state_pending_keys",
-		Help: "State bucket keys waiting to be written.",
-	}, func() float64 { return float64(pending()) })
-	for _, c := range []prometheus.Collector{m.writes, m.reconciles, m.forgotten, pendingGauge} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register state metrics: %w", err)
-		}
-	}
-	return m, nil
+	d = min(d, maxDelay)
+	return d/2 + rand.N(d/2+1)
 }

@@ -1,4 +1,4 @@
-package publish_test
+package statebucket_test
 
 import (
 	"context"
@@ -23,7 +23,12 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 	"github.com/pleg-bridge/pleg-bridge/schemas/schemastest"
+	"github.com/pleg-bridge/pleg-bridge/statebucket"
+	"github.com/pleg-bridge/pleg-bridge/statebucket/statebuckettest"
 )
+
+// waitTimeout bounds every wait on the server or the writer.
+const waitTimeout = 30 * time.Second
 
 // stateEvent returns the event of type typ of container id of pod uid.
 func stateEvent(typ generator.LifecycleEventType, uid, id string) generator.Event {
@@ -54,7 +59,7 @@ func stateKeyOf(uid, id string) string {
 	return schemas.StateKey(schemas.StateRef{Node: "node-1", Namespace: "shop", Pod: "pod-" + uid, PodUID: uid, ContainerID: id})
 }
 
-func newStateWriter(t *testing.T, js jetstream.JetStream, opts publish.StateOptions) *publish.StateWriter {
+func newWriter(t *testing.T, js jetstream.JetStream, opts statebucket.Options) *statebucket.Writer {
 	t.Helper()
 	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: "node-1", SubjectPrefix: "pleg", Mode: publish.ModeBinary})
 	if err != nil {
@@ -69,37 +74,11 @@ func newStateWriter(t *testing.T, js jetstream.JetStream, opts publish.StateOpti
 		opts.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	}
 	opts.RetryBackoffMin, opts.RetryBackoffMax = 10*time.Millisecond, 200*time.Millisecond
-	w, err := publish.NewStateWriter(js, opts)
+	w, err := statebucket.New(js, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return w
-}
-
-// runStateWriter runs w until the test ends; stop cancels it and waits.
-func runStateWriter(t *testing.T, w *publish.StateWriter) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(waitTimeout):
-			t.Error("Run did not return after cancel")
-		}
-	}
-	t.Cleanup(stop)
-	return stop
 }
 
 // bucketWatch follows a bucket's keys as a reader does.
@@ -174,13 +153,13 @@ func (b *bucketWatch) until(t *testing.T, want map[string]string) {
 	}
 }
 
-func TestStateWriterHoldsTheLatestEventOfEachLiveContainer(t *testing.T) {
+func TestWriterHoldsTheLatestEventOfEachLiveContainer(t *testing.T) {
 	t.Parallel()
 	_, url := publishtest.NewServer(t)
 	_, js := publishtest.Connect(t, url)
 	reg := prometheus.NewRegistry()
-	w := newStateWriter(t, js, publish.StateOptions{Registerer: reg})
-	runStateWriter(t, w)
+	w := newWriter(t, js, statebucket.Options{Registerer: reg})
+	statebuckettest.Run(t, w)
 	b := watchBucket(t, js, "STATE")
 
 	for _, ev := range []generator.Event{
@@ -209,8 +188,8 @@ func TestStateWriterHoldsTheLatestEventOfEachLiveContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.History() != 1 || st.LimitMarkerTTL() != publish.DefaultStateMarkerTTL {
-		t.Errorf("bucket history %d, marker TTL %s; want 1 and %s", st.History(), st.LimitMarkerTTL(), publish.DefaultStateMarkerTTL)
+	if st.History() != 1 || st.LimitMarkerTTL() != statebucket.DefaultMarkerTTL {
+		t.Errorf("bucket history %d, marker TTL %s; want 1 and %s", st.History(), st.LimitMarkerTTL(), statebucket.DefaultMarkerTTL)
 	}
 	waitNothingPending(t, w)
 	if got := testutil.CollectAndCount(reg, "pleg_bridge_state_writes_total"); got == 0 {
@@ -233,15 +212,15 @@ pleg_bridge_state_reconciles_total 0
 	}
 }
 
-// TestStateWriterConvergesAfterAnOutage stops NATS while containers
+// TestWriterConvergesAfterAnOutage stops NATS while containers
 // change: the changes wait, and once the server is back the bucket holds
 // the truth, with the removed container's key gone.
-func TestStateWriterConvergesAfterAnOutage(t *testing.T) {
+func TestWriterConvergesAfterAnOutage(t *testing.T) {
 	t.Parallel()
-	rs, stopServer := newRestartableServer(t)
-	_, js := publishtest.Connect(t, rs.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	w := newStateWriter(t, js, publish.StateOptions{})
-	runStateWriter(t, w)
+	rs, stopServer := publishtest.NewRestartableServer(t)
+	_, js := publishtest.Connect(t, rs.URL, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	w := newWriter(t, js, statebucket.Options{})
+	statebuckettest.Run(t, w)
 	b := watchBucket(t, js, "STATE")
 	w.Record(stateEvent(generator.ContainerStarted, "u1", "a"))
 	w.Record(stateEvent(generator.ContainerStarted, "u1", "b"))
@@ -259,7 +238,7 @@ func TestStateWriterConvergesAfterAnOutage(t *testing.T) {
 	if n := w.Pending(); n == 0 {
 		t.Error("nothing pending while NATS is away")
 	}
-	rs.start(t)
+	rs.Start(t)
 	select {
 	case <-reconnected:
 	case <-time.After(waitTimeout):
@@ -274,17 +253,17 @@ func TestStateWriterConvergesAfterAnOutage(t *testing.T) {
 	})
 }
 
-// TestStateWriterReconcilesTheNodesKeys starts over a bucket that an
+// TestWriterReconcilesTheNodesKeys starts over a bucket that an
 // earlier run left: a key of a container gone while no bridge ran, a key
 // whose value is out of date, another node's key. Seeded with what the
 // checkpoint holds, the writer deletes the first, rewrites the second and
 // leaves the other node's alone once Ready says the first relist is in.
-func TestStateWriterReconcilesTheNodesKeys(t *testing.T) {
+func TestWriterReconcilesTheNodesKeys(t *testing.T) {
 	t.Parallel()
 	_, url := publishtest.NewServer(t)
 	_, js := publishtest.Connect(t, url)
-	first := newStateWriter(t, js, publish.StateOptions{})
-	stopFirst := runStateWriter(t, first)
+	first := newWriter(t, js, statebucket.Options{})
+	stopFirst := statebuckettest.Run(t, first)
 	b := watchBucket(t, js, "STATE")
 	first.Record(stateEvent(generator.ContainerStarted, "u1", "gone"))
 	first.Record(stateEvent(generator.ContainerStarted, "u1", "kept"))
@@ -313,7 +292,7 @@ func TestStateWriterReconcilesTheNodesKeys(t *testing.T) {
 	}
 
 	ready := make(chan struct{})
-	second := newStateWriter(t, js, publish.StateOptions{
+	second := newWriter(t, js, statebucket.Options{
 		// The checkpoint: kept died since, gone was removed.
 		Seed: []generator.Event{
 			stateEvent(generator.ContainerStarted, "u1", "kept"),
@@ -329,7 +308,7 @@ func TestStateWriterReconcilesTheNodesKeys(t *testing.T) {
 			}
 		},
 	})
-	stopSecond := runStateWriter(t, second)
+	stopSecond := statebuckettest.Run(t, second)
 	close(ready)
 	b.until(t, map[string]string{
 		stateKeyOf("u1", "kept"): schemas.TypeContainerDied,
@@ -346,15 +325,15 @@ func TestStateWriterReconcilesTheNodesKeys(t *testing.T) {
 	}
 }
 
-// TestStateWriterForgetsDeletesPastItsBoundAndReconcilesInstead records
+// TestWriterForgetsDeletesPastItsBoundAndReconcilesInstead records
 // more removals than MaxDeletes before it can write: the deletes are
 // forgotten, and the reconcile that follows removes the keys all the same.
-func TestStateWriterForgetsDeletesPastItsBoundAndReconcilesInstead(t *testing.T) {
+func TestWriterForgetsDeletesPastItsBoundAndReconcilesInstead(t *testing.T) {
 	t.Parallel()
 	_, url := publishtest.NewServer(t)
 	_, js := publishtest.Connect(t, url)
-	first := newStateWriter(t, js, publish.StateOptions{})
-	stopFirst := runStateWriter(t, first)
+	first := newWriter(t, js, statebucket.Options{})
+	stopFirst := statebuckettest.Run(t, first)
 	b := watchBucket(t, js, "STATE")
 	want := map[string]string{}
 	var ids []string
@@ -368,7 +347,7 @@ func TestStateWriterForgetsDeletesPastItsBoundAndReconcilesInstead(t *testing.T)
 	stopFirst()
 
 	reg := prometheus.NewRegistry()
-	second := newStateWriter(t, js, publish.StateOptions{
+	second := newWriter(t, js, statebucket.Options{
 		MaxDeletes: 2,
 		Registerer: reg,
 		Seed: slices.Collect(func(yield func(generator.Event) bool) {
@@ -385,20 +364,20 @@ func TestStateWriterForgetsDeletesPastItsBoundAndReconcilesInstead(t *testing.T)
 	if n := metricstest.Value(t, reg, "pleg_bridge_state_deletes_forgotten_total", nil); n == 0 {
 		t.Error("no delete was forgotten past MaxDeletes")
 	}
-	runStateWriter(t, second)
+	statebuckettest.Run(t, second)
 	b.until(t, map[string]string{stateKeyOf("u1", "c4"): schemas.TypeContainerStarted})
 }
 
-// TestStateWriterWritesWhatIsDirtyWhenStopped stops the writer right after
+// TestWriterWritesWhatIsDirtyWhenStopped stops the writer right after
 // events were recorded: Run writes them before it returns, as the bridge
 // stops it only once the publisher delivered what it could.
-func TestStateWriterWritesWhatIsDirtyWhenStopped(t *testing.T) {
+func TestWriterWritesWhatIsDirtyWhenStopped(t *testing.T) {
 	t.Parallel()
 	_, url := publishtest.NewServer(t)
 	_, js := publishtest.Connect(t, url)
 	logs := &lockedLog{}
-	w := newStateWriter(t, js, publish.StateOptions{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	stop := runStateWriter(t, w)
+	w := newWriter(t, js, statebucket.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	stop := statebuckettest.Run(t, w)
 	b := watchBucket(t, js, "STATE")
 	want := map[string]string{}
 	for i := range 20 {
@@ -438,7 +417,7 @@ func (l *lockedLog) String() string {
 // bucket can look converged to a watcher before the writer is done: the
 // purge of a container whose key was never written (its start folded into
 // the purge) shows nothing to a watcher that did not see the key.
-func waitNothingPending(t *testing.T, w *publish.StateWriter) {
+func waitNothingPending(t *testing.T, w *statebucket.Writer) {
 	t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()

@@ -30,6 +30,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
+	"github.com/pleg-bridge/pleg-bridge/statebucket"
 )
 
 // alertJob is the job label the rules select: the value of the label the
@@ -220,7 +221,7 @@ func exportedMetrics(t *testing.T) (names, histograms map[string]bool) {
 	if _, err := publish.New(js.Conn(), publish.Options{Encoder: enc, Spool: store.Spool(), Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := publish.NewStateWriter(js, publish.StateOptions{Encoder: enc, Bucket: "pleg-state", Registerer: rec}); err != nil {
+	if _, err := statebucket.New(js, statebucket.Options{Encoder: enc, Bucket: "pleg-state", Registerer: rec}); err != nil {
 		t.Fatal(err)
 	}
 	if rec.err != nil {

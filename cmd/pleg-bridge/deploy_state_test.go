@@ -16,6 +16,8 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
+	"github.com/pleg-bridge/pleg-bridge/statebucket"
+	"github.com/pleg-bridge/pleg-bridge/statebucket/statebuckettest"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer's goroutine and the test.
@@ -54,24 +56,14 @@ func TestNATSAccountsLetTheBridgeKeepAndTheReaderWatchTheStateBucket(t *testing.
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	stateOpts := publish.StateOptions{
+	stateOpts := statebucket.Options{
 		Bucket: schemas.DefaultStateBucket, Encoder: enc, Manage: true, Ready: func() bool { return true },
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	}
-	if _, err := publish.EnsureStateBucket(t.Context(), jsB, stateOpts); err != nil {
+	if _, err := statebucket.Ensure(t.Context(), jsB, stateOpts); err != nil {
 		t.Fatalf("the bridge user cannot create the state bucket: %v", err)
 	}
-	w, err := publish.NewStateWriter(jsB, stateOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	w := statebuckettest.Start(t, jsB, stateOpts)
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, e := range []struct {
 		typ generator.LifecycleEventType

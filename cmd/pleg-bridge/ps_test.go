@@ -19,6 +19,8 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
+	"github.com/pleg-bridge/pleg-bridge/statebucket"
+	"github.com/pleg-bridge/pleg-bridge/statebucket/statebuckettest"
 )
 
 // psNow is the clock of the ps tests: the AGE column counts from it.
@@ -29,7 +31,7 @@ var psNow = time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC)
 type psEnv struct {
 	url    string
 	js     jetstream.JetStream
-	nodes  map[string]*publish.StateWriter
+	nodes  map[string]*statebucket.Writer
 	bucket string
 }
 
@@ -44,24 +46,13 @@ func newPSEnv(t *testing.T) *psEnv {
 // two nodes' state writers, until the test ends.
 func startStateWriters(t *testing.T, url string, js jetstream.JetStream) *psEnv {
 	t.Helper()
-	e := &psEnv{url: url, js: js, nodes: map[string]*publish.StateWriter{}, bucket: "STATE"}
+	e := &psEnv{url: url, js: js, nodes: map[string]*statebucket.Writer{}, bucket: "STATE"}
 	for _, node := range []string{"node-1", "node-2.example.com"} {
 		enc, err := publish.NewEncoder(publish.EncoderOptions{Node: node, SubjectPrefix: "pleg"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := publish.NewStateWriter(js, publish.StateOptions{Bucket: e.bucket, Encoder: enc, Manage: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- w.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			<-done
-		})
-		e.nodes[node] = w
+		e.nodes[node] = statebuckettest.Start(t, js, statebucket.Options{Bucket: e.bucket, Encoder: enc, Manage: true})
 	}
 	return e
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,46 @@ func RunServer(t testing.TB, opts *server.Options) *server.Server {
 		t.Fatal("nats server not ready for connections after 10s")
 	}
 	return s
+}
+
+// RestartableServer is an in-process NATS server with JetStream that a
+// test stops and starts again on the same port and store: for what must
+// hold across an outage.
+type RestartableServer struct {
+	// URL is the server's client URL, the same after every start.
+	URL  string
+	dir  string
+	port int
+}
+
+// NewRestartableServer starts a RestartableServer, its store in
+// t.TempDir(), on a random loopback port, and returns it with the function
+// that shuts it down and waits until it is down. t.Cleanup shuts down
+// every start of it that is still running. It fails the test if the
+// server does not start.
+func NewRestartableServer(t testing.TB) (*RestartableServer, func()) {
+	t.Helper()
+	dir := t.TempDir()
+	s, url := StartServer(t, natsembed.Options{DataDir: dir, Port: -1})
+	rs := &RestartableServer{URL: url, dir: dir, port: s.Addr().(*net.TCPAddr).Port}
+	return rs, stopper(s)
+}
+
+// Start starts the server again, on its port and store, and returns the
+// function that stops it.
+func (rs *RestartableServer) Start(t testing.TB) (stop func()) {
+	t.Helper()
+	s, _ := StartServer(t, natsembed.Options{DataDir: rs.dir, Port: rs.port})
+	return stopper(s)
+}
+
+// stopper returns the function that shuts s down and waits until it is
+// down.
+func stopper(s *server.Server) func() {
+	return func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
 }
 
 // NewCluster starts a JetStream cluster of n in-process servers on loopback
