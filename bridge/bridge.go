@@ -321,7 +321,10 @@ func build(opts Options) (_ *pipeline, err error) {
 		return nil, err
 	}
 
-	metrics := generator.NewMetrics(p.reg)
+	metrics, err := generator.NewMetrics(p.reg)
+	if err != nil {
+		return nil, err
+	}
 	var rt generator.Runtime = generator.InstrumentRuntime(p.cri, metrics)
 	if opts.Hooks.WrapRuntime != nil {
 		rt = opts.Hooks.WrapRuntime(rt)

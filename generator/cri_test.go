@@ -153,7 +153,11 @@ func TestInstrumentedRuntimePassesErrorsAndCountsThem(t *testing.T) {
 	model := crisim.NewRuntime(crisim.Options{})
 	srv, ep := crisimtest.Serve(t, model)
 	reg := prometheus.NewRegistry()
-	rt := generator.InstrumentRuntime(newClient(t, ep, generator.CRIOptions{}), generator.NewMetrics(reg))
+	m, err := generator.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := generator.InstrumentRuntime(newClient(t, ep, generator.CRIOptions{}), m)
 	srv.FailNext("ListContainers", codes.Unavailable)
 	if _, err := rt.ListContainers(t.Context(), nil); status.Code(err) != codes.Unavailable {
 		t.Fatalf("first ListContainers = %v, want the injected Unavailable", err)

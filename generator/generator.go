@@ -206,7 +206,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Metrics == nil {
-		opts.Metrics = NewMetrics(nil)
+		opts.Metrics = newMetrics()
 	}
 	g := &Generator{
 		rt:          rt,

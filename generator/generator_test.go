@@ -46,12 +46,22 @@ func newFixture(t *testing.T, mopts crisim.Options, gopts generator.Options) *fi
 	if gopts.Logger == nil {
 		gopts.Logger = slog.New(slog.DiscardHandler)
 	}
-	gopts.Metrics = generator.NewMetrics(f.reg)
+	gopts.Metrics = mustMetrics(t, f.reg)
 	if gopts.TaskEvents == nil {
 		gopts.TaskEvents = f.rt // the fake serves containerd's events too, as the CRI client does
 	}
 	f.gen = generator.New(f.rt, f.rec, gopts)
 	return f
+}
+
+// mustMetrics returns the generator's metrics registered on reg.
+func mustMetrics(t *testing.T, reg prometheus.Registerer) *generator.Metrics {
+	t.Helper()
+	m, err := generator.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func (f *fixture) relist(t *testing.T) {

@@ -2,6 +2,7 @@ package generator
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,8 +56,26 @@ func (m *Metrics) sourceMetrics(src eventSource) sourceMetrics {
 }
 
 // NewMetrics creates the generator's metrics and registers them on reg
-// (nil: not registered, for tests that do not look at them).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// (nil: not registered, for tests that do not look at them). It returns
+// the error of a registration that failed (a name registered twice).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := newMetrics()
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.relistsUnchanged, m.events,
+		m.skipped, m.criRequests, m.criDuration, m.streamReconnects, m.streamEvents,
+		m.missedByStream, m.mode, m.suppressed, m.streamConnected, m.targetedPending,
+		m.unsent, m.unreported, m.taskReconnects, m.taskEvents, m.taskConnected, m.triggers, m.eventSource} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register generator metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// newMetrics creates the generator's metrics, registered nowhere.
+func newMetrics() *Metrics {
 	m := &Metrics{
 		relistDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "pleg_bridge_relist_duration_seconds",
@@ -158,12 +177,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	// first one from increase() and rate(), so every event type starts at 0.
 	for _, t := range []LifecycleEventType{ContainerStarted, ContainerDied, ContainerRemoved} {
 		m.unreported.WithLabelValues(string(t))
-	}
-	if reg != nil {
-		reg.MustRegister(m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.relistsUnchanged, m.events,
-			m.skipped, m.criRequests, m.criDuration, m.streamReconnects, m.streamEvents,
-			m.missedByStream, m.mode, m.suppressed, m.streamConnected, m.targetedPending,
-			m.unsent, m.unreported, m.taskReconnects, m.taskEvents, m.taskConnected, m.triggers, m.eventSource)
 	}
 	return m
 }

@@ -15,7 +15,9 @@ func TestUnreportedEventsAreExportedAtZeroBeforeTheFirstLoss(t *testing.T) {
 	// The alert on lost events takes increase() of this counter, which
 	// cannot see the first increment of a series that appears at 1.
 	reg := prometheus.NewRegistry()
-	generator.NewMetrics(reg)
+	if _, err := generator.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
 	const want = `
 # HELP pleg_bridge_events_unreported_total Lifecycle events never sent: the sink was full until their container's record expired.
 # TYPE pleg_bridge_events_unreported_total counter

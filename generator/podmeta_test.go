@@ -108,7 +108,7 @@ func TestRelistMetadata(t *testing.T) {
 	now := time.Now()
 	cached := map[string]*PodMeta{}
 	r := &relister{
-		metrics:    NewMetrics(nil),
+		metrics:    newMetrics(),
 		logger:     slog.New(slog.DiscardHandler),
 		lookupMeta: func(uid string) *PodMeta { return cached[uid] },
 	}

@@ -44,7 +44,10 @@ func newUnchangedNode(t *testing.T, model *crisim.Runtime, reuse bool) *unchange
 		cli.ReuseListings()
 	}
 	reg := prometheus.NewRegistry()
-	m := NewMetrics(reg)
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := &unchangedNode{model: model, srv: srv, reg: reg, sink: &sliceSink{}}
 	n.g = New(InstrumentRuntime(cli, m), n.sink, Options{Logger: slog.New(slog.DiscardHandler), Metrics: m, Listings: cli})
 	return n

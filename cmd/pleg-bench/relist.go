@@ -75,7 +75,7 @@ func measureRelistOf(ctx context.Context, size nodeSize, reps int) (_ []measurem
 		return nil, err
 	}
 	defer fresh.Close()
-	opts := generator.Options{Logger: slog.New(slog.DiscardHandler), Metrics: generator.NewMetrics(nil)}
+	opts := generator.Options{Logger: slog.New(slog.DiscardHandler)}
 
 	bare := func() error {
 		if _, err := raw.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err != nil {
