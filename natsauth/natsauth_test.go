@@ -46,6 +46,29 @@ func connect(t *testing.T, url, creds string, opts ...nats.Option) node {
 	return node{nc: nc, js: js, errs: errs}
 }
 
+// startOperated starts a server in operator mode (natsauthtest.Start) in
+// which the administrator has created the event stream
+// (schemas.DefaultStream, on pleg.>) and, with bucket, the state bucket
+// (schemas.DefaultStateBucket), as an operator does for bridges run with
+// PLEG_STREAM_MANAGE=false. It returns the server, the administrator's
+// connection and the bucket (nil without).
+func startOperated(t *testing.T, bucket bool) (*natsauthtest.Server, node, jetstream.KeyValue) {
+	t.Helper()
+	srv := natsauthtest.Start(t, natsauth.Names{})
+	admin := connect(t, srv.URL, srv.AdminCreds)
+	if _, err := admin.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: schemas.DefaultStream, Subjects: []string{"pleg.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !bucket {
+		return srv, admin, nil
+	}
+	kv, err := admin.js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: schemas.DefaultStateBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, admin, kv
+}
+
 // refused fails the test unless the server answers the publish (or
 // subscribe) on subject with a permissions violation naming it.
 func (n node) refused(t *testing.T, verb, subject string) {
@@ -84,19 +107,12 @@ func (n node) refused(t *testing.T, verb, subject string) {
 // the events themselves.
 func TestNodeCredentialsReachOnlyTheirNode(t *testing.T) {
 	t.Parallel()
-	srv := natsauthtest.Start(t, natsauth.Names{})
 	const nodeA, tokA, tokB = "node-1.example.com", "node-1_example_com", "node-2"
 	ctx := t.Context()
 
 	// The operator creates the stream and the bucket, as with
 	// PLEG_STREAM_MANAGE=false.
-	admin := connect(t, srv.URL, srv.AdminCreds)
-	if _, err := admin.js.CreateStream(ctx, jetstream.StreamConfig{Name: schemas.DefaultStream, Subjects: []string{"pleg.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schemas.DefaultStateBucket}); err != nil {
-		t.Fatal(err)
-	}
+	srv, _, _ := startOperated(t, true)
 
 	a := connect(t, srv.URL, srv.Mint(t, nodeA), nats.CustomInboxPrefix(natsauth.InboxPrefix(nodeA)))
 	subject := schemas.Subject("pleg", nodeA, "shop", "6f1c2a7e", "ContainerStarted")
@@ -212,20 +228,30 @@ func TestUserNameIsTheSubjectToken(t *testing.T) {
 	}
 }
 
-// TestMintIssuesAScopedUserNamedByTheNode checks the credentials file: a
-// user JWT issued by the signing key for the account, named by the node's
-// token, without permissions of its own (the server refuses a scoped user
-// that has some), expiring when asked, and the seed of its user key.
-func TestMintIssuesAScopedUserNamedByTheNode(t *testing.T) {
-	t.Parallel()
-	signer, _ := nkeys.CreateAccount()
-	account, _ := nkeys.CreateAccount()
-	spub, _ := signer.PublicKey()
-	apub, _ := account.PublicKey()
-	creds, err := natsauth.Mint(natsauth.MintOptions{SigningKey: signer, Account: apub, Node: "node-1.example.com", Expiry: time.Hour})
+// signingKey returns a new account signing key, its public key, and the
+// public key of a new account, for minting without a server.
+func signingKey(t *testing.T) (signer nkeys.KeyPair, spub, apub string) {
+	t.Helper()
+	signer, err := nkeys.CreateAccount()
 	if err != nil {
 		t.Fatal(err)
 	}
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spub, err = signer.PublicKey(); err != nil {
+		t.Fatal(err)
+	}
+	if apub, err = account.PublicKey(); err != nil {
+		t.Fatal(err)
+	}
+	return signer, spub, apub
+}
+
+// userClaims returns the claims of the user JWT in a credentials file.
+func userClaims(t *testing.T, creds []byte) *jwt.UserClaims {
+	t.Helper()
 	token, err := jwt.ParseDecoratedJWT(creds)
 	if err != nil {
 		t.Fatal(err)
@@ -234,6 +260,21 @@ func TestMintIssuesAScopedUserNamedByTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return uc
+}
+
+// TestMintIssuesAScopedUserNamedByTheNode checks the credentials file: a
+// user JWT issued by the signing key for the account, named by the node's
+// token, without permissions of its own (the server refuses a scoped user
+// that has some), expiring when asked, and the seed of its user key.
+func TestMintIssuesAScopedUserNamedByTheNode(t *testing.T) {
+	t.Parallel()
+	signer, spub, apub := signingKey(t)
+	creds, err := natsauth.Mint(natsauth.MintOptions{SigningKey: signer, Account: apub, Node: "node-1.example.com", Expiry: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc := userClaims(t, creds)
 	kp, err := jwt.ParseDecoratedUserNKey(creds)
 	if err != nil {
 		t.Fatal(err)
@@ -273,15 +314,8 @@ func TestMintIssuesAScopedUserNamedByTheNode(t *testing.T) {
 // as node B.
 func TestADeliverySubjectCannotForgeAnotherNode(t *testing.T) {
 	t.Parallel()
-	srv := natsauthtest.Start(t, natsauth.Names{})
 	ctx := t.Context()
-	admin := connect(t, srv.URL, srv.AdminCreds)
-	if _, err := admin.js.CreateStream(ctx, jetstream.StreamConfig{Name: "PLEG", Subjects: []string{"pleg.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "PLEG_STATE"}); err != nil {
-		t.Fatal(err)
-	}
+	srv, admin, _ := startOperated(t, true) // PLEG and PLEG_STATE
 	a := connect(t, srv.URL, srv.Mint(t, "node-1"), nats.CustomInboxPrefix(natsauth.InboxPrefix("node-1")))
 	if _, err := a.js.Publish(ctx, schemas.Subject("pleg", "node-1", "shop", "u1", "ContainerStarted"), []byte(`{}`)); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -119,6 +118,28 @@ type cluster struct {
 	t     *testing.T
 }
 
+// newCluster returns the cluster in which admin publishes the events of
+// nodeName.
+func newCluster(t *testing.T, admin node, nodeName string) cluster {
+	t.Helper()
+	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: nodeName, SubjectPrefix: "pleg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cluster{admin: admin, enc: enc, t: t}
+}
+
+// publishWebAndPay publishes shop's web-0 started, payments' pay-0
+// started and web-0 died, in that order, and returns the ids of shop's
+// two events.
+func (c cluster) publishWebAndPay() (shop []string) {
+	c.t.Helper()
+	shop = append(shop, c.publish(c.event(generator.ContainerStarted, "shop", "web-0", "u-web", "c1"), ""))
+	c.publish(c.event(generator.ContainerStarted, "payments", "pay-0", "u-pay", "c2"), "")
+	shop = append(shop, c.publish(c.event(generator.ContainerDied, "shop", "web-0", "u-web", "c1"), ""))
+	return shop
+}
+
 func (c cluster) event(typ generator.LifecycleEventType, ns, pod, uid, container string) *nats.Msg {
 	c.t.Helper()
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -165,21 +186,9 @@ func ids(events []consumer.Event) []string {
 // subject beyond them.
 func TestReaderReadsOnlyItsNamespaces(t *testing.T) {
 	t.Parallel()
-	srv := natsauthtest.Start(t, natsauth.Names{})
 	ctx := t.Context()
-	admin := connect(t, srv.URL, srv.AdminCreds)
-	if _, err := admin.js.CreateStream(ctx, jetstream.StreamConfig{Name: schemas.DefaultStream, Subjects: []string{"pleg.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := admin.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: schemas.DefaultStateBucket})
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: "node-1.example.com", SubjectPrefix: "pleg"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := cluster{admin: admin, enc: enc, t: t}
+	srv, admin, kv := startOperated(t, true)
+	c := newCluster(t, admin, "node-1.example.com")
 
 	// shop and payments interleaved, and a shop event of the legacy
 	// layout, which has no namespace token.
@@ -414,21 +423,9 @@ func TestReaderReadsOnlyItsNamespaces(t *testing.T) {
 // for another group, is refused.
 func TestReaderConsumesTheGroupsItIsGranted(t *testing.T) {
 	t.Parallel()
-	srv := natsauthtest.Start(t, natsauth.Names{})
 	ctx := t.Context()
-	admin := connect(t, srv.URL, srv.AdminCreds)
-	if _, err := admin.js.CreateStream(ctx, jetstream.StreamConfig{Name: schemas.DefaultStream, Subjects: []string{"pleg.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: "node-1", SubjectPrefix: "pleg"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := cluster{admin: admin, enc: enc, t: t}
-	var shop []string
-	shop = append(shop, c.publish(c.event(generator.ContainerStarted, "shop", "web-0", "u-web", "c1"), ""))
-	c.publish(c.event(generator.ContainerStarted, "payments", "pay-0", "u-pay", "c2"), "")
-	shop = append(shop, c.publish(c.event(generator.ContainerDied, "shop", "web-0", "u-web", "c1"), ""))
+	srv, admin, _ := startOperated(t, false)
+	shop := newCluster(t, admin, "node-1").publishWebAndPay()
 
 	// The operator makes the groups: its member creates the work stream
 	// and stops at the first event, which it leaves to the group.
@@ -511,10 +508,7 @@ func TestReaderWithoutItsInboxPrefixIsRefusedItsReplies(t *testing.T) {
 // anything else.
 func TestMintReaderTagsTheUserWithItsNamespaces(t *testing.T) {
 	t.Parallel()
-	signer, _ := nkeys.CreateAccount()
-	account, _ := nkeys.CreateAccount()
-	spub, _ := signer.PublicKey()
-	apub, _ := account.PublicKey()
+	signer, spub, apub := signingKey(t)
 	creds, err := natsauth.MintReader(natsauth.ReaderOptions{
 		SigningKey: signer, Account: apub,
 		Namespaces: []string{"shop", "payments", "shop"}, Groups: []string{"shop-billing"},
@@ -522,14 +516,7 @@ func TestMintReaderTagsTheUserWithItsNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, err := jwt.ParseDecoratedJWT(creds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uc, err := jwt.DecodeUserClaims(token)
-	if err != nil {
-		t.Fatal(err)
-	}
+	uc := userClaims(t, creds)
 	switch {
 	case uc.Issuer != spub || uc.IssuerAccount != apub:
 		t.Errorf("issuer %s for account %s, want %s for %s", uc.Issuer, uc.IssuerAccount, spub, apub)
@@ -623,15 +610,7 @@ func TestReaderReadsItsNamespacesInTheArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc, err := publish.NewEncoder(publish.EncoderOptions{Node: "node-1", SubjectPrefix: "pleg"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := cluster{admin: admin, enc: enc, t: t}
-	var shop []string
-	shop = append(shop, c.publish(c.event(generator.ContainerStarted, "shop", "web-0", "u-web", "c1"), ""))
-	c.publish(c.event(generator.ContainerStarted, "payments", "pay-0", "u-pay", "c2"), "")
-	shop = append(shop, c.publish(c.event(generator.ContainerDied, "shop", "web-0", "u-web", "c1"), ""))
+	shop := newCluster(t, admin, "node-1").publishWebAndPay()
 	// The archive has copied them all: its last message is the fourth...
 	// read as an administrator, with a deadline.
 	cons, err := archive.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})

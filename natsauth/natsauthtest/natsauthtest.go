@@ -67,21 +67,11 @@ func Start(t testing.TB, names natsauth.Names) *Server {
 	}
 
 	account := newKey(t, nkeys.CreateAccount)
-	signer := newKey(t, nkeys.CreateAccount)
 	accClaims := jwt.NewAccountClaims(pub(t, account))
 	accClaims.Name = "PLEG"
 	accClaims.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-	scope := jwt.NewUserScope()
-	scope.Key = pub(t, signer)
-	scope.Role = natsauth.Role
-	scope.Template.Permissions = natsauth.NodeTemplate(names)
-	accClaims.SigningKeys.AddScopedSigner(scope)
-	readerSigner := newKey(t, nkeys.CreateAccount)
-	readerScope := jwt.NewUserScope()
-	readerScope.Key = pub(t, readerSigner)
-	readerScope.Role = natsauth.ReaderRole
-	readerScope.Template.Permissions = natsauth.ReaderTemplate(names)
-	accClaims.SigningKeys.AddScopedSigner(readerScope)
+	signer := addScopedSigner(t, accClaims, natsauth.Role, natsauth.NodeTemplate(names))
+	readerSigner := addScopedSigner(t, accClaims, natsauth.ReaderRole, natsauth.ReaderTemplate(names))
 	accJWT := encode(t, accClaims, operator)
 	if err := resolver.Store(pub(t, account), accJWT); err != nil {
 		t.Fatal(err)
@@ -96,14 +86,6 @@ func Start(t testing.TB, names natsauth.Names) *Server {
 	}
 	s := publishtest.RunServer(t, opts)
 
-	seed, err := signer.Seed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	readerSeed, err := readerSigner.Seed()
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := &Server{
 		URL: s.ClientURL(), Account: pub(t, account), SigningKey: signer,
 		SigningKeyFile:       filepath.Join(dir, "pleg-node.nk"),
@@ -114,12 +96,8 @@ func Start(t testing.TB, names natsauth.Names) *Server {
 	if err := os.WriteFile(srv.AccountJWTFile, []byte(accJWT+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(srv.SigningKeyFile, append(seed, '\n'), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(srv.ReaderSigningKeyFile, append(readerSeed, '\n'), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeSeed(t, signer, srv.SigningKeyFile)
+	writeSeed(t, readerSigner, srv.ReaderSigningKeyFile)
 
 	admin := newKey(t, nkeys.CreateUser)
 	adminClaims := jwt.NewUserClaims(pub(t, admin))
@@ -172,6 +150,32 @@ func (s *Server) MintReader(t testing.TB, namespaces, groups []string) (creds, i
 		t.Fatal(err)
 	}
 	return creds, inbox
+}
+
+// addScopedSigner adds a new scoped signing key of role, whose users get
+// the permissions template, to claims, and returns the key.
+func addScopedSigner(t testing.TB, claims *jwt.AccountClaims, role string, template jwt.Permissions) nkeys.KeyPair {
+	t.Helper()
+	signer := newKey(t, nkeys.CreateAccount)
+	scope := jwt.NewUserScope()
+	scope.Key = pub(t, signer)
+	scope.Role = role
+	scope.Template.Permissions = template
+	claims.SigningKeys.AddScopedSigner(scope)
+	return signer
+}
+
+// writeSeed writes the seed of kp, and a newline, to the file path, as an
+// operator gives a key to pleg-bridge creds.
+func writeSeed(t testing.TB, kp nkeys.KeyPair, path string) {
+	t.Helper()
+	seed, err := kp.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(seed, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newKey(t testing.TB, create func() (nkeys.KeyPair, error)) nkeys.KeyPair {
