@@ -66,7 +66,7 @@ func benchmarkRelist(b *testing.B, containers int, overGRPC bool, kind string) {
 		b.Fatal(err)
 	}
 	var rt generator.Runtime = fake
-	opts := generator.Options{Logger: slog.New(slog.DiscardHandler), }
+	opts := generator.Options{Logger: slog.New(slog.DiscardHandler)}
 	if overGRPC {
 		cli := benchCRIClient(b, fake.Model())
 		if !first {

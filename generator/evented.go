@@ -64,10 +64,20 @@ const (
 // A replay is over at the first message the runtime stamped at or after the
 // connection opened (the backlog comes first, oldest first, so everything
 // kept has arrived), when no message came for replayQuiet, or after
-// replayMax. Its methods are safe for concurrent use.
+// replayMax.
+//
+// The gate also tells since when the current connection is open, if one
+// is: while one is, its replay ends by itself (the merge need not bound its
+// wait), and a full relist judges the stream by what it missed since
+// (streamSupervisor.judge). New makes the gate and hands it to both sides:
+// the supervisor opens, shuts and connects it, the merge waits on it. Its
+// methods are safe for concurrent use.
 type replayGate struct {
 	mu   sync.Mutex
 	done chan struct{} // guarded by mu; closed while the gate is shut
+	// connectedAt is when the current connection opened, in unix ns; 0
+	// while none is open.
+	connectedAt atomic.Int64
 }
 
 func newReplayGate() *replayGate {
@@ -106,6 +116,52 @@ func (r *replayGate) close() {
 	}
 }
 
+// connect records that a connection opened at at; disconnect, that it
+// ended.
+func (r *replayGate) connect(at time.Time) { r.connectedAt.Store(at.UnixNano()) }
+func (r *replayGate) disconnect()          { r.connectedAt.Store(0) }
+
+// connectedSince returns when the current connection opened, and false
+// while none is open.
+func (r *replayGate) connectedSince() (time.Time, bool) {
+	at := r.connectedAt.Load()
+	if at == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, at), true
+}
+
+// supervisorOptions are what New gives the stream supervisor: the stream's
+// settings (Options' Stream* fields, defaults applied) and its only links
+// to the rest of the generator. They are set once, before Run, and only
+// read after.
+type supervisorOptions struct {
+	rt Runtime
+	// tasks is containerd's event service, nil where there is none.
+	tasks TaskEventSource
+	// failureLimit, backoffMin, backoffMax and healthyAfter are
+	// Options.StreamFailureLimit and its neighbours.
+	failureLimit                         int
+	backoffMin, backoffMax, healthyAfter time.Duration
+	// mode is the generator's active mode, which the supervisor drives.
+	mode *activeMode
+	// replay is shared with the merge (see replayGate).
+	replay *replayGate
+	// relist asks for a full relist soon.
+	relist func()
+	// messages carries CRI stream messages to the merge goroutine, which
+	// takes them in arrival order between relists; triggers carries
+	// containerd's events to the trigger goroutine.
+	messages chan<- *runtimeapi.ContainerEventResponse
+	triggers chan<- TaskEvent
+	// runtimeBack receives when a relist succeeded after failing: the
+	// runtime answers again, so waiting out the reconnect backoff would
+	// only delay evented mode.
+	runtimeBack <-chan struct{}
+	logger      *slog.Logger
+	metrics     *Metrics
+}
+
 // streamSupervisor is the evented source. It decides (in auto and
 // containerd-events mode) where to subscribe, if at all, then keeps a
 // GetContainerEvents stream, or a subscription to containerd's event service,
@@ -117,47 +173,21 @@ func (r *replayGate) close() {
 // and has delivered again).
 //
 // It owns the connection state; the generator owns the mode, which the
-// supervisor drives through its hooks. Run is called once; checkMissed and
-// the hooks are safe for concurrent use with it.
+// supervisor drives (activeMode). Run is called once; judge, runtimeAnswers
+// and followsContainerd are safe for concurrent use with it.
 type streamSupervisor struct {
-	rt      Runtime
-	opts    Options
-	logger  *slog.Logger
-	metrics *Metrics
+	supervisorOptions
 
-	// Hooks into the generator, called from the supervisor's goroutines and,
-	// for checkMissed, from the merge goroutine.
-	mode    func() Mode
-	setMode func(Mode, string)
-	relist  func() // asks for a full relist soon
-	// messages carries stream messages to the merge goroutine, which takes
-	// them in arrival order between relists.
-	messages chan<- *runtimeapi.ContainerEventResponse
-	// tasks is containerd's event service, nil where there is none; its
-	// events go to the trigger goroutine through triggers.
-	tasks    TaskEventSource
-	triggers chan<- TaskEvent
 	// source is where events come from (an eventSource), set once by Run
 	// before it connects; atomic, as runtimeAnswers reads it from the
-	// relist loop.
+	// relist loop and followsContainerd from the targeted relist goroutine.
 	source atomic.Int32
-	// coalesceToFull is set (if not nil) when containerd's events are the
-	// source: see runTargeted.
-	coalesceToFull *atomic.Bool
-	// sm are the metrics of the source in use.
+	// sm are the metrics of the source in use, set once by Run before it
+	// connects.
 	sm sourceMetrics
-	// runtimeBack receives when a relist succeeded after failing: the runtime
-	// answers again, so waiting out the reconnect backoff would only delay
-	// evented mode.
-	runtimeBack <-chan struct{}
-	// replay is open from the moment the supervisor sets out to connect
-	// until that connection's replayed backlog is in, except during a
-	// backoff of replayHold or more.
-	replay *replayGate
-	// backingOff is set while the supervisor waits out such a backoff.
+	// backingOff is set while the supervisor waits out a backoff of
+	// replayHold or more, with the replay gate shut.
 	backingOff atomic.Bool
-
-	connectedAt atomic.Int64 // unix ns when the current connection opened; 0 while none is open
 	// eventsSinceRelist counts the messages received since the last full
 	// relist was judged: none at all makes a stream that missed transitions
 	// silent rather than lossy.
@@ -190,20 +220,17 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 		}
 		if src == sourceNone {
 			s.logger.Info(string(mode)+" mode: relisting only, no event stream", "reason", why)
-			s.setMode(ModeGeneric, why)
+			s.mode.set(ModeGeneric, why)
 			return nil
 		}
 		s.source.Store(int32(src))
 		s.logger.Info("following the runtime's events", "source", src.String(), "reason", why)
 	}
 	s.sm = s.metrics.sourceMetrics(s.eventSource())
-	if s.eventSource() == sourceContainerd && s.coalesceToFull != nil {
-		s.coalesceToFull.Store(true)
-	}
 	s.metrics.eventSource.WithLabelValues(s.eventSource().String()).Set(1)
-	s.setMode(ModeEvented, "event stream opening")
+	s.mode.set(ModeEvented, "event stream opening")
 	failures := 0
-	delay := s.opts.StreamBackoffMin
+	delay := s.backoffMin
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			s.sm.reconnects.Inc()
@@ -215,8 +242,8 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 		// Whatever the runtime keeps for the next connection must be merged
 		// before any relist taken from now on.
 		s.openReplay()
-		if up >= s.opts.StreamHealthyAfter && events > 0 {
-			failures, delay = 0, s.opts.StreamBackoffMin
+		if up >= s.healthyAfter && events > 0 {
+			failures, delay = 0, s.backoffMin
 		} else {
 			failures++
 		}
@@ -227,11 +254,11 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 			if s.eventSource() == sourceContainerd {
 				why = "the socket does not serve containerd's event service"
 			}
-			s.setMode(ModeGeneric, why)
+			s.mode.set(ModeGeneric, why)
 			return nil
 		}
-		if failures >= s.opts.StreamFailureLimit && s.mode() == ModeEvented {
-			s.setMode(ModeGeneric, fmt.Sprintf("event stream failed %d times in a row: %v", failures, err))
+		if failures >= s.failureLimit && s.mode.get() == ModeEvented {
+			s.mode.set(ModeGeneric, fmt.Sprintf("event stream failed %d times in a row: %v", failures, err))
 		}
 		if up >= reconnectAtOnceAfter {
 			continue // a working connection broke: the next one's relist covers the gap
@@ -252,9 +279,9 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(wait):
-			delay = min(delay*2, s.opts.StreamBackoffMax)
+			delay = min(delay*2, s.backoffMax)
 		case <-s.runtimeBack:
-			delay = s.opts.StreamBackoffMin // the runtime answers again: reconnect now
+			delay = s.backoffMin // the runtime answers again: reconnect now
 		}
 		s.backingOff.Store(false)
 		s.openReplay()
@@ -263,6 +290,11 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 
 // eventSource is where events come from.
 func (s *streamSupervisor) eventSource() eventSource { return eventSource(s.source.Load()) }
+
+// followsContainerd reports whether containerd's events are the source:
+// then a burst of targeted relists is better taken as one full relist (see
+// Generator.runTargeted).
+func (s *streamSupervisor) followsContainerd() bool { return s.eventSource() == sourceContainerd }
 
 // openReplay opens the replay gate for the next connection, if its source
 // replays anything: containerd's event service keeps nothing for a new
@@ -287,7 +319,7 @@ func (s *streamSupervisor) runtimeAnswers() {
 // detect asks the runtime its version until it answers or ctx is done, and
 // chooses the event source for mode from it.
 func (s *streamSupervisor) detect(ctx context.Context, mode Mode) (eventSource, string, error) {
-	delay := s.opts.StreamBackoffMin
+	delay := s.backoffMin
 	for {
 		v, err := s.rt.Version(ctx)
 		if err == nil {
@@ -302,7 +334,7 @@ func (s *streamSupervisor) detect(ctx context.Context, mode Mode) (eventSource, 
 		if err := sleep(ctx, jitter(delay)); err != nil {
 			return sourceNone, "", err
 		}
-		delay = min(delay*2, s.opts.StreamBackoffMax)
+		delay = min(delay*2, s.backoffMax)
 	}
 }
 
@@ -318,10 +350,10 @@ func (s *streamSupervisor) watchOnce(ctx context.Context) (time.Duration, int, e
 	s.mu.Unlock()
 
 	start := time.Now()
-	s.connectedAt.Store(start.UnixNano())
+	s.replay.connect(start)
 	s.sm.connected.Set(1)
 	defer func() {
-		s.connectedAt.Store(0)
+		s.replay.disconnect()
 		s.sm.connected.Set(0)
 	}()
 	if s.eventSource() == sourceContainerd {
@@ -454,7 +486,7 @@ func endReplayWhenQuiet(ctx context.Context, gate *replayGate, replayed <-chan s
 // connection has lasted StreamHealthyAfter (and, after a silent stream, has
 // delivered an event).
 func (s *streamSupervisor) promoteWhenHealthy(ctx context.Context, requireEvents bool, gotEvent <-chan struct{}) {
-	if sleep(ctx, s.opts.StreamHealthyAfter) != nil {
+	if sleep(ctx, s.healthyAfter) != nil {
 		return
 	}
 	if requireEvents {
@@ -464,35 +496,26 @@ func (s *streamSupervisor) promoteWhenHealthy(ctx context.Context, requireEvents
 		case <-gotEvent:
 		}
 	}
-	if s.mode() != ModeEvented {
+	if s.mode.get() != ModeEvented {
 		s.mu.Lock()
 		s.requireEvents = false
 		s.mu.Unlock()
-		s.setMode(ModeEvented, fmt.Sprintf("event stream healthy for %v", s.opts.StreamHealthyAfter))
+		s.mode.set(ModeEvented, fmt.Sprintf("event stream healthy for %v", s.healthyAfter))
 	}
 }
 
-// checkMissed judges the stream by a relist's outcome: it counts the
-// transitions the relist found that the stream, while connected, should have
-// reported first, and demotes a stream that delivered nothing at all since
-// the previous full relist. The merge goroutine calls it for relist batches.
-func (s *streamSupervisor) checkMissed(b *batch, events []Event) {
-	if !b.full {
-		return // targeted relists follow stream events; they judge nothing
-	}
-	connected := s.connectedAt.Load()
+// judge judges the stream by the outcome of a full relist that began at
+// at: it counts the transitions among the relist's events that the stream,
+// while connected, should have reported first, and demotes a stream that
+// delivered nothing at all since the previous full relist. The merge
+// goroutine calls it for each full relist it merges.
+func (s *streamSupervisor) judge(at time.Time, events []Event) {
+	connected, open := s.replay.connectedSince()
 	silent := s.eventsSinceRelist.Swap(0) == 0
-	if connected == 0 || s.mode() != ModeEvented {
+	if !open || s.mode.get() != ModeEvented {
 		return
 	}
-	since := time.Unix(0, connected).Add(missedGrace)
-	until := b.at.Add(-missedGrace)
-	missed := 0
-	for _, ev := range events {
-		if ev.DetectedBy == SourceRelist && ev.Type != ContainerRemoved && ev.Time.After(since) && ev.Time.Before(until) {
-			missed++
-		}
-	}
+	missed := missedTransitions(events, connected, at)
 	if missed == 0 {
 		return
 	}
@@ -505,10 +528,28 @@ func (s *streamSupervisor) checkMissed(b *batch, events []Event) {
 	s.requireEvents = true
 	cancel := s.cancelWatch
 	s.mu.Unlock()
-	s.setMode(ModeGeneric, fmt.Sprintf("event stream is silent: a relist found %d transitions it did not report", missed))
+	s.mode.set(ModeGeneric, fmt.Sprintf("event stream is silent: a relist found %d transitions it did not report", missed))
 	if cancel != nil {
 		cancel() // reconnect; it returns to evented mode only once it delivers
 	}
+}
+
+// missedTransitions counts the transitions among the events of a full
+// relist that began at relistAt that a stream connected since connected
+// should have reported first: those the relist detected, removals aside,
+// that happened more than missedGrace after the connection opened and more
+// than missedGrace before the relist began. It is pure: the supervisor
+// judges by its count (judge).
+func missedTransitions(events []Event, connected, relistAt time.Time) int {
+	since := connected.Add(missedGrace)
+	until := relistAt.Add(-missedGrace)
+	missed := 0
+	for _, ev := range events {
+		if ev.DetectedBy == SourceRelist && ev.Type != ContainerRemoved && ev.Time.After(since) && ev.Time.Before(until) {
+			missed++
+		}
+	}
+	return missed
 }
 
 // applyStreamEvent merges one stream message, in the merge goroutine, and

@@ -137,12 +137,11 @@ type Generator struct {
 	restored    restoredEvents
 	restoredDue chan struct{}
 	triggers    *triggerSet
-	// coalesceToFull makes the targeted relist goroutine take a burst of
-	// requests as one full relist: set while containerd's events drive
-	// the relists.
-	coalesceToFull atomic.Bool
-	mode           atomic.Value // string: the active Mode, evented or generic
-	stream         *streamSupervisor
+	mode        *activeMode
+	stream      *streamSupervisor
+	// replay is shared with the stream supervisor: the merge holds a
+	// relist back while it is open (mergeStreamFirst).
+	replay *replayGate
 
 	lastRelist atomic.Int64 // unix ns of the start of the last good relist
 	// fullRelists counts the full relists the relist loop began, so that
@@ -227,9 +226,9 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 	g.targeted = newTargetedQueue(opts.TargetedRelistDelay, opts.TargetedRelistRate, opts.Metrics.targetedPending)
 	g.seed(opts.Published)
 	g.opts.Published = nil // only needed once
-	g.mode.Store(string(ModeGeneric))
-	g.metrics.mode.WithLabelValues(string(ModeGeneric)).Set(1)
-	g.metrics.mode.WithLabelValues(string(ModeEvented)).Set(0)
+	// requestRelist: a new mode re-times the relist loop for its period.
+	g.mode = newActiveMode(g.metrics.mode, g.logger, g.requestRelist)
+	g.replay = newReplayGate()
 	g.relister = &relister{
 		rt:                rt,
 		metrics:           opts.Metrics,
@@ -241,21 +240,22 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		listings:          opts.Listings,
 		last:              &g.lastFull,
 	}
-	g.stream = &streamSupervisor{
-		rt:             rt,
-		opts:           g.opts,
-		logger:         g.logger,
-		metrics:        g.metrics,
-		mode:           g.Mode,
-		setMode:        g.setMode,
-		relist:         g.requestRelist,
-		messages:       g.streamBuf,
-		tasks:          opts.TaskEvents,
-		coalesceToFull: &g.coalesceToFull,
-		triggers:       g.taskBuf,
-		runtimeBack:    g.runtimeBack,
-		replay:         newReplayGate(),
-	}
+	g.stream = &streamSupervisor{supervisorOptions: supervisorOptions{
+		rt:           rt,
+		tasks:        opts.TaskEvents,
+		failureLimit: opts.StreamFailureLimit,
+		backoffMin:   opts.StreamBackoffMin,
+		backoffMax:   opts.StreamBackoffMax,
+		healthyAfter: opts.StreamHealthyAfter,
+		mode:         g.mode,
+		replay:       g.replay,
+		relist:       g.requestRelist,
+		messages:     g.streamBuf,
+		triggers:     g.taskBuf,
+		runtimeBack:  g.runtimeBack,
+		logger:       g.logger,
+		metrics:      g.metrics,
+	}}
 	return g
 }
 
@@ -288,7 +288,7 @@ func (g *Generator) Run(ctx context.Context) error {
 	eg.Go(func() error { return g.relistLoop(ctx, g.relistPeriod) })
 	switch g.opts.Mode {
 	case ModeGeneric:
-		g.setMode(ModeGeneric, "configured")
+		g.mode.set(ModeGeneric, "configured")
 	default:
 		eg.Go(func() error { return g.stream.Run(ctx, g.opts.Mode) })
 		eg.Go(func() error { return g.runTargeted(ctx) })
@@ -310,25 +310,7 @@ func (g *Generator) relistPeriod() time.Duration {
 
 // Mode returns the active mode: ModeEvented while the stream is trusted,
 // else ModeGeneric. Safe for concurrent use.
-func (g *Generator) Mode() Mode { return Mode(g.mode.Load().(string)) }
-
-// setMode switches the active mode, logging the reason at Info.
-func (g *Generator) setMode(m Mode, reason string) {
-	prev := Mode(g.mode.Swap(string(m)).(string))
-	g.metrics.mode.WithLabelValues(string(ModeEvented)).Set(b2f(m == ModeEvented))
-	g.metrics.mode.WithLabelValues(string(ModeGeneric)).Set(b2f(m == ModeGeneric))
-	if prev != m || reason == "configured" {
-		g.logger.Info("mode changed", "mode", m, "previous", prev, "reason", reason)
-		g.requestRelist() // re-time the relist loop for the new period
-	}
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
+func (g *Generator) Mode() Mode { return g.mode.get() }
 
 // requestRelist asks for a full relist as soon as the relist loop is free.
 func (g *Generator) requestRelist() {
@@ -427,7 +409,7 @@ func (g *Generator) mergeLoop(ctx context.Context) error {
 // that started and ended between two of them would be listed only ended,
 // and a sandbox first seen ended has no start to report.
 func (g *Generator) mergeStreamFirst(ctx context.Context) ([]*batch, error) {
-	shut := g.stream.replay.shut()
+	shut := g.replay.shut()
 	select {
 	case <-shut:
 		return nil, g.mergeBuffered(ctx)
@@ -446,7 +428,7 @@ func (g *Generator) mergeStreamFirst(ctx context.Context) ([]*batch, error) {
 			waiting = false
 		case <-hold.C:
 			// While connected, the replay ends by itself within replayMax.
-			waiting = g.stream.connectedAt.Load() != 0
+			_, waiting = g.replay.connectedSince()
 		case <-relist.C:
 			b, err := g.relister.take(ctx, nil, false)
 			if err != nil {
@@ -653,8 +635,8 @@ func (g *Generator) apply(ctx context.Context, b *batch) error {
 		g.cache.UpdateTime(b.at)
 		g.collectGarbage(b.at)
 	}
-	if b.source == SourceRelist {
-		g.stream.checkMissed(b, events)
+	if b.source == SourceRelist && b.full {
+		g.stream.judge(b.at, events)
 	}
 	if b.subject != "" && !slices.ContainsFunc(events, func(e Event) bool { return e.Container.ID == b.subject }) {
 		g.metrics.suppressed.WithLabelValues(string(b.source)).Inc()
@@ -701,7 +683,7 @@ func (g *Generator) applyUnchanged(ctx context.Context, b *batch) {
 	}
 	g.cache.UpdateTime(b.at)
 	g.collectGarbage(b.at)
-	g.stream.checkMissed(b, nil)
+	g.stream.judge(b.at, nil)
 	g.metrics.relistsUnchanged.Inc()
 	if g.logger.Enabled(ctx, slog.LevelDebug) {
 		g.logger.Debug("relist merged", "at", b.at, "full", b.full, "unchanged", true)

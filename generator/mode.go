@@ -2,9 +2,12 @@ package generator
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -38,6 +41,49 @@ func ParseMode(s string) (Mode, error) {
 		return m, nil
 	}
 	return "", fmt.Errorf("unknown mode %q (want auto, evented, containerd-events or generic)", s)
+}
+
+// activeMode is the generator's active mode: ModeEvented while the stream is
+// trusted, else ModeGeneric. The stream supervisor drives it; the relist
+// loop (its period) and Healthy (its threshold) read it. Its methods are
+// safe for concurrent use.
+type activeMode struct {
+	m      atomic.Value // Mode
+	gauge  *prometheus.GaugeVec
+	logger *slog.Logger
+	// changed is called after a switch (or a "configured" set): the relist
+	// loop re-times itself for the new period.
+	changed func()
+}
+
+// newActiveMode returns the mode ModeGeneric, exported on gauge.
+func newActiveMode(gauge *prometheus.GaugeVec, logger *slog.Logger, changed func()) *activeMode {
+	a := &activeMode{gauge: gauge, logger: logger, changed: changed}
+	a.m.Store(ModeGeneric)
+	gauge.WithLabelValues(string(ModeGeneric)).Set(1)
+	gauge.WithLabelValues(string(ModeEvented)).Set(0)
+	return a
+}
+
+// get returns the active mode.
+func (a *activeMode) get() Mode { return a.m.Load().(Mode) }
+
+// set switches the active mode, logging the reason at Info.
+func (a *activeMode) set(m Mode, reason string) {
+	prev := a.m.Swap(m).(Mode)
+	a.gauge.WithLabelValues(string(ModeEvented)).Set(b2f(m == ModeEvented))
+	a.gauge.WithLabelValues(string(ModeGeneric)).Set(b2f(m == ModeGeneric))
+	if prev != m || reason == "configured" {
+		a.logger.Info("mode changed", "mode", m, "previous", prev, "reason", reason)
+		a.changed()
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // eventSource is where the evented source takes the runtime's events from.

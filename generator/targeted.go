@@ -249,7 +249,7 @@ func (g *Generator) runTargeted(ctx context.Context) error {
 		if err != nil {
 			return nil // ctx done
 		}
-		if g.coalesceToFull.Load() {
+		if g.stream.followsContainerd() {
 			// Driven by containerd's events, a burst over many pods (a
 			// node draining, a deployment rolling) would be one targeted
 			// relist per pod at the rate limit, seconds behind. One full
