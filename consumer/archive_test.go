@@ -1,7 +1,6 @@
 package consumer_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
@@ -26,24 +26,7 @@ func newArchive(t *testing.T, js jetstream.JetStream) {
 // waitArchived waits until the archive holds n messages.
 func waitArchived(t *testing.T, js jetstream.JetStream, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, schemas.ArchiveName("PLEG"), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for got := 0; got < n; {
-		batch, err := cons.Fetch(n-got, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range batch.Messages() {
-			got++
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the archive holds %d messages, want %d", got, n)
-		}
-	}
+	publishtest.ReadStream(t, js, schemas.ArchiveName("PLEG"), n)
 }
 
 // stored strips what differs between a stream and its archive: the

@@ -588,8 +588,7 @@ func TestConsumeNeedsOnlyTheDocumentedPermissions(t *testing.T) {
 		"$JS.API.CONSUMER.CREATE.PLEG_perm.>", "$JS.API.CONSUMER.MSG.NEXT.PLEG_perm.>", "$JS.ACK.PLEG_perm.>",
 		"deadletter.perm",
 	}
-	s := publishtest.RunServer(t, &server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+	s := publishtest.NewAuthServer(t, &server.Options{
 		Users: []*server.User{
 			{Username: "admin", Password: "admin"},
 			{Username: "svc", Password: "svc", Permissions: &server.Permissions{

@@ -23,8 +23,7 @@ import (
 func TestLegacyProbeRefusedReadsTheServersRefusal(t *testing.T) {
 	t.Parallel()
 	deny := &server.SubjectPermission{Deny: []string{"$JS.API.STREAM.MSG.GET.>", "$JS.API.DIRECT.GET.>", "forbidden"}}
-	s := publishtest.RunServer(t, &server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+	s := publishtest.NewAuthServer(t, &server.Options{
 		Users: []*server.User{
 			{Username: "admin", Password: "admin"},
 			{Username: "reader", Password: "reader", Permissions: &server.Permissions{Publish: deny}},

@@ -1,7 +1,6 @@
 package publish_test
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,32 +15,6 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
-
-// readAll reads n messages of stream from its start, failing the test if
-// they do not all arrive within a deadline.
-func readAll(t *testing.T, js jetstream.JetStream, stream string, n int) []jetstream.Msg {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatalf("consumer on %s: %v", stream, err)
-	}
-	var msgs []jetstream.Msg
-	for len(msgs) < n {
-		batch, err := cons.Fetch(n-len(msgs), jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			t.Fatalf("fetch from %s: %v", stream, err)
-		}
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%s holds %d messages, want %d", stream, len(msgs), n)
-		}
-	}
-	return msgs
-}
 
 func TestEnsureArchiveCopiesEveryEventOncePerNodeNamespaceAndType(t *testing.T) {
 	t.Parallel()
@@ -82,7 +55,7 @@ func TestEnsureArchiveCopiesEveryEventOncePerNodeNamespaceAndType(t *testing.T) 
 	round(1)
 
 	var got []string
-	for _, m := range readAll(t, js, "PLEG_ARCHIVE", len(want)) {
+	for _, m := range publishtest.ReadStream(t, js, "PLEG_ARCHIVE", len(want)) {
 		got = append(got, m.Subject()+" "+string(m.Data()))
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -177,7 +150,7 @@ func TestEnsureArchiveBesideAStreamThatLostItsFirstMessagesCopiesTheRest(t *test
 		t.Fatal(err)
 	}
 	var got []string
-	for _, m := range readAll(t, js, "PLEG_ARCHIVE", 3) {
+	for _, m := range publishtest.ReadStream(t, js, "PLEG_ARCHIVE", 3) {
 		got = append(got, string(m.Data()))
 	}
 	if diff := cmp.Diff([]string{"5", "6", "7"}, got); diff != "" {

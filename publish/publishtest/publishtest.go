@@ -65,6 +65,17 @@ func RunServer(t testing.TB, opts *server.Options) *server.Server {
 	return s
 }
 
+// NewAuthServer runs a NATS server with JetStream on a random loopback
+// port, its store in t.TempDir(), until the test ends (RunServer), with
+// what else opts says: the users, token, nkeys or TLS it requires. It sets
+// opts' Host, Port, JetStream and StoreDir.
+func NewAuthServer(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port = "127.0.0.1", -1
+	opts.JetStream, opts.StoreDir = true, t.TempDir()
+	return RunServer(t, opts)
+}
+
 // RestartableServer is an in-process NATS server with JetStream that a
 // test stops and starts again on the same port and store: for what must
 // hold across an outage.
@@ -165,6 +176,33 @@ func WaitStream(t testing.TB, js jetstream.JetStream, stream string) {
 			return
 		}
 	}
+}
+
+// ReadStream returns the first n messages of stream, read in order from
+// its start by an ordered consumer, or fails the test if they do not all
+// arrive within 20 s.
+func ReadStream(t testing.TB, js jetstream.JetStream, stream string, n int) []jetstream.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatalf("consumer on %s: %v", stream, err)
+	}
+	var msgs []jetstream.Msg
+	for len(msgs) < n {
+		batch, err := cons.Fetch(n-len(msgs), jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			t.Fatalf("fetch from %s: %v", stream, err)
+		}
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s holds %d messages, want %d", stream, len(msgs), n)
+		}
+	}
+	return msgs
 }
 
 // WaitOutDuplicateWindow returns once the stream has forgotten every
