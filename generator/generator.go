@@ -144,11 +144,7 @@ type Generator struct {
 	replay *replayGate
 
 	lastRelist atomic.Int64 // unix ns of the start of the last good relist
-	// fullRelists counts the full relists the relist loop began, so that
-	// the trigger can tell one begun after it took an ID
-	// (triggerSet.awaitListing) from one that may have listed before.
-	fullRelists atomic.Uint64
-	lastGC      time.Time // used by the merge goroutine only
+	lastGC     time.Time    // used by the merge goroutine only
 	// lastFull is the last full relist merged; lastOther is when the merge
 	// goroutine, the only one to use it, last merged anything else.
 	lastFull    lastFullMerge
@@ -222,8 +218,11 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		taskBuf:     make(chan TaskEvent, streamBufferSize),
 		restoredDue: make(chan struct{}, 1),
 	}
-	g.triggers = newTriggerSet(g, opts.Metrics.triggers)
 	g.targeted = newTargetedQueue(opts.TargetedRelistDelay, opts.TargetedRelistRate, opts.Metrics.targetedPending)
+	g.triggers = newTriggerSet(triggerOptions{
+		cache: g.cache, rt: rt, targeted: g.targeted, relist: g.requestRelist,
+		logger: g.logger, results: opts.Metrics.triggers,
+	})
 	g.seed(opts.Published)
 	g.opts.Published = nil // only needed once
 	// requestRelist: a new mode re-times the relist loop for its period.
@@ -268,7 +267,12 @@ func (g *Generator) lookupMeta(podUID string) *PodMeta {
 }
 
 func (g *Generator) lookup(podUID, containerID string) *containerRecord {
-	e, ok := g.cache.Get(podUID)
+	return lookup(g.cache, podUID, containerID)
+}
+
+// lookup returns cache's record of a container, if any.
+func lookup(cache *statecache.Cache[*podRecord], podUID, containerID string) *containerRecord {
+	e, ok := cache.Get(podUID)
 	if !ok || e.Status == nil {
 		return nil
 	}
@@ -292,7 +296,7 @@ func (g *Generator) Run(ctx context.Context) error {
 	default:
 		eg.Go(func() error { return g.stream.Run(ctx, g.opts.Mode) })
 		eg.Go(func() error { return g.runTargeted(ctx) })
-		eg.Go(func() error { return g.runTriggers(ctx) })
+		eg.Go(func() error { return g.triggers.run(ctx, g.taskBuf) })
 	}
 	err := eg.Wait()
 	if errors.Is(err, context.Canceled) {
@@ -516,7 +520,7 @@ func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration)
 // the runtime answered, before the merge.
 func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 	start := time.Now()
-	seq := g.fullRelists.Add(1)
+	seq := g.triggers.fullRelistBegins()
 	b, err := g.relistFull(ctx, listed, g.submit)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -697,7 +701,7 @@ func (g *Generator) podOf(seen []sighting) string {
 	if len(seen) == 0 {
 		return ""
 	}
-	scope, _, _ := g.locate(seen[0].info.ID)
+	scope, _, _ := locate(g.cache, seen[0].info.ID)
 	return scope.podUID
 }
 

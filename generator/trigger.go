@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/statecache"
@@ -78,13 +79,34 @@ type expectation struct {
 	looks int // targeted relists asked for so far
 }
 
-// triggerSet holds the expectations and turns containerd's events into
-// targeted relists. It belongs to a Generator; its methods are safe for
-// concurrent use (the trigger goroutine adds, the targeted relist goroutine
-// confirms).
-type triggerSet struct {
-	g       *Generator
+// triggerOptions are what New gives the trigger set: its only links to the
+// rest of the generator. They are set once and only read after.
+type triggerOptions struct {
+	// cache is read (never written) to find where an event's ID is and
+	// whether a relist showed what the event reported.
+	cache *statecache.Cache[*podRecord]
+	// rt is asked where an ID the cache does not hold is (resolve).
+	rt Runtime
+	// targeted takes the targeted relists the events ask for.
+	targeted *targetedQueue
+	// relist asks for a full relist soon.
+	relist  func()
+	logger  *slog.Logger
 	results *prometheus.CounterVec
+}
+
+// triggerSet holds the expectations and turns containerd's events into
+// targeted relists. Its methods are safe for concurrent use (the trigger
+// goroutine adds, the relist loop and the targeted relist goroutine
+// confirm).
+type triggerSet struct {
+	triggerOptions
+
+	// fullRelists counts the full relists the relist loop began
+	// (fullRelistBegins), so that an ID taken can be told from a full
+	// relist begun after it (awaitListing) from one that may have listed
+	// before.
+	fullRelists atomic.Uint64
 
 	// retries carries the events whose ID CRI did not list yet back to
 	// the trigger goroutine, each after its wait.
@@ -105,17 +127,21 @@ type unresolved struct {
 }
 
 // awaited is an ID waiting for a full relist: its furthest event, and the
-// number of full relists begun before it was taken (Generator.fullRelists),
+// number of full relists begun before it was taken (triggerSet.fullRelists),
 // which cannot have listed it.
 type awaited struct {
 	unresolved
 	after uint64
 }
 
-func newTriggerSet(g *Generator, results *prometheus.CounterVec) *triggerSet {
-	return &triggerSet{g: g, results: results, pending: make(map[string]*expectation),
+func newTriggerSet(opts triggerOptions) *triggerSet {
+	return &triggerSet{triggerOptions: opts, pending: make(map[string]*expectation),
 		listing: make(map[string]*awaited), retries: make(chan unresolved, 1024)}
 }
+
+// fullRelistBegins is called by the relist loop as it begins a full relist;
+// it returns the relist's number, for relistFailed and confirmAll.
+func (t *triggerSet) fullRelistBegins() uint64 { return t.fullRelists.Add(1) }
 
 // wantOf is the state a topic's event means its container has reached.
 func wantOf(topic string) (cstate, bool) {
@@ -130,32 +156,32 @@ func wantOf(topic string) (cstate, bool) {
 	return 0, false
 }
 
-// runTriggers takes containerd's events from the subscription's buffer until
-// ctx is done. Resolving IDs the cache does not know asks CRI, so it runs
+// run takes containerd's events from the subscription's buffer, events,
+// until ctx is done, and returns nil. Resolving IDs the cache does not know asks CRI, so it runs
 // here, off the subscription's reader, which never blocks: first every
 // event already waiting is taken, then the unknown IDs among them are
 // resolved together (resolveAll).
-func (g *Generator) runTriggers(ctx context.Context) error {
+func (t *triggerSet) run(ctx context.Context, events <-chan TaskEvent) error {
 	var unknown []unresolved
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev := <-g.taskBuf:
-			unknown = g.triggers.take(ctx, ev, 0, unknown)
-		case r := <-g.triggers.retries:
-			unknown = g.triggers.take(ctx, r.ev, r.tries, unknown)
+		case ev := <-events:
+			unknown = t.take(ctx, ev, 0, unknown)
+		case r := <-t.retries:
+			unknown = t.take(ctx, r.ev, r.tries, unknown)
 		}
 		// What is buffered now, not what keeps coming: a storm must not
 		// keep the lookups out.
-		for range len(g.taskBuf) {
-			unknown = g.triggers.take(ctx, <-g.taskBuf, 0, unknown)
+		for range len(events) {
+			unknown = t.take(ctx, <-events, 0, unknown)
 		}
-		for range len(g.triggers.retries) {
-			r := <-g.triggers.retries
-			unknown = g.triggers.take(ctx, r.ev, r.tries, unknown)
+		for range len(t.retries) {
+			r := <-t.retries
+			unknown = t.take(ctx, r.ev, r.tries, unknown)
 		}
-		g.triggers.resolveAll(ctx, unknown)
+		t.resolveAll(ctx, unknown)
 		clear(unknown)
 		unknown = unknown[:0]
 	}
@@ -173,7 +199,7 @@ func (t *triggerSet) take(ctx context.Context, ev TaskEvent, tries int, unknown 
 	if !ok {
 		return unknown // DecodeEnvelope lets no other topic through
 	}
-	scope, state, found := t.g.locate(ev.ID)
+	scope, state, found := locate(t.cache, ev.ID)
 	switch {
 	case found && state >= want:
 		t.results.WithLabelValues(triggerKnown).Inc()
@@ -223,7 +249,7 @@ func (t *triggerSet) resolveAll(ctx context.Context, unknown []unresolved) {
 		want, _ := wantOf(u.ev.Topic)
 		// A targeted relist asked for by another event (its sandbox's)
 		// may have listed it meanwhile.
-		scope, state, cached := t.g.locate(u.ev.ID)
+		scope, state, cached := locate(t.cache, u.ev.ID)
 		if cached && state >= want {
 			t.results.WithLabelValues(triggerKnown).Inc()
 			continue
@@ -231,12 +257,12 @@ func (t *triggerSet) resolveAll(ctx context.Context, unknown []unresolved) {
 		if !cached {
 			var found bool
 			var err error
-			scope, found, err = t.g.resolve(ctx, u.ev.ID)
+			scope, found, err = resolve(ctx, t.rt, t.cache, u.ev.ID)
 			switch {
 			case err != nil && ctx.Err() != nil:
 				return
 			case err != nil:
-				t.g.logger.Debug("looking up the ID of a containerd event failed; looking again shortly",
+				t.logger.Debug("looking up the ID of a containerd event failed; looking again shortly",
 					"topic", u.ev.Topic, "id", u.ev.ID, "err", err)
 				for _, u := range ids[i:] {
 					t.retry(u, "the runtime did not answer")
@@ -267,7 +293,7 @@ func furthest(a, b unresolved) unresolved {
 // awaitListing leaves ids to a full relist begun from now on, and asks for
 // one.
 func (t *triggerSet) awaitListing(ids []unresolved) {
-	after := t.g.fullRelists.Load()
+	after := t.fullRelists.Load()
 	t.mu.Lock()
 	for _, u := range ids {
 		if a, ok := t.listing[u.ev.ID]; ok {
@@ -278,7 +304,7 @@ func (t *triggerSet) awaitListing(ids []unresolved) {
 	}
 	t.mu.Unlock()
 	t.results.WithLabelValues(triggerListed).Add(float64(len(ids)))
-	t.g.requestRelist()
+	t.relist()
 }
 
 // retry resolves u's ID again after a wait, up to triggerLooks times in
@@ -287,7 +313,7 @@ func (t *triggerSet) awaitListing(ids []unresolved) {
 func (t *triggerSet) retry(u unresolved, why string) {
 	if u.tries+1 >= triggerLooks {
 		t.results.WithLabelValues(triggerUnresolved).Inc()
-		t.g.logger.Debug("containerd event names an ID that CRI does not list; the periodic relist covers it",
+		t.logger.Debug("containerd event names an ID that CRI does not list; the periodic relist covers it",
 			"topic", u.ev.Topic, "id", u.ev.ID, "tries", u.tries+1, "reason", why)
 		return
 	}
@@ -316,11 +342,11 @@ func (t *triggerSet) expect(ctx context.Context, ev TaskEvent, want cstate, scop
 	e.looks++
 	t.mu.Unlock()
 	t.results.WithLabelValues(triggerRequested).Inc()
-	if g := t.g; g.logger.Enabled(ctx, slog.LevelDebug) {
-		g.logger.Debug("containerd event", "topic", ev.Topic, "id", ev.ID, "sandbox_id", scope.sandboxID,
+	if t.logger.Enabled(ctx, slog.LevelDebug) {
+		t.logger.Debug("containerd event", "topic", ev.Topic, "id", ev.ID, "sandbox_id", scope.sandboxID,
 			"published", ev.At.UTC(), "age", time.Since(ev.At))
 	}
-	t.g.targeted.RequestAfter(scope, 0)
+	t.targeted.RequestAfter(scope, 0)
 }
 
 // relistFailed resolves again, a little later, the IDs that waited for
@@ -350,7 +376,7 @@ func (t *triggerSet) confirm(s relistScope, b *batch) {
 }
 
 // confirmAll checks every expectation after full relist number seq (see
-// Generator.fullRelists) was merged, as confirm does for one sandbox: a
+// triggerSet.fullRelists) was merged, as confirm does for one sandbox: a
 // burst coalesced into this relist left the queue, so nothing else would
 // look at what it did not show before the safety-net relist. The IDs that
 // waited for a full relist begun after they were taken (awaitListing) are
@@ -374,7 +400,7 @@ func (t *triggerSet) confirmAll(seq uint64) {
 		}
 		found := make(map[string]listed, len(due))
 		for _, a := range due {
-			if scope, _, ok := t.g.locate(a.ev.ID); ok {
+			if scope, _, ok := locate(t.cache, a.ev.ID); ok {
 				want, _ := wantOf(a.ev.Topic)
 				found[a.ev.ID] = listed{want, scope}
 			} else {
@@ -416,7 +442,7 @@ func (t *triggerSet) check(match func(*expectation) bool, listed bool) {
 		if e.looks >= triggerLooks {
 			delete(t.pending, id)
 			t.results.WithLabelValues(triggerUnconfirmed).Inc()
-			t.g.logger.Debug("no relist showed what containerd reported; the periodic relist covers it",
+			t.logger.Debug("no relist showed what containerd reported; the periodic relist covers it",
 				"id", id, "want", e.want.String(), "looks", e.looks)
 			continue
 		}
@@ -426,7 +452,7 @@ func (t *triggerSet) check(match func(*expectation) bool, listed bool) {
 	}
 	t.mu.Unlock()
 	for _, l := range again {
-		t.g.targeted.RequestAfter(l.scope, l.after)
+		t.targeted.RequestAfter(l.scope, l.after)
 	}
 }
 
@@ -434,11 +460,11 @@ func (t *triggerSet) check(match func(*expectation) bool, listed bool) {
 // the cache if the event came before the pod was known. t.mu must be held.
 func (t *triggerSet) reached(id string, e *expectation) bool {
 	if e.scope.podUID == "" {
-		if sc, _, ok := t.g.locate(e.scope.sandboxID); ok {
+		if sc, _, ok := locate(t.cache, e.scope.sandboxID); ok {
 			e.scope.podUID = sc.podUID
 		}
 	}
-	return t.g.reached(e.scope.podUID, id, e.want)
+	return reached(t.cache, e.scope.podUID, id, e.want)
 }
 
 // relookDelay is the wait before look n+1 (n ≥ 1): 25 ms doubling.
@@ -446,11 +472,11 @@ func relookDelay(n int) time.Duration {
 	return triggerRelookFirst << min(n-1, 10)
 }
 
-// locate finds id among the cached containers and sandboxes: the scope
-// of a targeted relist that shows it, and its state.
-func (g *Generator) locate(id string) (relistScope, cstate, bool) {
+// locate finds id among the containers and sandboxes cache holds: the
+// scope of a targeted relist that shows it, and its state.
+func locate(cache *statecache.Cache[*podRecord], id string) (relistScope, cstate, bool) {
 	// Find, not Range: a containerd event must not copy the whole cache.
-	podUID, e, found := g.cache.Find(func(_ string, e statecache.Entry[*podRecord]) bool {
+	podUID, e, found := cache.Find(func(_ string, e statecache.Entry[*podRecord]) bool {
 		if e.Status == nil {
 			return false
 		}
@@ -466,10 +492,10 @@ func (g *Generator) locate(id string) (relistScope, cstate, bool) {
 	return relistScope{podUID: podUID, sandboxID: rec.sandboxID, containersOnly: !rec.info.Sandbox}, rec.state, true
 }
 
-// resolve asks CRI which sandbox id is, or belongs to: containerd's events
+// resolve asks rt which sandbox id is, or belongs to: containerd's events
 // name containers the cache has not seen yet (a new pod, a new container).
-func (g *Generator) resolve(ctx context.Context, id string) (relistScope, bool, error) {
-	cs, err := g.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{Id: id})
+func resolve(ctx context.Context, rt Runtime, cache *statecache.Cache[*podRecord], id string) (relistScope, bool, error) {
+	cs, err := rt.ListContainers(ctx, &runtimeapi.ContainerFilter{Id: id})
 	if err != nil {
 		return relistScope{}, false, err
 	}
@@ -478,12 +504,12 @@ func (g *Generator) resolve(ctx context.Context, id string) (relistScope, bool, 
 			continue
 		}
 		sb := c.GetPodSandboxId()
-		if s, _, ok := g.locate(sb); ok {
+		if s, _, ok := locate(cache, sb); ok {
 			return relistScope{podUID: s.podUID, sandboxID: sb, containersOnly: true}, true, nil
 		}
 		return relistScope{sandboxID: sb}, true, nil
 	}
-	sbs, err := g.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{Id: id})
+	sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{Id: id})
 	if err != nil {
 		return relistScope{}, false, err
 	}
@@ -499,8 +525,8 @@ func (g *Generator) resolve(ctx context.Context, id string) (relistScope, bool, 
 // in state want. A container the cache does not hold after a relist of its
 // sandbox has not been listed yet, if it is expected to run, and is gone
 // (removed before the listing) if it is expected to have exited.
-func (g *Generator) reached(podUID, id string, want cstate) bool {
-	rec := g.lookup(podUID, id)
+func reached(cache *statecache.Cache[*podRecord], podUID, id string, want cstate) bool {
+	rec := lookup(cache, podUID, id)
 	if rec == nil {
 		return want >= stateExited
 	}
