@@ -552,31 +552,6 @@ func missedTransitions(events []Event, connected, relistAt time.Time) int {
 	return missed
 }
 
-// applyStreamEvent merges one stream message, in the merge goroutine, and
-// asks for a targeted relist of a stopped or deleted container's pod.
-func (g *Generator) applyStreamEvent(ctx context.Context, ev *runtimeapi.ContainerEventResponse) error {
-	b, scope, err := streamBatch(&g.streamBatch, ev, time.Now(), g.meta, g.lookupMeta)
-	defer g.streamBatch.recycle()
-	if err != nil {
-		g.metrics.streamEvents.WithLabelValues("invalid").Inc()
-		g.logger.Warn("skipping malformed container event, relisting instead", "err", err)
-		g.requestRelist()
-		return nil
-	}
-	g.metrics.streamEvents.WithLabelValues("accepted").Inc()
-	if g.logger.Enabled(ctx, slog.LevelDebug) {
-		g.logger.Debug("stream message", "event_type", ev.GetContainerEventType().String(), "container_id", ev.GetContainerId(),
-			"created_at", time.Unix(0, ev.GetCreatedAt()).UTC())
-	}
-	if err := g.apply(ctx, b); err != nil {
-		return err
-	}
-	if scope != nil {
-		g.targeted.Request(*scope)
-	}
-	return nil
-}
-
 // jitter spreads d by ±20% so that many nodes do not reconnect in step.
 func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))

@@ -109,19 +109,38 @@ type Options struct {
 //
 // A container created and removed between two relists is never seen by the
 // relist alone; the event stream narrows that window.
+//
+// It wires its goroutines together: the merge, the relist loop and, in the
+// modes that follow events, the stream supervisor, the trigger and the
+// targeted relists (Run). Hence its fields, grouped by who uses them: what
+// New sets and all read; the parts, each safe for concurrent use (its own
+// goroutine, lock or atomics); what passes between the goroutines; and the
+// state of the merge goroutine and of the relist loop, each used by that
+// goroutine only.
 type Generator struct {
-	rt       Runtime
-	sink     Sink
-	opts     Options
-	logger   *slog.Logger
-	metrics  *Metrics
-	cache    *statecache.Cache[*podRecord]
-	meta     metaFilter
+	// Set by New, then only read.
+	sink    Sink
+	opts    Options // defaults applied
+	logger  *slog.Logger
+	metrics *Metrics
+	meta    metaFilter
+
+	// The parts.
+	cache    *statecache.Cache[*podRecord] // written by the merge goroutine only
 	relister *relister
 	targeted *targetedQueue
-	batches  chan mergeRequest
+	triggers *triggerSet
+	stream   *streamSupervisor
+	mode     *activeMode
+	// replay is shared with the stream supervisor: the merge holds a
+	// relist back while it is open (mergeStreamFirst).
+	replay *replayGate
+	// restored holds what Restore was given until the merge takes it in.
+	restored restoredEvents
 
-	relistNow chan struct{} // capacity 1: asks the relist loop for a relist now
+	// Between the goroutines.
+	batches   chan mergeRequest // relists to merge, from the relist loop and the targeted relists
+	relistNow chan struct{}     // capacity 1: asks the relist loop for a relist now
 	// runtimeBack (capacity 1) tells the stream supervisor that a relist
 	// succeeded after failing: the runtime is back, so waiting out the
 	// stream's reconnect backoff would only delay evented mode.
@@ -132,26 +151,24 @@ type Generator struct {
 	// taskBuf carries containerd's events from the subscription's reader
 	// to the trigger goroutine.
 	taskBuf chan TaskEvent
-	// restored holds what Restore was given; restoredDue (capacity 1)
-	// tells the merge goroutine to take it in.
-	restored    restoredEvents
+	// restoredDue (capacity 1) tells the merge goroutine to take in what
+	// Restore was given.
 	restoredDue chan struct{}
-	triggers    *triggerSet
-	mode        *activeMode
-	stream      *streamSupervisor
-	// replay is shared with the stream supervisor: the merge holds a
-	// relist back while it is open (mergeStreamFirst).
-	replay *replayGate
+	// lastRelist is the start of the last good relist, in unix ns, for
+	// Healthy and Synced.
+	lastRelist atomic.Int64
+	// lastFull is the last full relist merged: written by the merge, read
+	// by the relister (see lastFullMerge).
+	lastFull lastFullMerge
 
-	lastRelist atomic.Int64 // unix ns of the start of the last good relist
-	lastGC     time.Time    // used by the merge goroutine only
-	// lastFull is the last full relist merged; lastOther is when the merge
-	// goroutine, the only one to use it, last merged anything else.
-	lastFull    lastFullMerge
-	lastOther   time.Time
-	held        heldState // used by the merge goroutine only; see backfill.go
-	streamBatch batch     // used by the merge goroutine only; see batch.recycle
-	relistStart time.Time // used by the relist loop only
+	// The merge goroutine's own.
+	lastGC      time.Time
+	lastOther   time.Time // when it last merged anything but a full relist
+	held        heldState // see backfill.go
+	streamBatch batch     // see batch.recycle
+
+	// The relist loop's own.
+	relistStart time.Time
 }
 
 type mergeRequest struct {
@@ -159,52 +176,57 @@ type mergeRequest struct {
 	done chan error
 }
 
+// withDefaults returns o with the defaults in place of its zero values.
+func (o Options) withDefaults() Options {
+	if o.RelistPeriod <= 0 {
+		o.RelistPeriod = DefaultRelistPeriod
+	}
+	if o.RelistThreshold <= 0 {
+		o.RelistThreshold = DefaultRelistThreshold
+	}
+	if o.StatusConcurrency <= 0 {
+		o.StatusConcurrency = DefaultStatusConcurrency
+	}
+	if o.TombstoneTTL <= 0 {
+		o.TombstoneTTL = DefaultTombstoneTTL
+	}
+	if o.Mode == "" {
+		o.Mode = ModeGeneric
+	}
+	if o.EventedRelistPeriod <= 0 {
+		o.EventedRelistPeriod = DefaultEventedRelistPeriod
+	}
+	if o.StreamFailureLimit <= 0 {
+		o.StreamFailureLimit = DefaultStreamFailureLimit
+	}
+	if o.StreamBackoffMin <= 0 {
+		o.StreamBackoffMin = DefaultStreamBackoffMin
+	}
+	if o.StreamBackoffMax < o.StreamBackoffMin {
+		o.StreamBackoffMax = max(DefaultStreamBackoffMax, o.StreamBackoffMin)
+	}
+	if o.StreamHealthyAfter <= 0 {
+		o.StreamHealthyAfter = DefaultStreamHealthyAfter
+	}
+	if o.TargetedRelistRate <= 0 {
+		o.TargetedRelistRate = DefaultTargetedRelistRate
+	}
+	if o.TargetedRelistDelay == 0 {
+		o.TargetedRelistDelay = DefaultTargetedRelistDelay
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = newMetrics()
+	}
+	return o
+}
+
 // New builds a Generator reading rt and sending to sink. It starts nothing.
 func New(rt Runtime, sink Sink, opts Options) *Generator {
-	if opts.RelistPeriod <= 0 {
-		opts.RelistPeriod = DefaultRelistPeriod
-	}
-	if opts.RelistThreshold <= 0 {
-		opts.RelistThreshold = DefaultRelistThreshold
-	}
-	if opts.StatusConcurrency <= 0 {
-		opts.StatusConcurrency = DefaultStatusConcurrency
-	}
-	if opts.TombstoneTTL <= 0 {
-		opts.TombstoneTTL = DefaultTombstoneTTL
-	}
-	if opts.Mode == "" {
-		opts.Mode = ModeGeneric
-	}
-	if opts.EventedRelistPeriod <= 0 {
-		opts.EventedRelistPeriod = DefaultEventedRelistPeriod
-	}
-	if opts.StreamFailureLimit <= 0 {
-		opts.StreamFailureLimit = DefaultStreamFailureLimit
-	}
-	if opts.StreamBackoffMin <= 0 {
-		opts.StreamBackoffMin = DefaultStreamBackoffMin
-	}
-	if opts.StreamBackoffMax < opts.StreamBackoffMin {
-		opts.StreamBackoffMax = max(DefaultStreamBackoffMax, opts.StreamBackoffMin)
-	}
-	if opts.StreamHealthyAfter <= 0 {
-		opts.StreamHealthyAfter = DefaultStreamHealthyAfter
-	}
-	if opts.TargetedRelistRate <= 0 {
-		opts.TargetedRelistRate = DefaultTargetedRelistRate
-	}
-	if opts.TargetedRelistDelay == 0 {
-		opts.TargetedRelistDelay = DefaultTargetedRelistDelay
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = newMetrics()
-	}
+	opts = opts.withDefaults()
 	g := &Generator{
-		rt:          rt,
 		sink:        sink,
 		opts:        opts,
 		logger:      opts.Logger.With("component", "generator"),
@@ -457,6 +479,31 @@ func (g *Generator) mergeBuffered(ctx context.Context) error {
 		if err := g.applyStreamEvent(ctx, <-g.streamBuf); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// applyStreamEvent merges one stream message, in the merge goroutine, and
+// asks for a targeted relist of a stopped or deleted container's pod.
+func (g *Generator) applyStreamEvent(ctx context.Context, ev *runtimeapi.ContainerEventResponse) error {
+	b, scope, err := streamBatch(&g.streamBatch, ev, time.Now(), g.meta, g.lookupMeta)
+	defer g.streamBatch.recycle()
+	if err != nil {
+		g.metrics.streamEvents.WithLabelValues("invalid").Inc()
+		g.logger.Warn("skipping malformed container event, relisting instead", "err", err)
+		g.requestRelist()
+		return nil
+	}
+	g.metrics.streamEvents.WithLabelValues("accepted").Inc()
+	if g.logger.Enabled(ctx, slog.LevelDebug) {
+		g.logger.Debug("stream message", "event_type", ev.GetContainerEventType().String(), "container_id", ev.GetContainerId(),
+			"created_at", time.Unix(0, ev.GetCreatedAt()).UTC())
+	}
+	if err := g.apply(ctx, b); err != nil {
+		return err
+	}
+	if scope != nil {
+		g.targeted.Request(*scope)
 	}
 	return nil
 }
