@@ -63,11 +63,6 @@ const (
 	stalledResendAfter = 3 * time.Second
 )
 
-// refillBatch bounds the spool entries taken in one read: large enough
-// that a read (one bbolt view) is worth it, small enough that the delivery
-// loop answers acks between reads of a large backlog.
-const refillBatch = 1024
-
 // errReconnecting fails an attempt made while the NATS connection is down.
 var errReconnecting = errors.New("nats connection is reconnecting")
 
@@ -200,34 +195,13 @@ type Publisher struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	// slots holds one token per event in memory until it is acked or
-	// given up: its length is the outbox fill (queued plus in flight), its
-	// capacity OutboxSize. Send takes a slot for an event it queues; Run
-	// takes one for each entry it takes from the spool.
-	slots chan struct{}
-	// queue carries the events Send keeps in memory to Run, in Send order.
-	// Its capacity equals that of slots, and an event takes a slot before it
-	// is queued and leaves queue before its slot is freed, so a send on
-	// queue never blocks.
-	queue chan *outboxEvent
+	// out holds the events Send records until Run's delivery takes them:
+	// the memory outbox and the spool, one FIFO.
+	out *outbox
 
 	mu      sync.Mutex
 	started bool // guarded by mu
-	closed  bool // guarded by mu
-	// spilling is set by Send when it puts an event in the spool, and
-	// cleared by Run once it has taken every spool entry: while it is
-	// set, Send puts every event in the spool, behind the earlier ones,
-	// and queues nothing in memory. guarded by mu
-	spilling bool
-	// refusing is set while Send refuses events for want of room, so the
-	// start and the end of that are logged once. guarded by mu
-	refusing bool
-	// closedCh is closed when closed is set.
-	closedCh chan struct{}
 
-	// recorded counts the events Send recorded (in memory or in the
-	// spool), settled those of them Run has delivered or given up.
-	recorded, settled atomic.Uint64
 	// carrying counts the events carried from the checkpoint into a new
 	// stream and not yet delivered (history.go): Pending reads it, and
 	// Run's delivery alone changes it.
@@ -292,23 +266,20 @@ func New(nc *nats.Conn, opts Options) (*Publisher, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	log = log.With("component", "publisher")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("create publisher: %w", err)
 	}
 	p := &Publisher{
-		js:       js,
-		acks:     make(chan ackResult, opts.MaxInFlight),
-		enc:      opts.Encoder,
-		opts:     opts,
-		log:      log.With("component", "publisher"),
-		slots:    make(chan struct{}, opts.OutboxSize),
-		queue:    make(chan *outboxEvent, opts.OutboxSize),
-		closedCh: make(chan struct{}),
-		// Entries an earlier process left go out before anything newer.
-		spilling: opts.Spool != nil && opts.Spool.Untaken() > 0,
+		js:   js,
+		acks: make(chan ackResult, opts.MaxInFlight),
+		enc:  opts.Encoder,
+		opts: opts,
+		log:  log,
+		out:  newOutbox(opts.OutboxSize, opts.Spool, opts.WriteThrough, log),
 	}
-	m, err := newMetrics(opts.Registerer, p.memoryPending, opts.OutboxSize, opts.Spool)
+	m, err := newMetrics(opts.Registerer, p.out.Len, opts.OutboxSize, opts.Spool)
 	if err != nil {
 		return nil, fmt.Errorf("create publisher: %w", err)
 	}
@@ -402,77 +373,19 @@ func applyDefaults(o *Options) error {
 // The events of one Send call are recorded contiguously, also when other
 // goroutines call Send at the same time.
 func (p *Publisher) Send(_ context.Context, events []generator.Event) error {
-	// One Send at a time, so that the choice between memory and spool and
-	// the queueing are one step (the FIFO), and ordered against
-	// closeIntake: an event is either recorded before Run stops accepting
-	// events (and Run delivers it, counts it, or leaves it in the spool),
-	// or refused. Nothing in here blocks: the queue has room for every
-	// slot, and the spool's Append does no I/O.
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return fmt.Errorf("send events: %w", ErrClosed)
+	spooled, err := p.out.Put(events)
+	p.metrics.spooled.Add(float64(spooled))
+	if full, ok := errors.AsType[*generator.SinkFullError](err); ok {
+		p.metrics.refused.Add(float64(len(events) - full.Recorded))
 	}
-	for i := range events {
-		if !p.spilling {
-			select {
-			case p.slots <- struct{}{}:
-				e := &outboxEvent{ev: events[i]}
-				if p.opts.WriteThrough {
-					// A full spool leaves the event in memory only.
-					// The spool keeps &e.ev, which nothing modifies.
-					if seq, ok := p.opts.Spool.AppendTaken(&e.ev); ok {
-						e.written, e.seq = true, seq
-					}
-				}
-				p.queue <- e
-				p.recorded.Add(1)
-				continue
-			default:
-			}
-		}
-		// The spool stores the event, not the message: Run encodes it
-		// again when it takes it back, with the encoder of that time.
-		if p.opts.Spool == nil || p.opts.Spool.Append(events[i:i+1]) == 0 {
-			p.refuse(i, len(events)-i)
-			return &generator.SinkFullError{Recorded: i}
-		}
-		p.recorded.Add(1)
-		p.metrics.spooled.Inc()
-		if !p.spilling {
-			p.spilling = true
-			p.log.Warn("outbox full: spooling events to disk until NATS takes them",
-				"outbox_size", p.opts.OutboxSize, "pending", p.memoryPending())
-		}
-	}
-	if p.refusing {
-		p.refusing = false
-		p.log.Info("accepting events again")
-	}
-	return nil
-}
-
-// refuse counts n refused events, and logs the first refusal of a run of
-// them. The caller holds mu.
-func (p *Publisher) refuse(recorded, n int) {
-	p.metrics.refused.Add(float64(n))
-	if p.refusing {
-		return
-	}
-	p.refusing = true
-	where := "outbox full and no spool"
-	if p.opts.Spool != nil {
-		where = "outbox and spool full"
-	}
-	p.log.Warn(where+": refusing events; the generator keeps them and sends them again",
-		"recorded", recorded, "refused", n, "outbox_size", p.opts.OutboxSize)
+	return err
 }
 
 // Pending returns the number of events recorded and not yet acked or given
 // up: in memory (queued plus in flight) and in the spool, not yet taken,
 // and those carried from the checkpoint into a new stream.
 func (p *Publisher) Pending() int {
-	n := p.memoryPending() + int(p.carrying.Load())
+	n := p.out.Len() + int(p.carrying.Load())
 	if p.opts.Spool != nil {
 		n += p.opts.Spool.Untaken()
 	}
@@ -486,22 +399,7 @@ func (p *Publisher) Pending() int {
 // Send's order: settled reaching the recorded count of a moment says that
 // as many events have settled since, not which.
 func (p *Publisher) Progress() (recorded, settled uint64) {
-	return p.recorded.Load(), p.settled.Load()
-}
-
-// memoryPending returns the number of events in the memory outbox.
-func (p *Publisher) memoryPending() int {
-	return len(p.slots)
-}
-
-// closeIntake makes Send refuse events from now on.
-func (p *Publisher) closeIntake() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed {
-		p.closed = true
-		close(p.closedCh)
-	}
+	return p.out.Progress()
 }
 
 // Run delivers the recorded events until ctx is done, then stops accepting
@@ -526,7 +424,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if started {
 		return errors.New("run publisher: already running or ran")
 	}
-	defer p.closeIntake()
+	defer p.out.Close()
 	// The checks, and the read of what an earlier run stored, serve the
 	// drain too, after ctx is done.
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -596,6 +494,8 @@ type delivery struct {
 	// attempts since.
 	stalledAt     time.Time
 	stallFailures int
+	// taken is the buffer of takeIn, reused.
+	taken []*outboxEvent
 	// spoolInUse is set while events taken from the spool are undelivered,
 	// so that the spool's emptying is logged once.
 	spoolInUse bool
@@ -669,19 +569,18 @@ func (d *delivery) run(ctx context.Context) error {
 	done := ctx.Done()
 	var drainDeadline <-chan time.Time
 	for {
-		d.refill()
 		if err := d.dispatch(); err != nil {
-			d.p.closeIntake()
+			d.p.out.Close()
 			d.giveUp("nats connection closed")
 			return err
 		}
-		if d.draining && d.volatile == 0 && len(d.p.queue) == 0 && d.inFlight == 0 && len(d.checking) == 0 {
+		if d.draining && d.volatile == 0 && d.inFlight == 0 && len(d.checking) == 0 {
 			d.giveUp("") // only spooled events are left, and they stay
 			return nil
 		}
 		select {
-		case e := <-d.p.queue:
-			d.add(e)
+		case <-d.p.out.Ready():
+			d.takeIn()
 		case r := <-d.p.acks:
 			d.handle(r)
 		case r := <-d.chk.results:
@@ -701,8 +600,10 @@ func (d *delivery) run(ctx context.Context) error {
 			d.retryAllNow()
 		case <-done:
 			done = nil
-			// From here on the queue only shrinks: Send refuses events.
-			d.p.closeIntake()
+			// From here on the queue only shrinks: Send refuses events,
+			// and the spool keeps its entries for the next start.
+			d.p.out.Close()
+			d.takeIn() // the last events Send kept in memory
 			d.draining = true
 			if d.carry != nil {
 				d.tryCarry(time.Now()) // no more waiting for labels
@@ -733,73 +634,16 @@ func (d *delivery) add(e *outboxEvent) {
 	}
 }
 
-// refill takes entries from the spool into memory while there is room.
-// It runs only while Send is spilling: then Send queues nothing in memory,
-// so whatever queue still holds was sent before every spool entry, and is
-// added first. Once every entry is taken, it ends the spilling, and Send
-// uses memory again. While draining it takes nothing: the spool keeps its
-// entries for the next start.
-func (d *delivery) refill() {
-	sp := d.p.opts.Spool
-	if sp == nil || d.draining {
-		return
-	}
-	d.p.mu.Lock()
-	spilling := d.p.spilling
-	d.p.mu.Unlock()
-	if !spilling {
-		return
-	}
-	for {
-		select {
-		case e := <-d.p.queue:
-			d.add(e)
-			continue
-		default:
+// takeIn adds what the outbox yields to the pods' queues, in order.
+func (d *delivery) takeIn() {
+	d.taken = d.p.out.Take(d.taken[:0])
+	for i, e := range d.taken {
+		if e.spooled {
+			d.spoolInUse = true
 		}
-		break
+		d.add(e)
+		d.taken[i] = nil
 	}
-	for {
-		// Slots first, then entries: a slot that cannot be had leaves
-		// the entry in the spool, rather than memory over its bound.
-		n := 0
-	slots:
-		for n < refillBatch {
-			select {
-			case d.p.slots <- struct{}{}:
-				n++
-			default:
-				break slots
-			}
-		}
-		entries := sp.Take(n)
-		for range n - len(entries) {
-			<-d.p.slots
-		}
-		for _, en := range entries {
-			d.addSpooled(en)
-		}
-		if len(entries) < refillBatch {
-			break
-		}
-	}
-	if sp.Untaken() > 0 {
-		return
-	}
-	// Append runs under mu, so no entry can appear between this check and
-	// the end of the spilling.
-	d.p.mu.Lock()
-	if sp.Untaken() == 0 {
-		d.p.spilling = false
-	}
-	d.p.mu.Unlock()
-}
-
-// addSpooled encodes a spool entry, which holds a slot, and adds it to its
-// pod's queue. An entry that no longer encodes is given up.
-func (d *delivery) addSpooled(en durable.SpoolEntry) {
-	d.spoolInUse = true
-	d.add(&outboxEvent{ev: en.Event, spooled: true, seq: en.Seq, earlier: en.Earlier, unchecked: en.Earlier})
 }
 
 // dispatch publishes (or checks) the head event of ready pods while there
@@ -1032,14 +876,9 @@ func (d *delivery) advance(pq *podQueue) {
 		pq.volatile--
 		d.volatile--
 	}
-	if !e.earlier {
-		d.p.settled.Add(1)
-	}
 	pq.events[0] = nil
 	pq.events = pq.events[1:]
-	if !e.carried {
-		<-d.p.slots
-	}
+	d.p.out.Settle(e)
 	if len(pq.events) == 0 {
 		delete(d.pods, pq.uid)
 		return
@@ -1194,15 +1033,7 @@ func (d *delivery) giveUp(reason string) {
 		}
 		break
 	}
-	for {
-		select {
-		case e := <-d.p.queue:
-			d.add(e)
-			continue
-		default:
-		}
-		break
-	}
+	d.takeIn()
 	// Whatever is still in flight is given up below with its pod's queue;
 	// it may yet be stored, but nobody waits for the ack any more.
 	d.p.metrics.inFlight.Sub(float64(d.inFlight))
@@ -1212,18 +1043,16 @@ func (d *delivery) giveUp(reason string) {
 	left := 0
 	for _, pq := range d.pods {
 		for _, e := range pq.events {
-			if e.carried {
-				// Not adopted: the next Run carries it again.
+			switch {
+			case e.carried:
+				left++ // not adopted: the next Run carries it again
+			case e.spooled || e.written:
 				left++
-				continue
-			}
-			if e.spooled || e.written {
-				left++
-			} else {
+				d.p.out.Release(e)
+			default:
 				d.drop(e, reason, nil)
-				d.p.settled.Add(1) // given up; not from an earlier process, which would be spooled
+				d.p.out.Settle(e) // given up
 			}
-			<-d.p.slots
 		}
 	}
 	clear(d.pods)
