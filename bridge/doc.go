@@ -10,7 +10,7 @@
 // pipeline, ack path included.
 //
 // bridge imports generator, publish, statebucket, durable, natsembed and
-// schemas, NATS
-// and Prometheus. Nothing but cmd/pleg-bridge and the benchmark imports it,
-// and it must not import cmd, crisim or any test helper package.
+// schemas, NATS and Prometheus. Nothing but cmd/pleg-bridge and the
+// benchmark imports it, and it must not import cmd, crisim or any test
+// helper package.
 package bridge
