@@ -5,6 +5,9 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
@@ -282,4 +285,36 @@ func (o *outbox) Close() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.closed = true
+}
+
+// outboxEvent is an accepted event and its encoded message.
+type outboxEvent struct {
+	ev generator.Event
+	// msg is ev encoded, from its first publication on (nil before).
+	msg *nats.Msg
+	// spooled is set for an event taken from the spool, as entry seq: it
+	// is marked Done there once delivered or given up, and left there
+	// when Run stops before.
+	spooled bool
+	// written is set for an event Send kept in memory and wrote through
+	// to the spool, as entry seq (Options.WriteThrough): Done likewise.
+	written bool
+	seq     uint64
+	// earlier is set for a spool entry of an earlier process, and for a
+	// carried event: not one Send recorded (see Publisher.Progress).
+	earlier bool
+	// carried is set for an event carried from the checkpoint into a new
+	// stream (history.go): it holds no outbox slot, and a Run that stops
+	// before delivering it leaves it to the next, which carries it again.
+	carried bool
+	// unchecked is set with earlier, until a check found the entry is
+	// not stored (see needsCheck).
+	unchecked bool
+	// mark holds the watermark back while the event may be stored and is
+	// not delivered; nil before its first send.
+	mark *sendMark
+	// maybeStoredAt is when the first attempt that may have been stored
+	// was sent (its outcome unknown); zero while every attempt is known
+	// to have failed.
+	maybeStoredAt time.Time
 }

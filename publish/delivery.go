@@ -1,0 +1,675 @@
+package publish
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/generator"
+)
+
+// stallAfter is how long publishing may go without an ack, with messages
+// in flight, before it counts as stalled (and is logged so) even though no
+// attempt failed yet: an ack takes well under 100 ms, even replicated
+// across zones, so a second without one is an election or an outage.
+// stallCheckInterval is how often that is looked at.
+const (
+	stallAfter         = time.Second
+	stallCheckInterval = 250 * time.Millisecond
+	// stragglerAfter is how much earlier than a message JetStream acked
+	// another must have been sent, unanswered, to be taken as lost. One
+	// stream leader stores a connection's messages in order, so an
+	// unanswered one sent well before an acked one went to a leader that
+	// died (an election): it is retried now, not after AckTimeout.
+	stragglerAfter = time.Second
+	// stalledResendAfter is how long publishing may go without any ack,
+	// with messages in flight, before they are all taken as lost and
+	// retried: when every pod's head went to a leader that died, no later
+	// ack can overtake them.
+	stalledResendAfter = 3 * time.Second
+)
+
+// errReconnecting fails an attempt made while the NATS connection is down.
+var errReconnecting = errors.New("nats connection is reconnecting")
+
+// errOvertaken fails an attempt left unanswered while later ones were acked
+// (abandonStragglers).
+var errOvertaken = errors.New("no ack, while messages sent more than a second later were acked")
+
+// delivery is the state of one Run. Only Run's goroutine touches it.
+type delivery struct {
+	p   *Publisher
+	chk *checker
+	// pods holds the events in memory of each pod with any. A pod is in
+	// exactly one of: ready, in flight (published or being checked),
+	// retries, or (while draining) set aside with only spooled events.
+	pods    map[string]*podQueue
+	ready   []*podQueue
+	retries retryHeap
+	// retryTimer fires at armedAt, the earliest retry, when there is one.
+	retryTimer *time.Timer
+	armedAt    time.Time
+	inFlight   int
+	// inflight maps each published message to its pod until its outcome
+	// comes back on Publisher.acks.
+	inflight map[*nats.Msg]inflight
+	// checking holds the pods whose head event is being checked against
+	// the stream; with inFlight, they are bounded by MaxInFlight.
+	checking map[*podQueue]struct{}
+	// volatile counts the events in pods that Send kept in memory: the
+	// drain waits for those only, the spooled ones stay in the spool.
+	volatile int
+	draining bool
+	// progressAt is when publishing last made progress: the last ack, or
+	// the first publish after nothing was in flight.
+	progressAt time.Time
+	// stalledAt is when publishing stalled: the last progress, once an
+	// attempt failed since or it is stallAfter ago with messages in
+	// flight. Zero while publishing flows. stallFailures counts the failed
+	// attempts since.
+	stalledAt     time.Time
+	stallFailures int
+	// taken is the buffer of takeIn, reused.
+	taken []*outboxEvent
+	// spoolInUse is set while events taken from the spool are undelivered,
+	// so that the spool's emptying is logged once.
+	spoolInUse bool
+
+	// reconciling is set until the read of what an earlier run stored
+	// arrives on reconciled (reconcile.go); nothing is published before.
+	reconciling bool
+	reconciled  chan storedSet
+	// found maps the ids the read found to their sequences, for the run;
+	// recognised holds those that were reported again.
+	found      map[string]uint64
+	recognised map[string]struct{}
+	wm         watermark
+	// lastAckedSent is when the latest-sent message that JetStream acked
+	// was sent (abandonStragglers).
+	lastAckedSent time.Time
+
+	// renewing is the stream whose history Run is starting (history.go),
+	// until the checkpoint adopts it; nil otherwise.
+	renewing *durable.StreamIdentity
+	// carry holds the events to carry into it until they are inserted
+	// (tryCarry); nothing is published before. carryMeta holds the pod
+	// labels of the spooled events, carryUntil ends the wait for the
+	// generator's. carryTimer fires while carryArmed.
+	carry      []generator.Event
+	carryMeta  map[string]*generator.PodMeta
+	carryUntil time.Time
+	carryTimer *time.Timer
+	carryArmed bool
+}
+
+type inflight struct {
+	pod  *podQueue
+	sent time.Time
+}
+
+// podQueue holds the undelivered events of one pod in Send order. events[0]
+// is in flight, waiting for a retry, or next in line.
+type podQueue struct {
+	uid      string
+	events   []*outboxEvent
+	volatile int       // events not from the spool
+	failures int       // consecutive failed attempts of events[0]
+	retryAt  time.Time // when events[0] is retried, while in retries
+}
+
+type ackResult struct {
+	msg  *nats.Msg
+	pod  *podQueue
+	ack  *jetstream.PubAck
+	err  error
+	sent time.Time
+	done time.Time
+}
+
+func (d *delivery) run(ctx context.Context) error {
+	d.retryTimer = time.NewTimer(time.Hour)
+	d.retryTimer.Stop()
+	defer d.retryTimer.Stop()
+	stallCheck := time.NewTicker(stallCheckInterval)
+	defer stallCheck.Stop()
+	// A reconnect ends an outage: what waits for a retry goes at once,
+	// rather than after a backoff that grew during the outage (up to
+	// RetryBackoffMax).
+	var reconnected chan nats.Status
+	if nc := d.p.js.Conn(); nc != nil {
+		reconnected = nc.StatusChanged(nats.CONNECTED)
+		defer nc.RemoveStatusListener(reconnected)
+	}
+
+	done := ctx.Done()
+	var drainDeadline <-chan time.Time
+	for {
+		if err := d.dispatch(); err != nil {
+			d.p.out.Close()
+			d.giveUp("nats connection closed")
+			return err
+		}
+		if d.draining && d.volatile == 0 && d.inFlight == 0 && len(d.checking) == 0 {
+			d.giveUp("") // only spooled events are left, and they stay
+			return nil
+		}
+		select {
+		case <-d.p.out.Ready():
+			d.takeIn()
+		case r := <-d.p.acks:
+			d.handle(r)
+		case r := <-d.chk.results:
+			d.checked(r)
+		case set := <-d.reconciled:
+			d.reconciledWith(set, time.Now())
+		case now := <-d.carryC():
+			d.tryCarry(now)
+		case now := <-d.retryC():
+			d.armedAt = time.Time{}
+			d.retryDue(now)
+		case now := <-d.stallC(stallCheck):
+			d.abandonStragglers(now)
+			d.checkStall(now)
+			d.checkHold(now)
+		case <-reconnected:
+			d.retryAllNow()
+		case <-done:
+			done = nil
+			// From here on the queue only shrinks: Send refuses events,
+			// and the spool keeps its entries for the next start.
+			d.p.out.Close()
+			d.takeIn() // the last events Send kept in memory
+			d.draining = true
+			if d.carry != nil {
+				d.tryCarry(time.Now()) // no more waiting for labels
+			}
+			t := time.NewTimer(d.p.opts.DrainTimeout)
+			defer t.Stop()
+			drainDeadline = t.C
+		case <-drainDeadline:
+			d.giveUp("drain timeout ended")
+			return nil
+		}
+	}
+}
+
+// add appends e to its pod's queue; a pod with nothing queued becomes ready.
+func (d *delivery) add(e *outboxEvent) {
+	uid := e.ev.Pod.UID
+	pq, ok := d.pods[uid]
+	if !ok {
+		pq = &podQueue{uid: uid}
+		d.pods[uid] = pq
+		d.ready = append(d.ready, pq)
+	}
+	pq.events = append(pq.events, e)
+	if !e.spooled {
+		pq.volatile++
+		d.volatile++
+	}
+}
+
+// takeIn adds what the outbox yields to the pods' queues, in order.
+func (d *delivery) takeIn() {
+	d.taken = d.p.out.Take(d.taken[:0])
+	for i, e := range d.taken {
+		if e.spooled {
+			d.spoolInUse = true
+		}
+		d.add(e)
+		d.taken[i] = nil
+	}
+}
+
+// dispatch publishes (or checks) the head event of ready pods while there
+// is room in flight. It returns an error only when the connection is
+// closed for good.
+func (d *delivery) dispatch() error {
+	if d.reconciling || d.carry != nil {
+		return nil
+	}
+	for d.inFlight+len(d.checking) < d.p.opts.MaxInFlight && len(d.ready) > 0 {
+		pq := d.ready[0]
+		d.ready[0] = nil
+		d.ready = d.ready[1:]
+		if d.draining && pq.volatile == 0 {
+			// Only spooled events: they stay in the spool. The pod stays
+			// in pods, out of every line, until giveUp.
+			continue
+		}
+		if err := d.publish(pq); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// needsCheck reports whether e must be checked against the stream before it
+// is published again: it may have been stored longer ago than JetStream's
+// duplicate detection can be relied on (verify.go).
+func (d *delivery) needsCheck(e *outboxEvent, now time.Time) bool {
+	if e.unchecked && d.p.opts.ReconcileFrom == 0 {
+		// Without the read (reconcile.go), which knows every message an
+		// earlier run stored after its checkpoint, the entry is asked for.
+		return true
+	}
+	return !e.maybeStoredAt.IsZero() && now.Sub(e.maybeStoredAt) >= d.p.opts.DuplicateWindow/2
+}
+
+func (d *delivery) publish(pq *podQueue) error {
+	e := pq.events[0]
+	if e.msg == nil {
+		// Encoded when its turn comes, not when recorded: what waits
+		// holds its event only, and the encoded messages alive at a time
+		// are those in flight. The first relist of 30,000 containers
+		// held 30-40 MB of messages at its peak when Send encoded them
+		// (pleg-bench, heap profile).
+		msg, err := d.p.enc.Encode(e.ev)
+		if err != nil {
+			d.giveUpHead(pq, "cannot encode it", err)
+			return nil
+		}
+		e.msg = msg
+	}
+	sent := time.Now()
+	if d.inFlight+len(d.checking) == 0 {
+		d.progressAt = sent
+	}
+	if d.found != nil {
+		id := e.msg.Header.Get(jetstream.MsgIDHeader)
+		if _, ok := d.found[id]; ok {
+			d.recognise(pq, id, sent)
+			return nil
+		}
+	}
+	if d.needsCheck(e, sent) {
+		d.checking[pq] = struct{}{}
+		// Never blocks: reqs has room for MaxInFlight requests.
+		d.chk.reqs <- checkRequest{pod: pq, subject: e.msg.Subject, id: e.msg.Header.Get(jetstream.MsgIDHeader)}
+		return nil
+	}
+	if conn := d.p.js.Conn(); conn != nil && conn.IsReconnecting() {
+		// nats.go would buffer the message and send it once reconnected,
+		// however late: a retry that reaches the server long after it was
+		// sent defeats the duplicate window (verify.go). So nothing is
+		// published while the connection is down: the attempt fails, not
+		// sent, and is retried with the backoff.
+		d.p.metrics.failed.Inc()
+		d.failed(pq, errReconnecting)
+		return nil
+	}
+	_, err := d.p.ajs.PublishMsgAsync(e.msg)
+	if err != nil {
+		if conn := d.p.js.Conn(); conn != nil && conn.IsClosed() {
+			return fmt.Errorf("publish event: %w (%w)", nats.ErrConnectionClosed, err)
+		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// Retrying cannot help; holding it would stall the pod forever.
+			d.giveUpHead(pq, "message exceeds the server's max payload", err)
+			return nil
+		}
+		// Not sent at all, so not stored: maybeStoredAt stays as it is.
+		d.p.metrics.failed.Inc()
+		d.failed(pq, err)
+		return nil
+	}
+	if e.mark == nil {
+		e.mark = d.wm.sent()
+	}
+	d.inFlight++
+	d.p.metrics.inFlight.Inc()
+	d.inflight[e.msg] = inflight{pod: pq, sent: sent}
+	return nil
+}
+
+func (d *delivery) handle(r ackResult) {
+	f, ok := d.inflight[r.msg]
+	if !ok {
+		return // given up already
+	}
+	delete(d.inflight, r.msg)
+	r.pod, r.sent = f.pod, f.sent
+	d.inFlight--
+	d.p.metrics.inFlight.Dec()
+	pq := r.pod
+	if r.err != nil {
+		d.p.metrics.failed.Inc()
+		if e := pq.events[0]; e.maybeStoredAt.IsZero() {
+			if maybeStored(r.err) {
+				e.maybeStoredAt = r.sent
+			} else if e.mark != nil {
+				// No attempt of it can be stored: it holds the
+				// watermark back no more, until it is sent again.
+				d.wm.settled(e.mark)
+				e.mark = nil
+			}
+		}
+		d.failed(pq, r.err)
+		return
+	}
+	d.wm.stored(r.ack.Sequence)
+	if r.sent.After(d.lastAckedSent) {
+		d.lastAckedSent = r.sent
+	}
+	if r.ack.Duplicate {
+		d.p.metrics.duplicate.Inc()
+	} else {
+		d.p.metrics.acked.Inc()
+	}
+	d.p.metrics.ackDuration.Observe(r.done.Sub(r.sent).Seconds())
+	d.delivered(pq)
+}
+
+// checked takes in the answer of a check against the stream.
+func (d *delivery) checked(r checkResult) {
+	pq := r.pod
+	if _, ok := d.checking[pq]; !ok {
+		return // given up already
+	}
+	delete(d.checking, pq)
+	e := pq.events[0]
+	switch {
+	case r.err != nil:
+		// NATS is still away, most likely: a failed attempt like any.
+		d.p.metrics.checkError.Inc()
+		d.failed(pq, r.err)
+	case r.seq > 0:
+		d.wm.stored(r.seq)
+		d.p.metrics.checkStored.Inc()
+		d.p.log.Debug("event already stored: not publishing it again",
+			"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type))
+		d.delivered(pq)
+	default:
+		// Not stored. An attempt still on its way would be stored after
+		// this answer, within the window of the publish that follows.
+		d.p.metrics.checkMissing.Inc()
+		e.unchecked = false
+		e.maybeStoredAt = time.Time{}
+		d.ready = append(d.ready, pq)
+	}
+}
+
+// delivered takes the head event of pq as stored in the stream: it is
+// reported to OnAck, then marked Done in the spool (in that order, so that
+// the checkpoint's ack and the entry's removal reach the disk together).
+func (d *delivery) delivered(pq *podQueue) {
+	now := time.Now()
+	d.progressAt = now
+	if !d.stalledAt.IsZero() {
+		d.p.log.Info("publishing resumed",
+			"stalled_for", now.Sub(d.stalledAt), "failed_attempts", d.stallFailures)
+		d.stalledAt = time.Time{}
+		d.stallFailures = 0
+		// As after a reconnect: the stall (an election, say) is over.
+		d.retryAllNow()
+	}
+	pq.failures = 0
+	e := pq.events[0]
+	d.advance(pq)
+	if e.mark != nil {
+		d.wm.settled(e.mark)
+		e.mark = nil
+	}
+	if d.p.opts.OnAck != nil {
+		d.p.opts.OnAck(e.ev, d.wm.value())
+	}
+	if e.spooled || e.written {
+		d.done(e.seq)
+	}
+}
+
+// done marks a spool entry delivered or given up, and logs when that
+// emptied the spool.
+func (d *delivery) done(seq uint64) {
+	sp := d.p.opts.Spool
+	sp.Done(seq)
+	if d.spoolInUse && sp.Len() == 0 {
+		d.spoolInUse = false
+		d.p.log.Info("spool empty: every spooled event is delivered")
+	}
+}
+
+// giveUpHead drops the head event of pq, which cannot be delivered.
+func (d *delivery) giveUpHead(pq *podQueue, reason string, err error) {
+	e := pq.events[0]
+	d.drop(e, reason, err)
+	d.advance(pq) // frees its slot
+	if e.spooled || e.written {
+		d.done(e.seq)
+	}
+}
+
+// advance removes the head event of pq, which is delivered or given up, and
+// frees its outbox slot. The pod goes to the back of the ready line if it
+// has more events.
+func (d *delivery) advance(pq *podQueue) {
+	e := pq.events[0]
+	switch {
+	case e.carried:
+		defer d.carriedOne() // once the event is out of the queue
+	case !e.spooled:
+		pq.volatile--
+		d.volatile--
+	}
+	pq.events[0] = nil
+	pq.events = pq.events[1:]
+	d.p.out.Settle(e)
+	if len(pq.events) == 0 {
+		delete(d.pods, pq.uid)
+		return
+	}
+	d.ready = append(d.ready, pq)
+}
+
+// failed logs a failed attempt and schedules the retry of the pod's head
+// event; the caller counts it. The failure that stalls publishing (the
+// first since an ack) logs at Warn, the following ones at Debug, so an
+// outage does not flood the log; the next ack logs that publishing resumed.
+func (d *delivery) failed(pq *podQueue, err error) {
+	pq.failures++
+	d.stallFailures++
+	delay := retryDelay(d.p.opts.RetryBackoffMin, d.p.opts.RetryBackoffMax, pq.failures)
+	ev := pq.events[0].ev
+	attrs := []any{"pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", string(ev.Type),
+		"attempt", pq.failures, "retry_in", delay, "err", err}
+	now := time.Now()
+	if d.stalledAt.IsZero() {
+		d.stalledAt = d.progressAt
+		d.p.log.Warn("publishing stalled: publish event failed, will retry until acks resume", attrs...)
+	} else {
+		d.p.log.Debug("publish event failed, will retry", attrs...)
+	}
+	pq.retryAt = now.Add(delay)
+	heap.Push(&d.retries, pq)
+}
+
+// abandonStragglers takes every message in flight that was sent more than
+// stragglerAfter before one JetStream has acked, or every one sent more than
+// stalledResendAfter ago when nothing was acked for as long, as lost, and
+// schedules its retry: it went to a stream leader that died, whose successor will never
+// answer it, and waiting out AckTimeout would hold its pod's events back
+// (and, should the bridge be killed meanwhile, lose them with the memory
+// outbox). It may have been stored all the same, so the retry is checked
+// against the stream if it comes late for the duplicate window (verify.go).
+// A late answer to the abandoned attempt is ignored.
+func (d *delivery) abandonStragglers(now time.Time) {
+	stalled := now.Sub(d.progressAt) > stalledResendAfter
+	if d.lastAckedSent.IsZero() && !stalled {
+		return
+	}
+	for msg, f := range d.inflight {
+		overtaken := !d.lastAckedSent.IsZero() && d.lastAckedSent.Sub(f.sent) > stragglerAfter
+		if !overtaken && !(stalled && now.Sub(f.sent) > stalledResendAfter) {
+			continue
+		}
+		delete(d.inflight, msg)
+		d.inFlight--
+		d.p.metrics.inFlight.Dec()
+		d.p.metrics.failed.Inc()
+		if e := f.pod.events[0]; e.maybeStoredAt.IsZero() {
+			e.maybeStoredAt = f.sent
+		}
+		d.failed(f.pod, errOvertaken)
+	}
+}
+
+// checkStall logs a stall that no failure reported yet: messages in
+// flight and no ack for stallAfter, as while a stream leader is elected
+// (an ack timeout would say so only after AckTimeout).
+func (d *delivery) checkStall(now time.Time) {
+	if !d.stalledAt.IsZero() || d.inFlight+len(d.checking) == 0 || now.Sub(d.progressAt) < stallAfter {
+		return
+	}
+	d.stalledAt = d.progressAt
+	d.p.log.Warn("publishing stalled: no ack, will wait and retry until acks resume",
+		"for", now.Sub(d.progressAt), "in_flight", d.inFlight+len(d.checking))
+}
+
+// retryDelay doubles min for each failure after the first, caps it at max,
+// and picks uniformly from its upper half, which spreads the retries of
+// pods that failed together.
+func retryDelay(minDelay, maxDelay time.Duration, failures int) time.Duration {
+	d := minDelay
+	for i := 1; i < failures && d < maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxDelay)
+	return d/2 + rand.N(d/2+1)
+}
+
+// stallC returns the stall check's channel while there is something to
+// check (messages in flight or being checked, the watermark on hold), else
+// nil: an idle publisher is not woken four times a second for nothing (a
+// ticker whose channel nobody waits on does not fire, Go 1.23 and later).
+func (d *delivery) stallC(t *time.Ticker) <-chan time.Time {
+	if d.inFlight+len(d.checking) == 0 && !d.wm.holding {
+		return nil
+	}
+	return t.C
+}
+
+// retryC arms the retry timer for the earliest retry and returns its
+// channel, or nil when nothing waits for a retry.
+func (d *delivery) retryC() <-chan time.Time {
+	if len(d.retries) == 0 {
+		return nil
+	}
+	if at := d.retries[0].retryAt; !at.Equal(d.armedAt) {
+		d.retryTimer.Reset(time.Until(at))
+		d.armedAt = at
+	}
+	return d.retryTimer.C
+}
+
+// retryAllNow moves every pod waiting for a retry to the ready line, with
+// its backoff reset: whatever failed them has just ended.
+func (d *delivery) retryAllNow() {
+	for _, pq := range d.retries {
+		pq.failures = 0
+		d.ready = append(d.ready, pq)
+	}
+	d.retries = d.retries[:0]
+}
+
+// retryDue moves the pods whose retry time has come to the ready line.
+func (d *delivery) retryDue(now time.Time) {
+	for len(d.retries) > 0 && !d.retries[0].retryAt.After(now) {
+		d.ready = append(d.ready, heap.Pop(&d.retries).(*podQueue))
+	}
+}
+
+// giveUp takes in the outcomes that arrived and what Send still left, stops
+// waiting for acks and checks, and drops every undelivered event that Send
+// kept in memory only. The spooled ones, and the memory events written
+// through to the spool, stay in the spool (not Done), for the next start;
+// reason empty means only spooled ones are left.
+func (d *delivery) giveUp(reason string) {
+	for {
+		select {
+		case r := <-d.p.acks:
+			if r.err == nil {
+				d.handle(r)
+				continue
+			}
+			// Failed, and no time is left to retry it.
+			if _, ok := d.inflight[r.msg]; ok {
+				delete(d.inflight, r.msg)
+				d.inFlight--
+				d.p.metrics.inFlight.Dec()
+				d.p.metrics.failed.Inc()
+			}
+			continue
+		case r := <-d.chk.results:
+			if r.err == nil && r.seq > 0 {
+				d.checked(r)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	d.takeIn()
+	// Whatever is still in flight is given up below with its pod's queue;
+	// it may yet be stored, but nobody waits for the ack any more.
+	d.p.metrics.inFlight.Sub(float64(d.inFlight))
+	d.inFlight = 0
+	clear(d.inflight)
+	clear(d.checking)
+	left := 0
+	for _, pq := range d.pods {
+		for _, e := range pq.events {
+			switch {
+			case e.carried:
+				left++ // not adopted: the next Run carries it again
+			case e.spooled || e.written:
+				left++
+				d.p.out.Release(e)
+			default:
+				d.drop(e, reason, nil)
+				d.p.out.Settle(e) // given up
+			}
+		}
+	}
+	clear(d.pods)
+	d.volatile = 0
+	d.ready = nil
+	d.retries = nil
+	if left > 0 {
+		d.p.log.Info("left undelivered events in the spool for the next start", "events", left)
+	}
+}
+
+// drop counts and logs an event that is given up. The caller removes it
+// from its pod's queue and frees its outbox slot.
+func (d *delivery) drop(e *outboxEvent, reason string, err error) {
+	d.p.metrics.dropped.Inc()
+	attrs := []any{"reason", reason,
+		"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type)}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	d.p.log.Warn("drop event", attrs...)
+}
+
+// retryHeap orders pods waiting for a retry by retry time.
+type retryHeap []*podQueue
+
+func (h retryHeap) Len() int           { return len(h) }
+func (h retryHeap) Less(i, j int) bool { return h[i].retryAt.Before(h[j].retryAt) }
+func (h retryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *retryHeap) Push(x any)        { *h = append(*h, x.(*podQueue)) }
+func (h *retryHeap) Pop() any {
+	old := *h
+	n := len(old)
+	x := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	return x
+}
