@@ -345,11 +345,12 @@ func build(opts Options) (_ *pipeline, err error) {
 		TaskEvents:          generator.InstrumentTaskEvents(tasks, metrics),
 		// Beside rt, not found on it: Hooks.WrapRuntime's wrapper would
 		// hide them, and the unchanged relist with them.
-		Listings:  p.cri,
-		Published: published,
-		Logger:    log,
-		Metrics:   metrics,
+		Listings: p.cri,
+		Logger:   log,
+		Metrics:  metrics,
 	})
+	// Before Run: the state the generator starts from.
+	p.gen.Restore(published)
 	log.Info("bridge running", "node", opts.Node, "cri_endpoint", opts.CRIEndpoint, "mode", string(opts.Mode),
 		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "state_bucket", opts.StateBucket, "data_dir", opts.DataDir)
 	return p, nil

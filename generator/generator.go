@@ -83,11 +83,6 @@ type Options struct {
 	// PodAnnotations are the keys of the pod annotations that events carry
 	// (Event.Pod.Meta); no other annotation is read or kept. Empty: none.
 	PodAnnotations []string
-	// Published are events delivered before a restart (a checkpoint). The
-	// generator starts with them as its state: they are not reported again,
-	// and a container among them that is gone now is reported Died and
-	// Removed by the first relist.
-	Published []Event
 	// TaskEvents is containerd's event service, for the containerd-events
 	// mode and auto mode on containerd 1.x (the CRI client serves it on
 	// the CRI socket). Nil: none; those modes then relist only.
@@ -135,7 +130,8 @@ type Generator struct {
 	// replay is shared with the stream supervisor: the merge holds a
 	// relist back while it is open (mergeStreamFirst).
 	replay *replayGate
-	// restored holds what Restore was given until the merge takes it in.
+	// restored holds what Restore was given until the start of Run or
+	// Relist, or the merge, takes it in.
 	restored restoredEvents
 
 	// Between the goroutines.
@@ -169,6 +165,10 @@ type Generator struct {
 
 	// The relist loop's own.
 	relistStart time.Time
+	// started is set by the first Run or Relist, which takes in what
+	// Restore was given before it (startRestored); they are never called
+	// concurrently.
+	started bool
 }
 
 type mergeRequest struct {
@@ -245,8 +245,6 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		cache: g.cache, rt: rt, targeted: g.targeted, relist: g.requestRelist,
 		logger: g.logger, results: opts.Metrics.triggers,
 	})
-	g.seed(opts.Published)
-	g.opts.Published = nil // only needed once
 	// requestRelist: a new mode re-times the relist loop for its period.
 	g.mode = newActiveMode(g.metrics.mode, g.logger, g.requestRelist)
 	g.replay = newReplayGate()
@@ -309,6 +307,7 @@ func lookup(cache *statecache.Cache[*podRecord], podUID, containerID string) *co
 // kept in the state and sent later (backfill.go). An error is returned only if
 // the sink fails for a reason other than ctx or being full.
 func (g *Generator) Run(ctx context.Context) error {
+	g.startRestored()
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return g.mergeLoop(ctx) })
 	eg.Go(func() error { return g.relistLoop(ctx, g.relistPeriod) })
@@ -373,6 +372,7 @@ func (g *Generator) EndStartup() {
 // events to the sink (or holding them, while the sink is full, for a backfill
 // that only Run does). It must not be called while Run is running.
 func (g *Generator) Relist(ctx context.Context) error {
+	g.startRestored()
 	b, err := g.relistFull(ctx, func() {}, g.apply)
 	if err != nil {
 		return fmt.Errorf("relist: %w", err)

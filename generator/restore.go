@@ -76,6 +76,16 @@ func (rec *containerRecord) restoreEvent(ev Event) {
 	}
 }
 
+// startRestored takes in, at the first Run or Relist, what Restore was
+// given before it: the state the generator starts from.
+func (g *Generator) startRestored() {
+	if g.started {
+		return
+	}
+	g.started = true
+	g.seed(g.restored.take())
+}
+
 // seed loads restored records into the cache with no observation time, so
 // that any real observation is newer.
 func (g *Generator) seed(published []Event) {
@@ -84,19 +94,22 @@ func (g *Generator) seed(published []Event) {
 	}
 }
 
-// Restore adds events that an earlier run delivered, and that Options.Published
-// did not hold, to the generator's state, as Published does at New: they are
-// not reported again, and a container among them that is gone now is
-// reported Died (with what its delivered events say) and Removed by the
-// next full relist, which Restore asks for. That is how a bridge takes in
-// what the stream stored after its checkpoint (publish.Options.OnStored):
-// without it, a container whose ContainerStarted was stored and not yet
-// checkpointed when the bridge was killed, and which went away while it was
-// down, would never get its ContainerDied and ContainerRemoved.
+// Restore adds events that an earlier run delivered to the generator's
+// state: they are not reported again, and a container among them that is
+// gone now is reported Died (with what its delivered events say) and
+// Removed by the next full relist.
 //
-// Restore does not block: Run's merge goroutine takes the events in before
-// its next merge, in the order Restore was called; events given before Run
-// starts wait for it. It is safe for concurrent use.
+// Events given before Run or the first Relist starts (a checkpoint) are the
+// state the generator starts from: that start takes them in before its
+// first relist lists. Events given later are taken in by Run's merge
+// goroutine before its next merge, in the order Restore was called, and a
+// full relist is asked for. That is how a bridge takes in what the stream
+// stored after its checkpoint (publish.Options.OnStored): without it, a
+// container whose ContainerStarted was stored and not yet checkpointed when
+// the bridge was killed, and which went away while it was down, would never
+// get its ContainerDied and ContainerRemoved.
+//
+// Restore does not block. It is safe for concurrent use.
 func (g *Generator) Restore(events []Event) {
 	if len(events) == 0 {
 		return

@@ -41,7 +41,8 @@ func TestRestartFromCheckpointReportsOnlyWhatChanged(t *testing.T) {
 	must(0, m.StartContainer(fresh))
 
 	rec := generatortest.NewRecorder()
-	restarted := generator.New(f.rt, rec, generator.Options{Published: published})
+	restarted := generator.New(f.rt, rec, generator.Options{})
+	restarted.Restore(published)
 	if err := restarted.Relist(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,8 @@ func TestRestoreCompletesWhatTheStreamStoredAfterTheCheckpoint(t *testing.T) {
 		must(0, m.RemovePodSandbox(other))
 
 		rec := generatortest.NewRecorder()
-		restarted := generator.New(f.rt, rec, generator.Options{Published: ckpt, RelistPeriod: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+		restarted := generator.New(f.rt, rec, generator.Options{RelistPeriod: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+		restarted.Restore(ckpt)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- restarted.Run(ctx) }()
