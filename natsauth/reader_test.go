@@ -38,19 +38,12 @@ type reader struct {
 	cancel *context.CancelCauseFunc // guarded by mu; the running call's
 }
 
-// legacyProbe reports a refusal of the consumer package's probe for events
-// of the legacy layout, which Subscribe and Replay survive: they read the
-// current layout only.
-func legacyProbe(err error) bool {
-	return strings.Contains(err.Error(), `"$JS.API.STREAM.MSG.GET.PLEG"`) || strings.Contains(err.Error(), `"$JS.API.DIRECT.GET.PLEG"`)
-}
-
 func connectReader(t *testing.T, url, creds, inbox string) reader {
 	t.Helper()
 	r := reader{node: node{errs: make(chan error, 64)}, mu: &sync.Mutex{}, cancel: new(context.CancelCauseFunc)}
 	nc, err := nats.Connect(url, nats.UserCredentials(creds), nats.CustomInboxPrefix(inbox),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) && !legacyProbe(err) {
+			if errors.Is(err, nats.ErrPermissionViolation) && !consumer.LegacyProbeRefused(err, "PLEG") {
 				r.mu.Lock()
 				cancel := *r.cancel
 				r.mu.Unlock()
