@@ -26,6 +26,13 @@
 // and a relist declares a container gone only if nothing saw it after the
 // relist began. Each (container, event type) is produced at most once.
 //
+// What the generator needs of the runtime's client beyond the Runtime's CRI
+// calls (containerd's event service, the listings' version and their reuse)
+// is given to New in the open, as Options.TaskEvents and Options.Listings,
+// never found on the Runtime by a type assertion that a decorator around
+// it would defeat; the owner ends the start-up with Generator.EndStartup.
+// Restart state comes in through Generator.Restore.
+//
 // It imports statecache and the CRI API; it must not import publish, NATS or
 // anything under cmd.
 package generator

@@ -310,3 +310,25 @@ func TestAFullRelistRacedByATargetedOneLeavesNoUnchangedRelist(t *testing.T) {
 		t.Fatalf("full relist after the job went: %v, want %v", got, want)
 	}
 }
+
+// TestRelistsComeBackUnchangedOnceTheStartUpEnds checks that EndStartup lets
+// the runtime's client (Options.Listings) reuse its listings, and only
+// then: before, every relist is merged whole; after, a relist of a node
+// where nothing changed comes back unchanged.
+func TestRelistsComeBackUnchangedOnceTheStartUpEnds(t *testing.T) {
+	t.Parallel()
+	model := crisim.NewRuntime(crisim.Options{})
+	must(model.RunPodSandbox(crisim.PodConfig{Name: "web", Namespace: "default", UID: "uid-web"}))
+	n := newUnchangedNode(t, model, false)
+	n.relist(t)
+	n.relist(t)
+	if got := n.unchanged(t); got != 0 {
+		t.Fatalf("%v unchanged relists before the end of the start-up, want 0", got)
+	}
+	n.g.EndStartup()
+	n.relist(t) // fills the client's memo
+	n.relist(t)
+	if got := n.unchanged(t); got != 1 {
+		t.Fatalf("%v unchanged relists after the end of the start-up, want 1", got)
+	}
+}
