@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,10 +45,27 @@ var errReconnecting = errors.New("nats connection is reconnecting")
 // (abandonStragglers).
 var errOvertaken = errors.New("no ack, while messages sent more than a second later were acked")
 
-// delivery is the state of one Run. Only Run's goroutine touches it.
+// delivery is the state of one Run. Only Run's goroutine touches it, with
+// no lock: Send reaches it through the outbox only, and the NATS
+// connection's goroutine through acks. It holds what Run gives it (the
+// outbox, the options, the connection and its publishing handle, the
+// checker), then the pods' queues and the messages in flight, the stall,
+// and the state of the read-back (reconcile.go) and of a new stream's
+// history (history.go).
 type delivery struct {
-	p   *Publisher
-	chk *checker
+	out  *outbox
+	opts Options // the Publisher's, defaults applied; read only
+	nc   *nats.Conn
+	// ajs publishes; the outcome of each publish arrives on acks.
+	ajs     jetstream.JetStream
+	acks    <-chan ackResult
+	chk     *checker
+	log     *slog.Logger
+	metrics *metrics
+	// carrying is the Publisher's count of the events carried from the
+	// checkpoint and not yet delivered, which Pending reads.
+	carrying *atomic.Int64
+
 	// pods holds the events in memory of each pod with any. A pod is in
 	// exactly one of: ready, in flight (published or being checked),
 	// retries, or (while draining) set aside with only spooled events.
@@ -56,12 +75,11 @@ type delivery struct {
 	// retryTimer fires at armedAt, the earliest retry, when there is one.
 	retryTimer *time.Timer
 	armedAt    time.Time
-	inFlight   int
 	// inflight maps each published message to its pod until its outcome
-	// comes back on Publisher.acks.
+	// comes back on acks.
 	inflight map[*nats.Msg]inflight
 	// checking holds the pods whose head event is being checked against
-	// the stream; with inFlight, they are bounded by MaxInFlight.
+	// the stream; with inflight, they are bounded by MaxInFlight.
 	checking map[*podQueue]struct{}
 	// volatile counts the events in pods that Send kept in memory: the
 	// drain waits for those only, the spooled ones stay in the spool.
@@ -124,12 +142,13 @@ type podQueue struct {
 	retryAt  time.Time // when events[0] is retried, while in retries
 }
 
+// ackResult is the outcome of one publish, as the connection's goroutine
+// reports it: an ack or an error, and when it came. The message's pod and
+// send time are in inflight.
 type ackResult struct {
 	msg  *nats.Msg
-	pod  *podQueue
 	ack  *jetstream.PubAck
 	err  error
-	sent time.Time
 	done time.Time
 }
 
@@ -142,28 +161,25 @@ func (d *delivery) run(ctx context.Context) error {
 	// A reconnect ends an outage: what waits for a retry goes at once,
 	// rather than after a backoff that grew during the outage (up to
 	// RetryBackoffMax).
-	var reconnected chan nats.Status
-	if nc := d.p.js.Conn(); nc != nil {
-		reconnected = nc.StatusChanged(nats.CONNECTED)
-		defer nc.RemoveStatusListener(reconnected)
-	}
+	reconnected := d.nc.StatusChanged(nats.CONNECTED)
+	defer d.nc.RemoveStatusListener(reconnected)
 
 	done := ctx.Done()
 	var drainDeadline <-chan time.Time
 	for {
 		if err := d.dispatch(); err != nil {
-			d.p.out.Close()
+			d.out.Close()
 			d.giveUp("nats connection closed")
 			return err
 		}
-		if d.draining && d.volatile == 0 && d.inFlight == 0 && len(d.checking) == 0 {
+		if d.draining && d.volatile == 0 && d.busy() == 0 {
 			d.giveUp("") // only spooled events are left, and they stay
 			return nil
 		}
 		select {
-		case <-d.p.out.Ready():
+		case <-d.out.Ready():
 			d.takeIn()
-		case r := <-d.p.acks:
+		case r := <-d.acks:
 			d.handle(r)
 		case r := <-d.chk.results:
 			d.checked(r)
@@ -184,13 +200,13 @@ func (d *delivery) run(ctx context.Context) error {
 			done = nil
 			// From here on the queue only shrinks: Send refuses events,
 			// and the spool keeps its entries for the next start.
-			d.p.out.Close()
+			d.out.Close()
 			d.takeIn() // the last events Send kept in memory
 			d.draining = true
 			if d.carry != nil {
 				d.tryCarry(time.Now()) // no more waiting for labels
 			}
-			t := time.NewTimer(d.p.opts.DrainTimeout)
+			t := time.NewTimer(d.opts.DrainTimeout)
 			defer t.Stop()
 			drainDeadline = t.C
 		case <-drainDeadline:
@@ -218,7 +234,7 @@ func (d *delivery) add(e *outboxEvent) {
 
 // takeIn adds what the outbox yields to the pods' queues, in order.
 func (d *delivery) takeIn() {
-	d.taken = d.p.out.Take(d.taken[:0])
+	d.taken = d.out.Take(d.taken[:0])
 	for i, e := range d.taken {
 		if e.spooled {
 			d.spoolInUse = true
@@ -235,7 +251,7 @@ func (d *delivery) dispatch() error {
 	if d.reconciling || d.carry != nil {
 		return nil
 	}
-	for d.inFlight+len(d.checking) < d.p.opts.MaxInFlight && len(d.ready) > 0 {
+	for d.busy() < d.opts.MaxInFlight && len(d.ready) > 0 {
 		pq := d.ready[0]
 		d.ready[0] = nil
 		d.ready = d.ready[1:]
@@ -251,16 +267,23 @@ func (d *delivery) dispatch() error {
 	return nil
 }
 
+// busy returns the number of pods whose head event is in flight: published
+// and waiting for its outcome, or being checked against the stream.
+// MaxInFlight bounds it.
+func (d *delivery) busy() int {
+	return len(d.inflight) + len(d.checking)
+}
+
 // needsCheck reports whether e must be checked against the stream before it
 // is published again: it may have been stored longer ago than JetStream's
 // duplicate detection can be relied on (verify.go).
 func (d *delivery) needsCheck(e *outboxEvent, now time.Time) bool {
-	if e.unchecked && d.p.opts.ReconcileFrom == 0 {
+	if e.unchecked && d.opts.ReconcileFrom == 0 {
 		// Without the read (reconcile.go), which knows every message an
 		// earlier run stored after its checkpoint, the entry is asked for.
 		return true
 	}
-	return !e.maybeStoredAt.IsZero() && now.Sub(e.maybeStoredAt) >= d.p.opts.DuplicateWindow/2
+	return !e.maybeStoredAt.IsZero() && now.Sub(e.maybeStoredAt) >= d.opts.DuplicateWindow/2
 }
 
 func (d *delivery) publish(pq *podQueue) error {
@@ -271,7 +294,7 @@ func (d *delivery) publish(pq *podQueue) error {
 		// are those in flight. The first relist of 30,000 containers
 		// held 30-40 MB of messages at its peak when Send encoded them
 		// (pleg-bench, heap profile).
-		msg, err := d.p.enc.Encode(e.ev)
+		msg, err := d.opts.Encoder.Encode(e.ev)
 		if err != nil {
 			d.giveUpHead(pq, "cannot encode it", err)
 			return nil
@@ -279,7 +302,7 @@ func (d *delivery) publish(pq *podQueue) error {
 		e.msg = msg
 	}
 	sent := time.Now()
-	if d.inFlight+len(d.checking) == 0 {
+	if d.busy() == 0 {
 		d.progressAt = sent
 	}
 	if d.found != nil {
@@ -295,19 +318,19 @@ func (d *delivery) publish(pq *podQueue) error {
 		d.chk.reqs <- checkRequest{pod: pq, subject: e.msg.Subject, id: e.msg.Header.Get(jetstream.MsgIDHeader)}
 		return nil
 	}
-	if conn := d.p.js.Conn(); conn != nil && conn.IsReconnecting() {
+	if d.nc.IsReconnecting() {
 		// nats.go would buffer the message and send it once reconnected,
 		// however late: a retry that reaches the server long after it was
 		// sent defeats the duplicate window (verify.go). So nothing is
 		// published while the connection is down: the attempt fails, not
 		// sent, and is retried with the backoff.
-		d.p.metrics.failed.Inc()
+		d.metrics.failed.Inc()
 		d.failed(pq, errReconnecting)
 		return nil
 	}
-	_, err := d.p.ajs.PublishMsgAsync(e.msg)
+	_, err := d.ajs.PublishMsgAsync(e.msg)
 	if err != nil {
-		if conn := d.p.js.Conn(); conn != nil && conn.IsClosed() {
+		if d.nc.IsClosed() {
 			return fmt.Errorf("publish event: %w (%w)", nats.ErrConnectionClosed, err)
 		}
 		if errors.Is(err, nats.ErrMaxPayload) {
@@ -316,15 +339,14 @@ func (d *delivery) publish(pq *podQueue) error {
 			return nil
 		}
 		// Not sent at all, so not stored: maybeStoredAt stays as it is.
-		d.p.metrics.failed.Inc()
+		d.metrics.failed.Inc()
 		d.failed(pq, err)
 		return nil
 	}
 	if e.mark == nil {
 		e.mark = d.wm.sent()
 	}
-	d.inFlight++
-	d.p.metrics.inFlight.Inc()
+	d.metrics.inFlight.Inc()
 	d.inflight[e.msg] = inflight{pod: pq, sent: sent}
 	return nil
 }
@@ -335,15 +357,13 @@ func (d *delivery) handle(r ackResult) {
 		return // given up already
 	}
 	delete(d.inflight, r.msg)
-	r.pod, r.sent = f.pod, f.sent
-	d.inFlight--
-	d.p.metrics.inFlight.Dec()
-	pq := r.pod
+	d.metrics.inFlight.Dec()
+	pq := f.pod
 	if r.err != nil {
-		d.p.metrics.failed.Inc()
+		d.metrics.failed.Inc()
 		if e := pq.events[0]; e.maybeStoredAt.IsZero() {
 			if maybeStored(r.err) {
-				e.maybeStoredAt = r.sent
+				e.maybeStoredAt = f.sent
 			} else if e.mark != nil {
 				// No attempt of it can be stored: it holds the
 				// watermark back no more, until it is sent again.
@@ -355,15 +375,15 @@ func (d *delivery) handle(r ackResult) {
 		return
 	}
 	d.wm.stored(r.ack.Sequence)
-	if r.sent.After(d.lastAckedSent) {
-		d.lastAckedSent = r.sent
+	if f.sent.After(d.lastAckedSent) {
+		d.lastAckedSent = f.sent
 	}
 	if r.ack.Duplicate {
-		d.p.metrics.duplicate.Inc()
+		d.metrics.duplicate.Inc()
 	} else {
-		d.p.metrics.acked.Inc()
+		d.metrics.acked.Inc()
 	}
-	d.p.metrics.ackDuration.Observe(r.done.Sub(r.sent).Seconds())
+	d.metrics.ackDuration.Observe(r.done.Sub(f.sent).Seconds())
 	d.delivered(pq)
 }
 
@@ -378,18 +398,18 @@ func (d *delivery) checked(r checkResult) {
 	switch {
 	case r.err != nil:
 		// NATS is still away, most likely: a failed attempt like any.
-		d.p.metrics.checkError.Inc()
+		d.metrics.checkError.Inc()
 		d.failed(pq, r.err)
 	case r.seq > 0:
 		d.wm.stored(r.seq)
-		d.p.metrics.checkStored.Inc()
-		d.p.log.Debug("event already stored: not publishing it again",
+		d.metrics.checkStored.Inc()
+		d.log.Debug("event already stored: not publishing it again",
 			"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type))
 		d.delivered(pq)
 	default:
 		// Not stored. An attempt still on its way would be stored after
 		// this answer, within the window of the publish that follows.
-		d.p.metrics.checkMissing.Inc()
+		d.metrics.checkMissing.Inc()
 		e.unchecked = false
 		e.maybeStoredAt = time.Time{}
 		d.ready = append(d.ready, pq)
@@ -403,7 +423,7 @@ func (d *delivery) delivered(pq *podQueue) {
 	now := time.Now()
 	d.progressAt = now
 	if !d.stalledAt.IsZero() {
-		d.p.log.Info("publishing resumed",
+		d.log.Info("publishing resumed",
 			"stalled_for", now.Sub(d.stalledAt), "failed_attempts", d.stallFailures)
 		d.stalledAt = time.Time{}
 		d.stallFailures = 0
@@ -417,8 +437,8 @@ func (d *delivery) delivered(pq *podQueue) {
 		d.wm.settled(e.mark)
 		e.mark = nil
 	}
-	if d.p.opts.OnAck != nil {
-		d.p.opts.OnAck(e.ev, d.wm.value())
+	if d.opts.OnAck != nil {
+		d.opts.OnAck(e.ev, d.wm.value())
 	}
 	if e.spooled || e.written {
 		d.done(e.seq)
@@ -428,11 +448,11 @@ func (d *delivery) delivered(pq *podQueue) {
 // done marks a spool entry delivered or given up, and logs when that
 // emptied the spool.
 func (d *delivery) done(seq uint64) {
-	sp := d.p.opts.Spool
+	sp := d.opts.Spool
 	sp.Done(seq)
 	if d.spoolInUse && sp.Len() == 0 {
 		d.spoolInUse = false
-		d.p.log.Info("spool empty: every spooled event is delivered")
+		d.log.Info("spool empty: every spooled event is delivered")
 	}
 }
 
@@ -460,7 +480,7 @@ func (d *delivery) advance(pq *podQueue) {
 	}
 	pq.events[0] = nil
 	pq.events = pq.events[1:]
-	d.p.out.Settle(e)
+	d.out.Settle(e)
 	if len(pq.events) == 0 {
 		delete(d.pods, pq.uid)
 		return
@@ -475,16 +495,16 @@ func (d *delivery) advance(pq *podQueue) {
 func (d *delivery) failed(pq *podQueue, err error) {
 	pq.failures++
 	d.stallFailures++
-	delay := retryDelay(d.p.opts.RetryBackoffMin, d.p.opts.RetryBackoffMax, pq.failures)
+	delay := retryDelay(d.opts.RetryBackoffMin, d.opts.RetryBackoffMax, pq.failures)
 	ev := pq.events[0].ev
 	attrs := []any{"pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", string(ev.Type),
 		"attempt", pq.failures, "retry_in", delay, "err", err}
 	now := time.Now()
 	if d.stalledAt.IsZero() {
 		d.stalledAt = d.progressAt
-		d.p.log.Warn("publishing stalled: publish event failed, will retry until acks resume", attrs...)
+		d.log.Warn("publishing stalled: publish event failed, will retry until acks resume", attrs...)
 	} else {
-		d.p.log.Debug("publish event failed, will retry", attrs...)
+		d.log.Debug("publish event failed, will retry", attrs...)
 	}
 	pq.retryAt = now.Add(delay)
 	heap.Push(&d.retries, pq)
@@ -510,9 +530,8 @@ func (d *delivery) abandonStragglers(now time.Time) {
 			continue
 		}
 		delete(d.inflight, msg)
-		d.inFlight--
-		d.p.metrics.inFlight.Dec()
-		d.p.metrics.failed.Inc()
+		d.metrics.inFlight.Dec()
+		d.metrics.failed.Inc()
 		if e := f.pod.events[0]; e.maybeStoredAt.IsZero() {
 			e.maybeStoredAt = f.sent
 		}
@@ -524,12 +543,12 @@ func (d *delivery) abandonStragglers(now time.Time) {
 // flight and no ack for stallAfter, as while a stream leader is elected
 // (an ack timeout would say so only after AckTimeout).
 func (d *delivery) checkStall(now time.Time) {
-	if !d.stalledAt.IsZero() || d.inFlight+len(d.checking) == 0 || now.Sub(d.progressAt) < stallAfter {
+	if !d.stalledAt.IsZero() || d.busy() == 0 || now.Sub(d.progressAt) < stallAfter {
 		return
 	}
 	d.stalledAt = d.progressAt
-	d.p.log.Warn("publishing stalled: no ack, will wait and retry until acks resume",
-		"for", now.Sub(d.progressAt), "in_flight", d.inFlight+len(d.checking))
+	d.log.Warn("publishing stalled: no ack, will wait and retry until acks resume",
+		"for", now.Sub(d.progressAt), "in_flight", d.busy())
 }
 
 // retryDelay doubles min for each failure after the first, caps it at max,
@@ -549,7 +568,7 @@ func retryDelay(minDelay, maxDelay time.Duration, failures int) time.Duration {
 // nil: an idle publisher is not woken four times a second for nothing (a
 // ticker whose channel nobody waits on does not fire, Go 1.23 and later).
 func (d *delivery) stallC(t *time.Ticker) <-chan time.Time {
-	if d.inFlight+len(d.checking) == 0 && !d.wm.holding {
+	if d.busy() == 0 && !d.wm.holding {
 		return nil
 	}
 	return t.C
@@ -593,7 +612,7 @@ func (d *delivery) retryDue(now time.Time) {
 func (d *delivery) giveUp(reason string) {
 	for {
 		select {
-		case r := <-d.p.acks:
+		case r := <-d.acks:
 			if r.err == nil {
 				d.handle(r)
 				continue
@@ -601,9 +620,8 @@ func (d *delivery) giveUp(reason string) {
 			// Failed, and no time is left to retry it.
 			if _, ok := d.inflight[r.msg]; ok {
 				delete(d.inflight, r.msg)
-				d.inFlight--
-				d.p.metrics.inFlight.Dec()
-				d.p.metrics.failed.Inc()
+				d.metrics.inFlight.Dec()
+				d.metrics.failed.Inc()
 			}
 			continue
 		case r := <-d.chk.results:
@@ -618,8 +636,7 @@ func (d *delivery) giveUp(reason string) {
 	d.takeIn()
 	// Whatever is still in flight is given up below with its pod's queue;
 	// it may yet be stored, but nobody waits for the ack any more.
-	d.p.metrics.inFlight.Sub(float64(d.inFlight))
-	d.inFlight = 0
+	d.metrics.inFlight.Sub(float64(len(d.inflight)))
 	clear(d.inflight)
 	clear(d.checking)
 	left := 0
@@ -630,10 +647,10 @@ func (d *delivery) giveUp(reason string) {
 				left++ // not adopted: the next Run carries it again
 			case e.spooled || e.written:
 				left++
-				d.p.out.Release(e)
+				d.out.Release(e)
 			default:
 				d.drop(e, reason, nil)
-				d.p.out.Settle(e) // given up
+				d.out.Settle(e) // given up
 			}
 		}
 	}
@@ -642,20 +659,20 @@ func (d *delivery) giveUp(reason string) {
 	d.ready = nil
 	d.retries = nil
 	if left > 0 {
-		d.p.log.Info("left undelivered events in the spool for the next start", "events", left)
+		d.log.Info("left undelivered events in the spool for the next start", "events", left)
 	}
 }
 
 // drop counts and logs an event that is given up. The caller removes it
 // from its pod's queue and frees its outbox slot.
 func (d *delivery) drop(e *outboxEvent, reason string, err error) {
-	d.p.metrics.dropped.Inc()
+	d.metrics.dropped.Inc()
 	attrs := []any{"reason", reason,
 		"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type)}
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}
-	d.p.log.Warn("drop event", attrs...)
+	d.log.Warn("drop event", attrs...)
 }
 
 // retryHeap orders pods waiting for a retry by retry time.

@@ -240,9 +240,9 @@ func sandboxOrder(ev generator.Event) int {
 // stream, disowns the checkpoint and says so, once, at Warn. tryCarry
 // inserts the carried events once the read's events were reported.
 func (d *delivery) renew(set storedSet, now time.Time) {
-	ck := d.p.opts.Checkpoint
+	ck := d.opts.Checkpoint
 	var spooled []generator.Event
-	if sp := d.p.opts.Spool; sp != nil {
+	if sp := d.opts.Spool; sp != nil {
 		spooled = sp.Restored() // nothing of this run is delivered yet
 	}
 	d.carry = carryHistory(ck.Restored(), spooled, set.ids, now)
@@ -260,7 +260,7 @@ func (d *delivery) renew(set storedSet, now time.Time) {
 	}
 	own, _ := ck.Stream()
 	ck.Disown()
-	d.p.log.Warn("the stream is not the one the checkpoint belongs to; starting its history: "+
+	d.log.Warn("the stream is not the one the checkpoint belongs to; starting its history: "+
 		"the checkpoint's events of the containers it does not hold go into it first, then what waits",
 		"stream", set.stream.Name, "reason", set.renew, "old_stream", own.String(), "new_stream", set.stream.String(),
 		"checkpoint_sequence", ck.Sequence(), "last_sequence", set.last, "found", len(set.ids),
@@ -279,7 +279,7 @@ func (d *delivery) tryCarry(now time.Time) {
 		d.adopt()
 		return
 	}
-	if pm := d.p.opts.PodMeta; pm != nil {
+	if pm := d.opts.PodMeta; pm != nil {
 		if _, known := pm(d.carry[0].Pod.UID); !known && now.Before(d.carryUntil) && !d.draining {
 			d.carryTimer.Reset(carryMetaPoll)
 			d.carryArmed = true
@@ -292,7 +292,7 @@ func (d *delivery) tryCarry(now time.Time) {
 		ev := d.carry[i]
 		if ev.Pod.Meta == nil {
 			ev.Pod.Meta = d.carryMeta[ev.Pod.UID]
-			if pm := d.p.opts.PodMeta; pm != nil {
+			if pm := d.opts.PodMeta; pm != nil {
 				if m, _ := pm(ev.Pod.UID); m != nil {
 					ev.Pod.Meta = m
 				}
@@ -314,8 +314,8 @@ func (d *delivery) tryCarry(now time.Time) {
 		// waiting for a retry, and its queue's head may change.
 		pq.events = append(byPod[uid], pq.events...)
 	}
-	d.p.carrying.Store(int64(len(d.carry)))
-	d.p.log.Debug("carrying the checkpoint's history into the stream",
+	d.carrying.Store(int64(len(d.carry)))
+	d.log.Debug("carrying the checkpoint's history into the stream",
 		"stream", d.renewing.Name, "events", len(d.carry), "pods", len(uids))
 	d.carry, d.carryMeta = nil, nil
 }
@@ -323,7 +323,7 @@ func (d *delivery) tryCarry(now time.Time) {
 // carriedOne takes in that a carried event is delivered or given up; the
 // last adopts the stream.
 func (d *delivery) carriedOne() {
-	if d.p.carrying.Add(-1) == 0 {
+	if d.carrying.Add(-1) == 0 {
 		d.adopt()
 	}
 }
@@ -332,8 +332,8 @@ func (d *delivery) carriedOne() {
 func (d *delivery) adopt() {
 	id := *d.renewing
 	d.renewing = nil
-	d.p.opts.Checkpoint.Adopt(id)
-	d.p.log.Info("the checkpoint belongs to the stream from now on", "stream", id.String())
+	d.opts.Checkpoint.Adopt(id)
+	d.log.Info("the checkpoint belongs to the stream from now on", "stream", id.String())
 }
 
 // carryC returns the channel of the wait for the pods' labels, or nil.

@@ -155,6 +155,9 @@ type Options struct {
 //
 // Send and Pending are safe for concurrent use.
 type Publisher struct {
+	nc *nats.Conn
+	// js makes the API calls: the checks' and the read-back's stream
+	// lookups.
 	js jetstream.JetStream
 	// ajs publishes; its handlers report each outcome on acks, which has
 	// room for one outcome per message in flight.
@@ -210,6 +213,7 @@ func New(nc *nats.Conn, opts Options) (*Publisher, error) {
 		return nil, fmt.Errorf("create publisher: %w", err)
 	}
 	p := &Publisher{
+		nc:   nc,
 		js:   js,
 		acks: make(chan ackResult, opts.MaxInFlight),
 		enc:  opts.Encoder,
@@ -375,8 +379,15 @@ func (p *Publisher) Run(ctx context.Context) error {
 		reading.Wait()
 	}()
 	d := &delivery{
-		p:        p,
+		out:      p.out,
+		opts:     p.opts,
+		nc:       p.nc,
+		ajs:      p.ajs,
+		acks:     p.acks,
 		chk:      chk,
+		log:      p.log,
+		metrics:  p.metrics,
+		carrying: &p.carrying,
 		pods:     make(map[string]*podQueue),
 		inflight: make(map[*nats.Msg]inflight, p.opts.MaxInFlight),
 		checking: make(map[*podQueue]struct{}),

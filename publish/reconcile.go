@@ -335,8 +335,8 @@ func (d *delivery) reconciledWith(set storedSet, now time.Time) {
 		d.renew(set, now)
 		defer d.tryCarry(now) // after the events read are reported
 	case set.adopt:
-		d.p.opts.Checkpoint.Adopt(set.stream)
-		d.p.log.Info("the checkpoint names no stream yet: it belongs to this one", "stream", set.stream.String())
+		d.opts.Checkpoint.Adopt(set.stream)
+		d.log.Info("the checkpoint names no stream yet: it belongs to this one", "stream", set.stream.String())
 	}
 	if len(set.ids) == 0 {
 		return // found left nil: publish looks nothing up
@@ -354,15 +354,15 @@ func (d *delivery) reconciledWith(set storedSet, now time.Time) {
 	// Reported with the watermark held at ReconcileFrom−1: a checkpoint
 	// written between two of these calls must not record a sequence past
 	// events it does not hold yet. The next ack carries the hold's end.
-	if d.p.opts.OnAck != nil {
+	if d.opts.OnAck != nil {
 		for _, ev := range events {
-			d.p.opts.OnAck(ev, d.wm.value())
+			d.opts.OnAck(ev, d.wm.value())
 		}
 	}
 	d.checkHold(now)
-	d.p.metrics.readBack.Add(float64(len(events)))
-	if d.p.opts.OnStored != nil && len(events) > 0 {
-		d.p.opts.OnStored(events)
+	d.metrics.readBack.Add(float64(len(events)))
+	if d.opts.OnStored != nil && len(events) > 0 {
+		d.opts.OnStored(events)
 	}
 }
 
@@ -370,8 +370,8 @@ func (d *delivery) reconciledWith(set storedSet, now time.Time) {
 // an earlier run, without publishing it.
 func (d *delivery) recognise(pq *podQueue, id string, now time.Time) {
 	e := pq.events[0]
-	d.p.metrics.checkReconciled.Inc()
-	d.p.log.Debug("event stored by an earlier run: not publishing it again",
+	d.metrics.checkReconciled.Inc()
+	d.log.Debug("event stored by an earlier run: not publishing it again",
 		"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type), "sequence", d.found[id])
 	d.recognised[id] = struct{}{}
 	d.checkHold(now)
@@ -386,7 +386,7 @@ func (d *delivery) checkHold(now time.Time) {
 		return
 	}
 	d.wm.holding = false
-	d.p.log.Info("recognised the events an earlier run stored after its checkpoint",
+	d.log.Info("recognised the events an earlier run stored after its checkpoint",
 		"recognised", len(d.recognised), "messages", len(d.found))
 }
 
