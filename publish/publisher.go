@@ -139,10 +139,11 @@ type Options struct {
 // memory outbox, or in the spool on disk when the outbox is full, and never
 // blocks for room; Run publishes them asynchronously.
 //
-// The outbox and the spool are one FIFO: once an event went to the spool,
-// every later event follows it there until Run has taken the spool's
-// entries back into memory, so the events of a pod are published in Send
-// order whichever way they went.
+// The outbox and the spool are one FIFO (outbox.go): once an event went to
+// the spool, every later event follows it there until Run has taken the
+// spool's entries back into memory, so the events of a pod are published
+// in Send order whichever way they went. Run's delivery loop is in
+// delivery.go.
 //
 // Per pod, at most one message is in flight: the next event of a pod is
 // published only once JetStream acked the previous one, so a failed publish
@@ -301,9 +302,9 @@ func applyDefaults(o *Options) error {
 	return nil
 }
 
-// Send encodes events and records them for delivery, in order: in the
-// memory outbox, or in the spool when the outbox is full (or the spool
-// still holds events, which go first). It never blocks for room. When
+// Send records events for delivery, in order: in the memory outbox, or in
+// the spool when the outbox is full (or the spool still holds events,
+// which go first; see outbox). It never blocks for room. When
 // neither has room (or there is no spool), it returns a
 // *generator.SinkFullError with the number of events recorded before the
 // first it refused; the caller keeps that one and the rest. Run encodes an
