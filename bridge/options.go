@@ -81,14 +81,13 @@ type Options struct {
 	// ShutdownTimeout bounds the delivery of what is pending once Run's ctx
 	// is done; zero means publish.DefaultDrainTimeout.
 	ShutdownTimeout time.Duration
-	// StartupGCPercent is the garbage collector's target (as GOGC) from
-	// the start until the first relist's events are acked (at most 30 s
-	// after it is merged), the bridge's memory peak, and GCPercent after
-	// that; zero means DefaultStartupGCPercent, and DefaultGCPercent
-	// (DefaultGenericGCPercent in generic mode), negative leaves the
-	// target alone, and so does a GOGC environment variable. The target is
-	// process-wide.
-	StartupGCPercent, GCPercent int
+	// StartupOver, if set, is called once, from the bridge's own
+	// goroutine, when the start-up, its memory peak, is over: the first
+	// relist merged and its events acked, or 30 s after that merge if
+	// they cannot be. The process that runs the bridge moves the garbage
+	// collector's target off its start-up value there (internal/gctune);
+	// the bridge changes no process-wide state itself.
+	StartupOver func()
 
 	// DataDir holds the durable state (the checkpoint and the spool, one
 	// bbolt file) and the embedded NATS server's store; empty means memory
@@ -178,9 +177,6 @@ type Hooks struct {
 	// checkpoint recorded it, from the publisher's goroutine: it must not
 	// block for long, delivery waits for it.
 	OnAck func(generator.Event)
-	// OnGCPercent is called with each garbage collection target the
-	// bridge sets (Options.StartupGCPercent, then Options.GCPercent).
-	OnGCPercent func(int)
 }
 
 // check returns the errors of the options no default can fix, each naming
@@ -238,9 +234,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = publish.DefaultDrainTimeout
-	}
-	if o.StartupGCPercent == 0 {
-		o.StartupGCPercent = DefaultStartupGCPercent
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

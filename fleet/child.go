@@ -285,13 +285,11 @@ func nodeBridgeOptions(spec bridgesSpec, n nodeSpec, reg *prometheus.Registry, l
 			Name: spec.Stream, Replicas: spec.Replicas, MaxAge: spec.MaxAge,
 			DuplicateWindow: spec.DuplicateWindow, Manage: true,
 		},
-		StateBucket:      spec.StateBucket,
-		DataDir:          n.DataDir,
-		SpoolMaxBytes:    bridge.DefaultSpoolMaxBytes,
-		StartupGCPercent: -1,
-		GCPercent:        -1,
-		Registry:         reg,
-		Logger:           logger,
+		StateBucket:   spec.StateBucket,
+		DataDir:       n.DataDir,
+		SpoolMaxBytes: bridge.DefaultSpoolMaxBytes,
+		Registry:      reg,
+		Logger:        logger,
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/gctune"
 )
 
 // childEnv carries a child's spec (JSON) when pleg-bench re-executes itself
@@ -156,7 +157,11 @@ func runChild(specJSON string, stdin io.Reader, stdout io.Writer) error {
 			}
 		}
 	case roleBridge:
+		// Tuned as the agent tunes its process (cmd/pleg-bridge run).
+		gc := gctune.Start(spec.Mode)
+		defer gc.Stop()
 		b, err := bridge.New(bridge.Options{
+			StartupOver:   gc.StartupOver,
 			Node:          spec.Node,
 			CRIEndpoint:   "unix://" + spec.Socket,
 			Mode:          spec.Mode,

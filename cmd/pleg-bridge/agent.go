@@ -16,6 +16,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/gctune"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
@@ -31,7 +32,13 @@ func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(runtimeCollectors()...)
-	b, err := bridge.New(cfg.bridgeOptions(logger, reg))
+	opts := cfg.bridgeOptions(logger, reg)
+	// The process's garbage collector is this command's to tune, low
+	// through the bridge's start-up (its memory peak), unless GOGC is set.
+	gc := gctune.Start(opts.Mode)
+	defer gc.Stop()
+	opts.StartupOver = gc.StartupOver
+	b, err := bridge.New(opts)
 	if err != nil {
 		return err
 	}

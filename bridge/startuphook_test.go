@@ -2,8 +2,6 @@ package bridge_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -16,75 +14,32 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 )
 
-// TestTheGCTargetIsLowUntilTheFirstRelistIsAcked: the start-up target
-// holds until the first relist's events are all acked, then the steady one
-// is set. Generic mode's default depends on the live heap, which is the
-// whole test process's here: TestGenericModeTakesALowerTargetOnABigNode
-// covers it.
-func TestTheGCTargetIsLowUntilTheFirstRelistIsAcked(t *testing.T) {
-	if os.Getenv("GOGC") != "" {
-		t.Skip("GOGC is set: the bridge leaves the target alone")
-	}
+// TestStartupOverComesOnceTheFirstRelistIsAcked: Options.StartupOver,
+// where the process moves the collector's target off its start-up value,
+// is called after the first relist's events are all acked, in both modes.
+func TestStartupOverComesOnceTheFirstRelistIsAcked(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		mode         generator.Mode
-		opts, steady int
-	}{
-		{generator.ModeEvented, 0, bridge.DefaultGCPercent},
-		{generator.ModeGeneric, 61, 61},
-	} {
-		t.Run(fmt.Sprintf("%s %d", tc.mode, tc.opts), func(t *testing.T) {
+	for _, mode := range []generator.Mode{generator.ModeEvented, generator.ModeGeneric} {
+		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			n := newTestNode(t)
 			n.startPod(t, "app", "sidecar", "proxy")
 			opts := testOptions(n.endpoint, n.url, t.TempDir())
-			opts.Mode, opts.GCPercent = tc.mode, tc.opts
-			type set struct {
-				percent int
-				status  bridge.Status
-			}
-			sets := make(chan set, 4)
+			opts.Mode = mode
+			calls := make(chan bridge.Status, 4)
 			var b *bridge.Bridge
 			ready := make(chan struct{})
-			opts.Hooks.OnGCPercent = func(p int) {
+			opts.StartupOver = func() {
 				<-ready
-				sets <- set{p, b.Status()}
+				calls <- b.Status()
 			}
 			b, _ = runBridge(t, opts)
 			close(ready)
-			if got := <-sets; got.percent != bridge.DefaultStartupGCPercent {
-				t.Fatalf("first target %d, want the start-up one, %d", got.percent, bridge.DefaultStartupGCPercent)
-			}
-			got := <-sets
-			if got.percent != tc.steady {
-				t.Errorf("second target %d, want %d", got.percent, tc.steady)
-			}
-			if !got.status.Synced || got.status.Pending != 0 {
-				t.Errorf("steady target set at %+v: before the first relist's events were acked", got.status)
+			got := <-calls
+			if !got.Synced || got.Pending != 0 {
+				t.Errorf("StartupOver called at %+v: before the first relist's events were acked", got)
 			}
 		})
-	}
-}
-
-// TestGenericModeTakesALowerTargetOnABigNode: from a live heap of 8 MiB
-// after the first relist (about 500 pods), generic mode's relists every
-// second would double a big heap.
-func TestGenericModeTakesALowerTargetOnABigNode(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		mode generator.Mode
-		opt  int
-		heap uint64
-		want int
-	}{
-		{generator.ModeGeneric, 0, 8<<20 - 1, bridge.DefaultGCPercent},
-		{generator.ModeGeneric, 0, 8 << 20, bridge.DefaultGenericGCPercent},
-		{generator.ModeEvented, 0, 200 << 20, bridge.DefaultGCPercent},
-		{generator.ModeGeneric, 80, 200 << 20, 80},
-	} {
-		if got := bridge.SteadyGCPercent(bridge.Options{Mode: tc.mode, GCPercent: tc.opt}, tc.heap); got != tc.want {
-			t.Errorf("%s mode, GCPercent %d, live heap %d MiB: target %d, want %d", tc.mode, tc.opt, tc.heap>>20, got, tc.want)
-		}
 	}
 }
 
@@ -92,9 +47,6 @@ func TestGenericModeTakesALowerTargetOnABigNode(t *testing.T) {
 // full listing decoded only from the end of the start-up (the first
 // relist's events acked), and then every steady relist does.
 func TestListingsAreReusedOnceTheStartUpIsOver(t *testing.T) {
-	if os.Getenv("GOGC") != "" {
-		t.Skip("GOGC is set: no hook marks the end of the start-up")
-	}
 	t.Parallel()
 	n := newTestNode(t)
 	n.startPod(t, "app", "sidecar")
@@ -104,13 +56,10 @@ func TestListingsAreReusedOnceTheStartUpIsOver(t *testing.T) {
 		return metricstest.Value(t, opts.Registry, "pleg_bridge_listed_items_total", map[string]string{"how": how})
 	}
 	steady := make(chan float64, 1)
-	calls := 0
-	opts.Hooks.OnGCPercent = func(int) {
-		// Called at the start, then at the end of the start-up, right
-		// after the client was told to reuse listings.
-		if calls++; calls == 2 {
-			steady <- listed("reused")
-		}
+	opts.StartupOver = func() {
+		// Called at the end of the start-up, right before the client is
+		// told to reuse listings.
+		steady <- listed("reused")
 	}
 	full := make(chan struct{}, 64)
 	opts.Hooks.WrapRuntime = func(rt generator.Runtime) generator.Runtime { return fullListings{rt, full} }

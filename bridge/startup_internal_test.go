@@ -8,7 +8,7 @@ import (
 // TestTheStartUpEndsWhenTheFirstRelistsEventsHaveSettled: the start-up is
 // over once as many events have settled as were recorded when the first
 // relist was merged, however many more are pending by then (a node whose
-// pods churn from the start), or startupGCLimit after that merge.
+// pods churn from the start), or startupLimit after that merge.
 func TestTheStartUpEndsWhenTheFirstRelistsEventsHaveSettled(t *testing.T) {
 	type look struct {
 		after             time.Duration
@@ -29,8 +29,8 @@ func TestTheStartUpEndsWhenTheFirstRelistsEventsHaveSettled(t *testing.T) {
 		}},
 		{"NATS away: over at the limit", []look{
 			{0, true, 50, 0, false},
-			{startupGCLimit, true, 50, 0, false},
-			{startupGCLimit + time.Millisecond, true, 50, 0, true},
+			{startupLimit, true, 50, 0, false},
+			{startupLimit + time.Millisecond, true, 50, 0, true},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
