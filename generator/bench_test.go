@@ -66,7 +66,13 @@ func benchmarkRelist(b *testing.B, containers int, overGRPC bool, kind string) {
 		b.Fatal(err)
 	}
 	var rt generator.Runtime = fake
-	opts := generator.Options{Logger: slog.New(slog.DiscardHandler)}
+	// One set of metrics for every generator: relist=first makes one per
+	// relist, and building metrics is no part of a relist.
+	m, err := generator.NewMetrics(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := generator.Options{Logger: slog.New(slog.DiscardHandler), Metrics: m}
 	if overGRPC {
 		cli := benchCRIClient(b, fake.Model())
 		if !first {

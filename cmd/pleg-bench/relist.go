@@ -75,7 +75,13 @@ func measureRelistOf(ctx context.Context, size nodeSize, reps int) (_ []measurem
 		return nil, err
 	}
 	defer fresh.Close()
-	opts := generator.Options{Logger: slog.New(slog.DiscardHandler)}
+	// One set of metrics for every generator: first makes one per relist,
+	// and building metrics is no part of a relist.
+	m, err := generator.NewMetrics(nil)
+	if err != nil {
+		return nil, err
+	}
+	opts := generator.Options{Logger: slog.New(slog.DiscardHandler), Metrics: m}
 
 	bare := func() error {
 		if _, err := raw.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err != nil {
