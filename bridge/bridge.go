@@ -241,26 +241,20 @@ func build(opts Options) (_ *pipeline, err error) {
 	// the publisher of a restart reads back what this node stored after
 	// the watermark written last: the acks a crash lost do not make it
 	// publish those events again, however long the bridge was down.
-	var onAck func(generator.Event, uint64)
+	//
+	// Each ack goes to acks, in order: the checkpoint first (what a
+	// restart relies on), then the caller's hook, then the state bucket.
+	var acks []func(generator.Event, uint64)
 	var reconcileFrom uint64
 	var reconcileSince time.Time
 	var ckpt *durable.Checkpoint
 	var podMeta func(string) (*generator.PodMeta, bool)
-	if hook := opts.Hooks.OnAck; hook != nil {
-		onAck = func(ev generator.Event, _ uint64) { hook(ev) }
-	}
 	if p.store != nil {
 		ckpt = p.store.Checkpoint()
 		// The checkpoint keeps no labels: what it carries into a new
 		// stream (publish/history.go) takes them from the generator.
 		podMeta = func(uid string) (*generator.PodMeta, bool) { return p.gen.PodMeta(uid) }
-		hook := opts.Hooks.OnAck
-		onAck = func(ev generator.Event, seq uint64) {
-			ckpt.RecordAck(ev, seq)
-			if hook != nil {
-				hook(ev)
-			}
-		}
+		acks = append(acks, ckpt.RecordAck)
 		if seq := ckpt.Sequence(); seq > 0 {
 			reconcileFrom = seq + 1
 		} else if created := ckpt.Created(); !created.IsZero() {
@@ -269,6 +263,9 @@ func build(opts Options) (_ *pipeline, err error) {
 			// stored since the store was made.
 			reconcileSince = created.Add(-reconcileClockMargin)
 		}
+	}
+	if hook := opts.Hooks.OnAck; hook != nil {
+		acks = append(acks, func(ev generator.Event, _ uint64) { hook(ev) })
 	}
 	// The state bucket is written after the checkpoint with each ack, from
 	// the same events; its writer starts from what the checkpoint holds,
@@ -286,12 +283,15 @@ func build(opts Options) (_ *pipeline, err error) {
 		if err != nil {
 			return nil, err
 		}
-		ackHook, state := onAck, p.state
+		state := p.state
+		acks = append(acks, func(ev generator.Event, _ uint64) { state.Record(ev) })
+	}
+	var onAck func(generator.Event, uint64)
+	if len(acks) > 0 {
 		onAck = func(ev generator.Event, seq uint64) {
-			if ackHook != nil {
-				ackHook(ev, seq)
+			for _, ack := range acks {
+				ack(ev, seq)
 			}
-			state.Record(ev)
 		}
 	}
 	p.pub, err = publish.New(p.nc, publish.Options{
