@@ -71,10 +71,7 @@ type delivery struct {
 	// retries, or (while draining) set aside with only spooled events.
 	pods    map[string]*podQueue
 	ready   []*podQueue
-	retries retryHeap
-	// retryTimer fires at armedAt, the earliest retry, when there is one.
-	retryTimer *time.Timer
-	armedAt    time.Time
+	retries retryLine
 	// inflight maps each published message to its pod until its outcome
 	// comes back on acks.
 	inflight map[*nats.Msg]inflight
@@ -153,9 +150,8 @@ type ackResult struct {
 }
 
 func (d *delivery) run(ctx context.Context) error {
-	d.retryTimer = time.NewTimer(time.Hour)
-	d.retryTimer.Stop()
-	defer d.retryTimer.Stop()
+	d.retries = newRetryLine()
+	defer d.retries.timer.Stop()
 	stallCheck := time.NewTicker(stallCheckInterval)
 	defer stallCheck.Stop()
 	// A reconnect ends an outage: what waits for a retry goes at once,
@@ -187,9 +183,8 @@ func (d *delivery) run(ctx context.Context) error {
 			d.reconciledWith(set, time.Now())
 		case now := <-d.carryC():
 			d.tryCarry(now)
-		case now := <-d.retryC():
-			d.armedAt = time.Time{}
-			d.retryDue(now)
+		case now := <-d.retries.C():
+			d.ready = d.retries.due(d.ready, now)
 		case now := <-d.stallC(stallCheck):
 			d.abandonStragglers(now)
 			d.checkStall(now)
@@ -507,7 +502,7 @@ func (d *delivery) failed(pq *podQueue, err error) {
 		d.log.Debug("publish event failed, will retry", attrs...)
 	}
 	pq.retryAt = now.Add(delay)
-	heap.Push(&d.retries, pq)
+	d.retries.add(pq)
 }
 
 // abandonStragglers takes every message in flight that was sent more than
@@ -574,34 +569,14 @@ func (d *delivery) stallC(t *time.Ticker) <-chan time.Time {
 	return t.C
 }
 
-// retryC arms the retry timer for the earliest retry and returns its
-// channel, or nil when nothing waits for a retry.
-func (d *delivery) retryC() <-chan time.Time {
-	if len(d.retries) == 0 {
-		return nil
-	}
-	if at := d.retries[0].retryAt; !at.Equal(d.armedAt) {
-		d.retryTimer.Reset(time.Until(at))
-		d.armedAt = at
-	}
-	return d.retryTimer.C
-}
-
 // retryAllNow moves every pod waiting for a retry to the ready line, with
 // its backoff reset: whatever failed them has just ended.
 func (d *delivery) retryAllNow() {
-	for _, pq := range d.retries {
+	for _, pq := range d.retries.pods {
 		pq.failures = 0
 		d.ready = append(d.ready, pq)
 	}
-	d.retries = d.retries[:0]
-}
-
-// retryDue moves the pods whose retry time has come to the ready line.
-func (d *delivery) retryDue(now time.Time) {
-	for len(d.retries) > 0 && !d.retries[0].retryAt.After(now) {
-		d.ready = append(d.ready, heap.Pop(&d.retries).(*podQueue))
-	}
+	d.retries.pods = d.retries.pods[:0]
 }
 
 // giveUp takes in the outcomes that arrived and what Send still left, stops
@@ -657,7 +632,7 @@ func (d *delivery) giveUp(reason string) {
 	clear(d.pods)
 	d.volatile = 0
 	d.ready = nil
-	d.retries = nil
+	d.retries.pods = nil
 	if left > 0 {
 		d.log.Info("left undelivered events in the spool for the next start", "events", left)
 	}
@@ -673,6 +648,48 @@ func (d *delivery) drop(e *outboxEvent, reason string, err error) {
 		attrs = append(attrs, "err", err)
 	}
 	d.log.Warn("drop event", attrs...)
+}
+
+// retryLine holds the pods waiting to retry their head event, the earliest
+// retry first, and the timer that fires at the earliest.
+type retryLine struct {
+	pods retryHeap
+	// timer fires at armedAt, the earliest retry when it was armed.
+	timer   *time.Timer
+	armedAt time.Time
+}
+
+// newRetryLine returns an empty line, its timer stopped.
+func newRetryLine() retryLine {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return retryLine{timer: t}
+}
+
+// add puts pq in the line, for a retry at pq.retryAt.
+func (l *retryLine) add(pq *podQueue) { heap.Push(&l.pods, pq) }
+
+// C arms the timer for the earliest retry and returns its channel, or nil
+// when no pod waits for a retry.
+func (l *retryLine) C() <-chan time.Time {
+	if len(l.pods) == 0 {
+		return nil
+	}
+	if at := l.pods[0].retryAt; !at.Equal(l.armedAt) {
+		l.timer.Reset(time.Until(at))
+		l.armedAt = at
+	}
+	return l.timer.C
+}
+
+// due takes in that the timer fired at now: it removes the pods whose retry
+// time has come from the line and appends them to ready.
+func (l *retryLine) due(ready []*podQueue, now time.Time) []*podQueue {
+	l.armedAt = time.Time{}
+	for len(l.pods) > 0 && !l.pods[0].retryAt.After(now) {
+		ready = append(ready, heap.Pop(&l.pods).(*podQueue))
+	}
+	return ready
 }
 
 // retryHeap orders pods waiting for a retry by retry time.
