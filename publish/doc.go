@@ -11,15 +11,19 @@
 //   - The set-up of the streams: the event stream (EnsureStream) and its
 //     longer-lived archive (EnsureArchive), with the contract version in
 //     their metadata (ContractMetadata).
-//   - The delivery (Publisher, publisher.go): asynchronous, in order per
-//     pod, and never blocking its caller for room. The outbox holds the
-//     events that wait for JetStream, in a bounded memory queue and then
-//     in the disk spool (durable.Spool) while NATS is away, the two as one
-//     FIFO; what fits in neither is refused with a
-//     generator.SinkFullError, for the generator to send again. Each ack goes to Options.OnAck with the
-//     event's stream sequence. A stalled publication (a leader election, a
-//     server or cluster that is down) is logged once when it starts and
-//     once when acks resume.
+//   - The delivery (Publisher, publisher.go; Run's loop, delivery.go):
+//     asynchronous, in order per pod, and never blocking its caller for
+//     room. New takes the *nats.Conn and makes its own JetStream handles.
+//     The outbox (outbox.go) holds what Send accepted until Run takes it:
+//     a bounded memory queue and, behind it, the disk spool
+//     (durable.Spool), as one FIFO under one lock; once an event went to
+//     the spool every later one follows it there until the spool is
+//     drained, so each pod's order holds either way. What fits in neither
+//     is refused with a generator.SinkFullError, for the generator to send
+//     again. Each ack goes to Options.OnAck with the event's stream
+//     sequence. A stalled publication (a leader election, a server or
+//     cluster that is down) is logged once when it starts and once when
+//     acks resume.
 //   - Exactly once across restarts and past the stream's duplicate
 //     window. Before it publishes anything, a restarted Publisher reads
 //     back what this node stored after the checkpoint's sequence, does not
