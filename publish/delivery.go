@@ -490,7 +490,7 @@ func (d *delivery) advance(pq *podQueue) {
 func (d *delivery) failed(pq *podQueue, err error) {
 	pq.failures++
 	d.stallFailures++
-	delay := retryDelay(d.opts.RetryBackoffMin, d.opts.RetryBackoffMax, pq.failures)
+	delay := RetryDelay(d.opts.RetryBackoffMin, d.opts.RetryBackoffMax, pq.failures)
 	ev := pq.events[0].ev
 	attrs := []any{"pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", string(ev.Type),
 		"attempt", pq.failures, "retry_in", delay, "err", err}
@@ -546,10 +546,12 @@ func (d *delivery) checkStall(now time.Time) {
 		"for", now.Sub(d.progressAt), "in_flight", d.busy())
 }
 
-// retryDelay doubles min for each failure after the first, caps it at max,
-// and picks uniformly from its upper half, which spreads the retries of
-// pods that failed together.
-func retryDelay(minDelay, maxDelay time.Duration, failures int) time.Duration {
+// RetryDelay is the wait before the next attempt after failures failed ones
+// in a row: minDelay doubled for each failure after the first, at most
+// maxDelay, drawn uniformly from the upper half of that, which spreads the
+// retries of pods (or of nodes' writers) that failed together. The
+// publisher's retries and the state bucket's writer use it.
+func RetryDelay(minDelay, maxDelay time.Duration, failures int) time.Duration {
 	d := minDelay
 	for i := 1; i < failures && d < maxDelay; i++ {
 		d *= 2

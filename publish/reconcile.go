@@ -144,7 +144,7 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 			return
 		}
 		failures++
-		delay := retryDelay(p.opts.RetryBackoffMin, p.opts.RetryBackoffMax, failures)
+		delay := RetryDelay(p.opts.RetryBackoffMin, p.opts.RetryBackoffMax, failures)
 		// With a checkpoint, whose stream it is, is known only once it
 		// exists: a reinstall's stream is created by the bridge meanwhile.
 		missing := p.opts.Checkpoint != nil && errors.Is(err, jetstream.ErrStreamNotFound)

@@ -37,7 +37,7 @@ func (w *Writer) open(ctx context.Context) (jetstream.KeyValue, time.Duration, e
 			return nil, 0, ctx.Err()
 		}
 		failures++
-		d := backoff(w.opts.RetryBackoffMin, w.opts.RetryBackoffMax, failures)
+		d := publish.RetryDelay(w.opts.RetryBackoffMin, w.opts.RetryBackoffMax, failures)
 		switch {
 		case !unreachable(err):
 			// Permissions, a bucket that is not one: an operator must

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -365,7 +364,7 @@ func (w *Writer) Run(ctx context.Context) error {
 				return nil
 			}
 			failures++
-			d := backoff(w.opts.RetryBackoffMin, w.opts.RetryBackoffMax, failures)
+			d := publish.RetryDelay(w.opts.RetryBackoffMin, w.opts.RetryBackoffMax, failures)
 			if failures == 1 {
 				w.log.Warn("cannot write the state bucket, will retry", "err", err, "retry_in", d)
 			} else {
@@ -488,18 +487,4 @@ func (w *Writer) write(ctx context.Context, kv jetstream.KeyValue, key string, e
 	}
 	w.metrics.writes.WithLabelValues(op, resultOK).Inc()
 	return nil
-}
-
-// backoff returns the wait before the next attempt after failures failed
-// ones in a row: minDelay doubled for each failure after the first, at
-// most maxDelay, drawn from the upper half of that at random, so that the
-// writers of nodes that failed together do not retry together. It is the
-// Publisher's retry backoff.
-func backoff(minDelay, maxDelay time.Duration, failures int) time.Duration {
-	d := minDelay
-	for n := 1; n < failures && d < maxDelay; n++ {
-		d *= 2
-	}
-	d = min(d, maxDelay)
-	return d/2 + rand.N(d/2+1)
 }
