@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
@@ -151,10 +152,10 @@ type pipeline struct {
 	opts  Options
 	reg   *prometheus.Registry
 	store *durable.Store // nil without a data directory
-	cri   *generator.CRIClient
+	cri   *cri.Client
 	// containerd is the client of containerd's own API when it has its
 	// own endpoint (Options.ContainerdEndpoint); nil means cri serves it.
-	containerd *generator.CRIClient
+	containerd *cri.Client
 	ns         *server.Server // the embedded NATS server; nil with a NATS URL
 	nc         *nats.Conn
 	js         jetstream.JetStream
@@ -196,7 +197,7 @@ func build(opts Options) (_ *pipeline, err error) {
 
 	criOpts := opts.CRI
 	criOpts.PodAnnotations = opts.PodAnnotations // the listings keep no others
-	if p.cri, err = generator.NewCRIClient(opts.CRIEndpoint, criOpts); err != nil {
+	if p.cri, err = cri.NewClient(opts.CRIEndpoint, criOpts); err != nil {
 		return nil, err
 	}
 	if err := registerListedItems(p.reg, p.cri); err != nil {
@@ -205,7 +206,7 @@ func build(opts Options) (_ *pipeline, err error) {
 	warnMissingSocket(opts.CRIEndpoint, log)
 	var tasks generator.TaskEventSource = p.cri
 	if opts.ContainerdEndpoint != "" && opts.ContainerdEndpoint != opts.CRIEndpoint {
-		if p.containerd, err = generator.NewCRIClient(opts.ContainerdEndpoint, opts.CRI); err != nil {
+		if p.containerd, err = cri.NewClient(opts.ContainerdEndpoint, opts.CRI); err != nil {
 			return nil, fmt.Errorf("containerd endpoint: %w", err)
 		}
 		tasks = p.containerd
@@ -362,7 +363,7 @@ func build(opts Options) (_ *pipeline, err error) {
 // restarted with a backoff. The relists retry every period; the first that
 // works is logged as the relist recovered.
 func warnMissingSocket(endpoint string, log *slog.Logger) {
-	path, err := generator.ParseEndpoint(endpoint)
+	path, err := cri.ParseEndpoint(endpoint)
 	if err != nil {
 		return
 	}
@@ -489,17 +490,17 @@ func (p *pipeline) close() {
 
 // registerListedItems registers pleg_bridge_listed_items_total, which
 // shows whether the steady relists reuse what the last one decoded (see
-// CRIClient.ReuseListings): from the end of the start-up on, "reused"
+// cri.Client.ReuseListings): from the end of the start-up on, "reused"
 // should grow by about the node's containers and sandboxes each full
 // relist, and "decoded" by what changed.
-func registerListedItems(reg prometheus.Registerer, cri *generator.CRIClient) error {
+func registerListedItems(reg prometheus.Registerer, client *cri.Client) error {
 	for _, how := range []string{"decoded", "reused"} {
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "pleg_bridge_listed_items_total",
 			Help:        "Containers and sandboxes the CRI listings returned, by how they were read: decoded, or reused unchanged from the last full listing.",
 			ConstLabels: prometheus.Labels{"how": how},
 		}, func() float64 {
-			decoded, reused := cri.ListedItems()
+			decoded, reused := client.ListedItems()
 			if how == "decoded" {
 				return float64(decoded)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
@@ -52,11 +53,11 @@ type Options struct {
 	PodAnnotations []string
 
 	// CRIEndpoint is the runtime's socket, unix:///path or a bare path.
-	// Required: finding a default (generator.DiscoverEndpoint) is the
+	// Required: finding a default (cri.DiscoverEndpoint) is the
 	// configuration's job, which can name the setting to change.
 	CRIEndpoint string
 	// CRI configures the CRI client (call timeout, largest response).
-	CRI generator.CRIOptions
+	CRI cri.Options
 	// ContainerdEndpoint is the socket of containerd's own API, whose event
 	// service the containerd-events mode (and auto mode on containerd 1.x)
 	// follows; empty means CRIEndpoint, where containerd serves both.

@@ -35,7 +35,7 @@
 // the virtual clock inside a testing/synctest bubble (keep the Server and
 // its sockets outside of one).
 //
-// crisim must not import the bridge's packages (generator, statecache,
+// crisim must not import the bridge's packages (cri, generator, statecache,
 // publish, cmd): it stands for the runtime and knows nothing of the bridge.
 // It imports only the CRI API, gRPC and protobuf.
 package crisim

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/pleg-bridge/pleg-bridge/crisim"
-	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/generator/generatortest"
 )
@@ -22,42 +21,28 @@ const benchContainersPerPod = 4
 // sink) on nodes of 100, 1,000 and 30,000 running containers:
 //
 //   - relist=steady: nothing changed since the previous relist, the common
-//     case: no status call, no event. Over gRPC, the relist comes back
-//     unchanged and merges nothing, as the bridge's on a quiet node.
-//   - relist=merged (gRPC only): steady, but every pod is grouped and
-//     merged, as when something else (a stream message, a targeted
-//     relist) was merged since the last relist.
+//     case: no status call, no event.
 //   - relist=first: an empty cache, as after a start: a ContainerStatus call
 //     and a ContainerStarted event for every container. Each op builds a new
 //     Generator (sharing one Metrics, so that op is the relist and not
 //     metric registration).
 //
-// runtime=fake reads the model directly through generatortest.FakeRuntime;
-// runtime=grpc reads it through the real CRI client over a unix socket
-// (reusing what the last listing decoded in the steady case, as the
-// bridge's client does once its first relist is behind it), so
-// its ns/op and allocs also hold the in-process simulated runtime's side of
-// every call (marshalling, copying the model), as a real runtime spends it
-// on the same node. ns/op is the cost of one relist. The evented safety-net
-// period (DefaultEventedRelistPeriod) is justified by the steady 30,000
-// case.
+// runtime=fake reads the model directly through generatortest.FakeRuntime.
+// The same relists through the real CRI client over a unix socket
+// (runtime=grpc) are package cri's BenchmarkRelist. ns/op is the cost of
+// one relist. The evented safety-net period (DefaultEventedRelistPeriod) is
+// justified by the steady 30,000 case.
 func BenchmarkRelist(b *testing.B) {
 	for _, n := range []int{100, 1_000, 30_000} {
-		for _, rtName := range []string{"fake", "grpc"} {
-			kinds := []string{"steady", "first"}
-			if rtName == "grpc" {
-				kinds = []string{"steady", "merged", "first"}
-			}
-			for _, kind := range kinds {
-				b.Run(fmt.Sprintf("containers=%d/runtime=%s/relist=%s", n, rtName, kind), func(b *testing.B) {
-					benchmarkRelist(b, n, rtName == "grpc", kind)
-				})
-			}
+		for _, kind := range []string{"steady", "first"} {
+			b.Run(fmt.Sprintf("containers=%d/runtime=fake/relist=%s", n, kind), func(b *testing.B) {
+				benchmarkRelist(b, n, kind)
+			})
 		}
 	}
 }
 
-func benchmarkRelist(b *testing.B, containers int, overGRPC bool, kind string) {
+func benchmarkRelist(b *testing.B, containers int, kind string) {
 	first := kind == "first"
 	fake := generatortest.NewFakeRuntime(crisim.Options{})
 	// The kubelet's labels and annotations, so that a listing is as large
@@ -65,7 +50,6 @@ func benchmarkRelist(b *testing.B, containers int, overGRPC bool, kind string) {
 	if err := fake.Model().PopulateKubelet(containers/benchContainersPerPod, containers); err != nil {
 		b.Fatal(err)
 	}
-	var rt generator.Runtime = fake
 	// One set of metrics for every generator: relist=first makes one per
 	// relist, and building metrics is no part of a relist.
 	m, err := generator.NewMetrics(nil)
@@ -73,22 +57,10 @@ func benchmarkRelist(b *testing.B, containers int, overGRPC bool, kind string) {
 		b.Fatal(err)
 	}
 	opts := generator.Options{Logger: slog.New(slog.DiscardHandler), Metrics: m}
-	if overGRPC {
-		cli := benchCRIClient(b, fake.Model())
-		if !first {
-			cli.ReuseListings() // as the bridge's, once its first relist is behind it
-		}
-		rt = cli
-		if kind != "merged" {
-			// Without the client's listing version (Options.Listings),
-			// no relist comes back unchanged.
-			opts.Listings = cli
-		}
-	}
 	ctx := b.Context()
 	sink := &countingSink{}
-	g := generator.New(rt, sink, opts)
-	if err := g.Relist(ctx); err != nil { // warms the connection, checks the setup
+	g := generator.New(fake, sink, opts)
+	if err := g.Relist(ctx); err != nil { // checks the setup
 		b.Fatal(err)
 	}
 	if want := containers + containers/benchContainersPerPod; sink.events != want {
@@ -97,26 +69,13 @@ func benchmarkRelist(b *testing.B, containers int, overGRPC bool, kind string) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if first {
-			g = generator.New(rt, sink, opts)
+			g = generator.New(fake, sink, opts)
 		}
 		if err := g.Relist(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(containers), "ns/container")
-}
-
-// benchCRIClient serves model over a unix socket until the benchmark ends
-// and returns a CRI client connected to it.
-func benchCRIClient(b *testing.B, model *crisim.Runtime) *generator.CRIClient {
-	b.Helper()
-	_, endpoint := crisimtest.Serve(b, model)
-	cli, err := generator.NewCRIClient(endpoint, generator.CRIOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cli.Close() })
-	return cli
 }
 
 // countingSink is a generator.Sink that only counts: a relist benchmark must

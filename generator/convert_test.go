@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -147,7 +148,7 @@ func TestStreamBatchReusesItsRoom(t *testing.T) {
 	opts := []cmp.Option{cmp.AllowUnexported(batch{}, podObservation{}, sighting{}, relistScope{}, PodMeta{}), cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })}
 	var room *sighting
 	reused := 0
-	for i, ev := range kubeletEvents(t, 3, 9) {
+	for i, ev := range crisimtest.KubeletEvents(t, 3, 9) {
 		want, _, wantErr := streamBatch(nil, ev, now, metaFilter{}, nil)
 		got, _, err := streamBatch(&into, ev, now, metaFilter{}, nil)
 		if (err == nil) != (wantErr == nil) {

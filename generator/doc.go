@@ -2,9 +2,8 @@
 // state from the node's CRI runtime and produces Lifecycle events
 // (ContainerStarted, ContainerDied, ContainerRemoved).
 //
-// It owns the Event type, the Runtime and Sink interfaces, and:
-//   - the CRI gRPC client (cri.go, the only code that touches the generated
-//     client; readonly.go keeps it to read methods);
+// It owns the Event type, the Runtime, Listings, TaskEventSource and Sink
+// interfaces, and:
 //   - the conversion of CRI data into observations (convert.go): one
 //     constructor per kind of object, used by both sources, so that they
 //     describe a container alike;
@@ -33,6 +32,11 @@
 // it would defeat; the owner ends the start-up with Generator.EndStartup.
 // Restart state comes in through Generator.Restore.
 //
-// It imports statecache and the CRI API; it must not import publish, NATS or
-// anything under cmd.
+// The CRI client that implements Runtime (its gRPC connection, codecs,
+// listing memo and containerd's task events) is package cri, which
+// imports this one; the generator reads the runtime only through these
+// interfaces.
+//
+// It imports statecache and the CRI API; it must not import cri, publish,
+// NATS or anything under cmd.
 package generator

@@ -4,53 +4,163 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pleg-bridge/pleg-bridge/crisim"
-	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
 	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 )
 
-// unchangedNode is a simulated runtime served over CRI, and a generator
-// reading it through a CRI client that reuses its listings, as the bridge's
-// does once its start-up is over: its full relists can come back unchanged.
+// unchangedNode is a simulated runtime and a generator reading it through
+// a runtime whose listings have a version (listedRuntime), as the bridge's
+// CRI client's do once its start-up is over: its full relists can come back
+// unchanged.
 type unchangedNode struct {
 	model *crisim.Runtime
-	srv   *crisim.Server
+	rt    *listedRuntime
 	reg   *prometheus.Registry
 	sink  *sliceSink
 	g     *Generator
 }
 
-// newUnchangedNode serves model and builds a generator over it, reusing
-// listings if reuse.
+// newUnchangedNode builds a generator over model, reusing listings if
+// reuse.
 func newUnchangedNode(t *testing.T, model *crisim.Runtime, reuse bool) *unchangedNode {
 	t.Helper()
-	srv, endpoint := crisimtest.Serve(t, model)
-	cli, err := NewCRIClient(endpoint, CRIOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
+	rt := &listedRuntime{model: model}
 	if reuse {
-		cli.ReuseListings()
+		rt.ReuseListings()
 	}
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &unchangedNode{model: model, srv: srv, reg: reg, sink: &sliceSink{}}
-	n.g = New(InstrumentRuntime(cli, m), n.sink, Options{Logger: slog.New(slog.DiscardHandler), Metrics: m, Listings: cli})
+	n := &unchangedNode{model: model, rt: rt, reg: reg, sink: &sliceSink{}}
+	n.g = New(InstrumentRuntime(rt, m), n.sink, Options{Logger: slog.New(slog.DiscardHandler), Metrics: m, Listings: rt})
 	return n
+}
+
+// listedRuntime serves model's calls in-process, as Runtime, with a
+// listing version as Listings promises it: the number moves on every full
+// listing, of containers or of sandboxes, that does not list exactly what
+// the one before it did (the same IDs, each in the same state and with the
+// same creation time), and means nothing until ReuseListings. The CRI
+// client (package cri) keeps its version so, by its listing memo; these
+// tests cannot use it, for it imports the generator. A call to
+// ContainerStatus fails with the codes failStatus holds, one per call.
+// Safe for concurrent use.
+type listedRuntime struct {
+	model *crisim.Runtime
+
+	mu         sync.Mutex
+	reuse      bool                  // guarded by mu
+	version    uint64                // guarded by mu
+	containers map[string]listedItem // the last full listing's; guarded by mu
+	sandboxes  map[string]listedItem // the last full listing's; guarded by mu
+	failStatus []codes.Code          // guarded by mu
+}
+
+// listedItem is what tells a listed item changed.
+type listedItem struct {
+	state     int32
+	createdAt int64
+}
+
+var (
+	_ Runtime  = (*listedRuntime)(nil)
+	_ Listings = (*listedRuntime)(nil)
+)
+
+// failNextStatus makes the next ContainerStatus call fail with code.
+func (r *listedRuntime) failNextStatus(code codes.Code) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failStatus = append(r.failStatus, code)
+}
+
+// ReuseListings implements Listings.
+func (r *listedRuntime) ReuseListings() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reuse = true
+}
+
+// ListingVersion implements Listings.
+func (r *listedRuntime) ListingVersion() (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.version, r.reuse
+}
+
+// listed records a full listing of items in *last, moving the version
+// unless it lists what *last holds.
+func (r *listedRuntime) listed(last *map[string]listedItem, items map[string]listedItem) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reuse && *last != nil && maps.Equal(*last, items) {
+		return
+	}
+	r.version++
+	if r.reuse {
+		*last = items
+	}
+}
+
+func (r *listedRuntime) Version(context.Context) (*runtimeapi.VersionResponse, error) {
+	return r.model.Version(), nil
+}
+
+func (r *listedRuntime) ListPodSandbox(_ context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	out := r.model.ListPodSandbox(filter)
+	if filter == nil {
+		items := make(map[string]listedItem, len(out))
+		for _, sb := range out {
+			items[sb.GetId()] = listedItem{int32(sb.GetState()), sb.GetCreatedAt()}
+		}
+		r.listed(&r.sandboxes, items)
+	}
+	return out, nil
+}
+
+func (r *listedRuntime) ListContainers(_ context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	out := r.model.ListContainers(filter)
+	if filter == nil {
+		items := make(map[string]listedItem, len(out))
+		for _, c := range out {
+			items[c.GetId()] = listedItem{int32(c.GetState()), c.GetCreatedAt()}
+		}
+		r.listed(&r.containers, items)
+	}
+	return out, nil
+}
+
+func (r *listedRuntime) ContainerStatus(_ context.Context, id string) (*runtimeapi.ContainerStatus, error) {
+	r.mu.Lock()
+	var fail codes.Code
+	if len(r.failStatus) > 0 {
+		fail, r.failStatus = r.failStatus[0], r.failStatus[1:]
+	}
+	r.mu.Unlock()
+	if fail != codes.OK {
+		return nil, status.Errorf(fail, "get status of container %s: injected", id)
+	}
+	return r.model.ContainerStatus(id)
+}
+
+func (r *listedRuntime) WatchEvents(ctx context.Context, _ func(*runtimeapi.ContainerEventResponse)) error {
+	<-ctx.Done()
+	return status.Error(codes.Unavailable, "no event stream")
 }
 
 // relist takes one full relist and returns the events it sent, each as
@@ -217,7 +327,7 @@ func TestARelistAfterAFailedStatusCallIsNotUnchanged(t *testing.T) {
 	}
 
 	must(0, model.StopContainer(c, 3, "Error", ""))
-	n.srv.FailNext("ContainerStatus", codes.Unavailable)
+	n.rt.failNextStatus(codes.Unavailable)
 	if got := n.relist(t); len(got) != 0 {
 		t.Fatalf("a relist whose status call failed sent %v; want nothing until the status is read", got)
 	}

@@ -24,7 +24,7 @@
 // (dashboard.go).
 //
 // The bridge is a black box here, seen only through its process, its HTTP
-// endpoint and the stream: soak must not import generator, statecache,
+// endpoint and the stream: soak must not import cri, generator, statecache,
 // publish, durable, the wiring package (bridge) or cmd. It imports crisim
 // (the runtime it drives, and the CRI API to take back a refusal it
 // queued), natsembed and nats-server (the servers it runs),

@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/gctune"
@@ -281,7 +282,7 @@ type bareLoop struct {
 
 func newBareLoop(socket string) (*bareLoop, error) {
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(generator.DefaultMaxRecvMsgSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cri.DefaultMaxRecvMsgSize)))
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -55,7 +56,7 @@ func measureRelistOf(ctx context.Context, size nodeSize, reps int) (_ []measurem
 		}
 	}()
 	conn, err := grpc.NewClient("unix://"+node.socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(generator.DefaultMaxRecvMsgSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cri.DefaultMaxRecvMsgSize)))
 	if err != nil {
 		return nil, err
 	}
@@ -64,13 +65,13 @@ func measureRelistOf(ctx context.Context, size nodeSize, reps int) (_ []measurem
 	// The steady relists' client reuses what the last listing decoded, as
 	// the bridge's does once its first relist is behind it; the first
 	// relists' does not, as the bridge's does not at its start.
-	cri, err := generator.NewCRIClient("unix://"+node.socket, generator.CRIOptions{})
+	reusing, err := cri.NewClient("unix://"+node.socket, cri.Options{})
 	if err != nil {
 		return nil, err
 	}
-	defer cri.Close()
-	cri.ReuseListings()
-	fresh, err := generator.NewCRIClient("unix://"+node.socket, generator.CRIOptions{})
+	defer reusing.Close()
+	reusing.ReuseListings()
+	fresh, err := cri.NewClient("unix://"+node.socket, cri.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -91,14 +92,14 @@ func measureRelistOf(ctx context.Context, size nodeSize, reps int) (_ []measurem
 		return err
 	}
 	steadyOpts := opts
-	steadyOpts.Listings = cri
-	steady := generator.New(cri, &countingSink{}, steadyOpts)
+	steadyOpts.Listings = reusing
+	steady := generator.New(reusing, &countingSink{}, steadyOpts)
 	if err := steady.Relist(ctx); err != nil {
 		return nil, err
 	}
 	// The same client without its listing version (Options.Listings): no
 	// relist comes back unchanged.
-	merged := generator.New(cri, &countingSink{}, opts)
+	merged := generator.New(reusing, &countingSink{}, opts)
 	if err := merged.Relist(ctx); err != nil {
 		return nil, err
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/durable"
-	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/gctune"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
@@ -24,7 +24,7 @@ import (
 // done.
 func runAgent(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if cfg.CRIEndpoint == "" {
-		ep, err := generator.DiscoverEndpoint()
+		ep, err := cri.DiscoverEndpoint()
 		if err != nil {
 			return fmt.Errorf("PLEG_CRI_ENDPOINT is unset and %w; set it to the runtime's socket", err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
@@ -108,8 +109,8 @@ type Config struct {
 // node name, which loadConfig takes from the host.
 func defaultConfig() Config {
 	return Config{
-		CRITimeout:            generator.DefaultCRITimeout,
-		CRIMaxRecvMsgSize:     generator.DefaultMaxRecvMsgSize,
+		CRITimeout:            cri.DefaultTimeout,
+		CRIMaxRecvMsgSize:     cri.DefaultMaxRecvMsgSize,
 		DataDir:               "/var/lib/pleg-bridge",
 		SpoolMaxBytes:         bridge.DefaultSpoolMaxBytes,
 		EmbeddedNATS:          bridge.DefaultEmbeddedListen,
@@ -253,12 +254,12 @@ func (c Config) validate() error {
 		bad("SUBJECT_PREFIX", c.SubjectPrefix, "not a valid subject prefix: "+err.Error())
 	}
 	if c.CRIEndpoint != "" {
-		if _, err := generator.ParseEndpoint(c.CRIEndpoint); err != nil {
+		if _, err := cri.ParseEndpoint(c.CRIEndpoint); err != nil {
 			bad("CRI_ENDPOINT", c.CRIEndpoint, err.Error())
 		}
 	}
 	if c.ContainerdEndpoint != "" {
-		if _, err := generator.ParseEndpoint(c.ContainerdEndpoint); err != nil {
+		if _, err := cri.ParseEndpoint(c.ContainerdEndpoint); err != nil {
 			bad("CONTAINERD_ENDPOINT", c.ContainerdEndpoint, err.Error())
 		}
 	}
@@ -375,7 +376,7 @@ func (c Config) bridgeOptions(logger *slog.Logger, reg *prometheus.Registry) bri
 		CEMode:              c.CEMode,
 		CRIEndpoint:         c.CRIEndpoint,
 		ContainerdEndpoint:  c.ContainerdEndpoint,
-		CRI:                 generator.CRIOptions{Timeout: c.CRITimeout, MaxRecvMsgSize: c.CRIMaxRecvMsgSize},
+		CRI:                 cri.Options{Timeout: c.CRITimeout, MaxRecvMsgSize: c.CRIMaxRecvMsgSize},
 		Mode:                c.Mode,
 		RelistPeriod:        c.RelistPeriod,
 		RelistThreshold:     c.RelistThreshold,

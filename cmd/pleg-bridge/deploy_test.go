@@ -35,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/natsauth"
 	"github.com/pleg-bridge/pleg-bridge/publish"
@@ -257,7 +258,7 @@ func TestComposeWiresSocketsDataAndPorts(t *testing.T) {
 		if got := s.User; got != "0:0" {
 			t.Errorf("%s runs as %q, want 0:0 to open the root-owned CRI socket", name, got)
 		}
-		sock, err := generator.ParseEndpoint(env(s, "PLEG_CRI_ENDPOINT"))
+		sock, err := cri.ParseEndpoint(env(s, "PLEG_CRI_ENDPOINT"))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -299,7 +300,7 @@ func TestComposeWiresSocketsDataAndPorts(t *testing.T) {
 		t.Fatalf("crisim command %q has no --socket", sim.Command)
 	}
 	simSock := sim.Command[i+1]
-	bridgeSock, _ := generator.ParseEndpoint(env(bridge, "PLEG_CRI_ENDPOINT"))
+	bridgeSock, _ := cri.ParseEndpoint(env(bridge, "PLEG_CRI_ENDPOINT"))
 	sv, ok1 := mountOf(sim, simSock)
 	bv, ok2 := mountOf(bridge, bridgeSock)
 	if simSock != bridgeSock || !ok1 || !ok2 || sv.Source != bv.Source || sv.Type != types.VolumeTypeVolume {
@@ -599,7 +600,7 @@ func TestKubernetesDaemonSetIsWiredAndLockedDown(t *testing.T) {
 		return corev1.VolumeMount{}, corev1.Volume{}, false
 	}
 
-	sock, err := generator.ParseEndpoint(*env["PLEG_CRI_ENDPOINT"])
+	sock, err := cri.ParseEndpoint(*env["PLEG_CRI_ENDPOINT"])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
-	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/natsauth"
 	"github.com/pleg-bridge/pleg-bridge/natsauth/natsauthtest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -692,7 +692,7 @@ func TestHelmChartAuthenticatesTheBridgeWithEveryCredential(t *testing.T) {
 			ds := objs["DaemonSet/pleg-bridge"].(*appsv1.DaemonSet)
 
 			model, _, endpoint := startSim(t, crisim.Options{})
-			sock, err := generator.ParseEndpoint(endpoint)
+			sock, err := cri.ParseEndpoint(endpoint)
 			if err != nil {
 				t.Fatal(err)
 			}

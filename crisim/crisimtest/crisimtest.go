@@ -1,6 +1,8 @@
 // Package crisimtest serves the simulated CRI runtime for tests: a real gRPC
 // server on a unix socket in the test's temporary directory, stopped when the
-// test ends. Only tests import it.
+// test ends; and it builds the event stream messages of a kubelet's node
+// (KubeletEvents) for the tests of the stream's decoding and conversion.
+// Only tests import it.
 package crisimtest
 
 import (

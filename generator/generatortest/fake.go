@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"google.golang.org/grpc/codes"
@@ -307,7 +308,7 @@ func (f *FakeRuntime) WatchTaskEvents(ctx context.Context, fn func(generator.Tas
 		muted := f.muted
 		f.mu.Unlock()
 		if !muted {
-			fn(generator.DecodeEnvelope(env))
+			fn(cri.DecodeEnvelope(env))
 		}
 	}
 	err := sub.Err()

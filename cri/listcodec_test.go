@@ -1,4 +1,4 @@
-package generator
+package cri
 
 import (
 	"maps"
@@ -190,4 +190,11 @@ func benchmarkDecoders(b *testing.B, raw []byte, newMsg func() proto.Message) {
 			}
 		}
 	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

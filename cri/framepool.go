@@ -1,4 +1,4 @@
-package generator
+package cri
 
 import "sync"
 
@@ -23,7 +23,7 @@ const (
 // the event stream, which under churn carries one or more messages a
 // transition: 12 % of the bridge's heap allocation (pleg-bench at 2,600
 // transitions/s, heap profile). framePool keeps at most framePoolMax
-// buffers until it is grown (CRIClient.ReuseListings, once the bridge's
+// buffers until it is grown (Client.ReuseListings, once the bridge's
 // first relist's events are acked): a listing's frames beyond them are
 // garbage once decoded, as without a pool, so that they are not kept
 // through the bridge's memory peak (the first relist, its status calls and

@@ -1,4 +1,4 @@
-package generator_test
+package cri_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
 	"github.com/pleg-bridge/pleg-bridge/generator"
@@ -34,7 +35,7 @@ func TestParseEndpoint(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := generator.ParseEndpoint(tt.in)
+			got, err := cri.ParseEndpoint(tt.in)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("ParseEndpoint(%q) error = %v, want %q", tt.in, err, tt.err)
@@ -48,9 +49,9 @@ func TestParseEndpoint(t *testing.T) {
 	}
 }
 
-func newClient(t *testing.T, endpoint string, opts generator.CRIOptions) *generator.CRIClient {
+func newClient(t *testing.T, endpoint string, opts cri.Options) *cri.Client {
 	t.Helper()
-	c, err := generator.NewCRIClient(endpoint, opts)
+	c, err := cri.NewClient(endpoint, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestCRIClientReadsTheRuntime(t *testing.T) {
 	c := must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"}))
 	must(0, model.StartContainer(c))
 	srv, ep := crisimtest.Serve(t, model)
-	cli := newClient(t, ep, generator.CRIOptions{})
+	cli := newClient(t, ep, cri.Options{})
 	ctx := t.Context()
 
 	v, err := cli.Version(ctx)
@@ -99,12 +100,12 @@ func TestCRIClientListsThirtyThousandContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, ep := crisimtest.Serve(t, model)
-	cs, err := newClient(t, ep, generator.CRIOptions{}).ListContainers(t.Context(), nil)
+	cs, err := newClient(t, ep, cri.Options{}).ListContainers(t.Context(), nil)
 	if err != nil || len(cs) != 30000 {
 		t.Fatalf("ListContainers = %d containers, %v; want 30000", len(cs), err)
 	}
 	// gRPC's default limit would have refused it: the raise is what works.
-	_, err = newClient(t, ep, generator.CRIOptions{MaxRecvMsgSize: 4 << 20}).ListContainers(t.Context(), nil)
+	_, err = newClient(t, ep, cri.Options{MaxRecvMsgSize: 4 << 20}).ListContainers(t.Context(), nil)
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("with a 4 MiB limit: %v, want ResourceExhausted", err)
 	}
@@ -117,7 +118,7 @@ func TestCRIClientWatchEventsEndsWithTheRuntimesStatus(t *testing.T) {
 	model := crisim.NewRuntime(crisim.Options{ReplayWhileDisconnected: time.Minute})
 	sb := must(model.RunPodSandbox(crisim.PodConfig{}))
 	srv, ep := crisimtest.Serve(t, model)
-	cli := newClient(t, ep, generator.CRIOptions{})
+	cli := newClient(t, ep, cri.Options{})
 	got := make(chan *runtimeapi.ContainerEventResponse, 16)
 	done := make(chan error, 1)
 	go func() {
@@ -157,7 +158,7 @@ func TestInstrumentedRuntimePassesErrorsAndCountsThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := generator.InstrumentRuntime(newClient(t, ep, generator.CRIOptions{}), m)
+	rt := generator.InstrumentRuntime(newClient(t, ep, cri.Options{}), m)
 	srv.FailNext("ListContainers", codes.Unavailable)
 	if _, err := rt.ListContainers(t.Context(), nil); status.Code(err) != codes.Unavailable {
 		t.Fatalf("first ListContainers = %v, want the injected Unavailable", err)
@@ -211,7 +212,7 @@ func TestCRIClientStreamCostsTheRuntimeNoPings(t *testing.T) {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	cli := newClient(t, "unix://"+lis.Addr().String(), generator.CRIOptions{})
+	cli := newClient(t, "unix://"+lis.Addr().String(), cri.Options{})
 	got := make(chan *runtimeapi.ContainerEventResponse, 1)
 	go func() {
 		_ = cli.WatchEvents(t.Context(), func(ev *runtimeapi.ContainerEventResponse) { got <- ev })
@@ -311,4 +312,11 @@ func (p *frameParser) feed(b []byte, count *frameCounter) {
 		p.skip = int(p.header[0])<<16 | int(p.header[1])<<8 | int(p.header[2])
 		p.header = p.header[:0]
 	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

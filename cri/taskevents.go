@@ -1,4 +1,4 @@
-package generator
+package cri
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	eventsapi "github.com/containerd/containerd/api/services/events/v1"
 	containerdtypes "github.com/containerd/containerd/api/types"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
 // criNamespace is the containerd namespace of the CRI plugin's containers.
@@ -22,7 +24,7 @@ const criNamespace = "k8s.io"
 // comma-separated terms of each.
 var taskEventFilters = func() []string {
 	var fs []string
-	for _, topic := range []string{TopicTaskStart, TopicTaskExit, TopicTaskDelete, TopicContainerDelete} {
+	for _, topic := range []string{generator.TopicTaskStart, generator.TopicTaskExit, generator.TopicTaskDelete, generator.TopicContainerDelete} {
 		fs = append(fs, fmt.Sprintf(`namespace==%q,topic==%q`, criNamespace, topic))
 	}
 	return fs
@@ -35,37 +37,37 @@ var taskEventFilters = func() []string {
 // read per event for the same result (the differential test in
 // taskevents_test.go holds it to typeurl). An envelope of another namespace
 // or topic, or whose payload does not decode, is an error naming it.
-func DecodeEnvelope(env *containerdtypes.Envelope) (TaskEvent, error) {
+func DecodeEnvelope(env *containerdtypes.Envelope) (generator.TaskEvent, error) {
 	if ns := env.GetNamespace(); ns != criNamespace {
-		return TaskEvent{}, fmt.Errorf("containerd event %s: namespace %q, want %q", env.GetTopic(), ns, criNamespace)
+		return generator.TaskEvent{}, fmt.Errorf("containerd event %s: namespace %q, want %q", env.GetTopic(), ns, criNamespace)
 	}
-	ev := TaskEvent{Topic: env.GetTopic()}
+	ev := generator.TaskEvent{Topic: env.GetTopic()}
 	if ts := env.GetTimestamp(); ts != nil {
 		ev.At = ts.AsTime()
 	}
 	var msg proto.Message
 	switch ev.Topic {
-	case TopicTaskStart:
+	case generator.TopicTaskStart:
 		msg = &eventtypes.TaskStart{}
-	case TopicTaskExit:
+	case generator.TopicTaskExit:
 		msg = &eventtypes.TaskExit{}
-	case TopicTaskDelete:
+	case generator.TopicTaskDelete:
 		msg = &eventtypes.TaskDelete{}
-	case TopicContainerDelete:
+	case generator.TopicContainerDelete:
 		msg = &eventtypes.ContainerDelete{}
 	default:
-		return TaskEvent{}, fmt.Errorf("containerd event: unexpected topic %q", ev.Topic)
+		return generator.TaskEvent{}, fmt.Errorf("containerd event: unexpected topic %q", ev.Topic)
 	}
 	any := env.GetEvent()
 	if any == nil {
-		return TaskEvent{}, fmt.Errorf("containerd event %s: no payload", ev.Topic)
+		return generator.TaskEvent{}, fmt.Errorf("containerd event %s: no payload", ev.Topic)
 	}
 	want := string(msg.ProtoReflect().Descriptor().FullName())
 	if url := any.GetTypeUrl(); url != want && !strings.HasSuffix(url, "/"+want) {
-		return TaskEvent{}, fmt.Errorf("containerd event %s: payload type %q, want %s", ev.Topic, url, want)
+		return generator.TaskEvent{}, fmt.Errorf("containerd event %s: payload type %q, want %s", ev.Topic, url, want)
 	}
 	if err := proto.Unmarshal(any.GetValue(), msg); err != nil {
-		return TaskEvent{}, fmt.Errorf("containerd event %s: decode %s: %w", ev.Topic, want, err)
+		return generator.TaskEvent{}, fmt.Errorf("containerd event %s: decode %s: %w", ev.Topic, want, err)
 	}
 	switch m := msg.(type) {
 	case *eventtypes.TaskStart:
@@ -84,7 +86,7 @@ func DecodeEnvelope(env *containerdtypes.Envelope) (TaskEvent, error) {
 		ev.ID = m.GetID()
 	}
 	if ev.ID == "" {
-		return TaskEvent{}, fmt.Errorf("containerd event %s: no container ID", ev.Topic)
+		return generator.TaskEvent{}, fmt.Errorf("containerd event %s: no container ID", ev.Topic)
 	}
 	return ev, nil
 }
@@ -92,7 +94,7 @@ func DecodeEnvelope(env *containerdtypes.Envelope) (TaskEvent, error) {
 // WatchTaskEvents implements TaskEventSource on the CRI socket: containerd
 // serves its own API there too. Only Events/Subscribe is called (the
 // read-only guard refuses anything else).
-func (c *CRIClient) WatchTaskEvents(ctx context.Context, fn func(TaskEvent, error)) error {
+func (c *Client) WatchTaskEvents(ctx context.Context, fn func(generator.TaskEvent, error)) error {
 	stream, err := eventsapi.NewEventsClient(c.conn).Subscribe(ctx, &eventsapi.SubscribeRequest{Filters: taskEventFilters})
 	if err != nil {
 		return fmt.Errorf("subscribe to containerd events: %w", err)

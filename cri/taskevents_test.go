@@ -1,4 +1,4 @@
-package generator_test
+package cri_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	containerdtypes "github.com/containerd/containerd/api/types"
 	"github.com/containerd/typeurl/v2"
 	"github.com/google/go-cmp/cmp"
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
 	"github.com/pleg-bridge/pleg-bridge/generator"
@@ -50,7 +51,7 @@ func TestDecodeEnvelopeAgreesWithTypeurl(t *testing.T) {
 	}
 	for _, tc := range cases {
 		env := envelopeOf(t, "k8s.io", tc.topic, tc.msg)
-		got, err := generator.DecodeEnvelope(env)
+		got, err := cri.DecodeEnvelope(env)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.topic, err)
 		}
@@ -96,14 +97,14 @@ func TestDecodeEnvelopeNamesWhatIsWrong(t *testing.T) {
 		"no ID":             {envelopeOf(t, "k8s.io", generator.TopicTaskStart, &eventtypes.TaskStart{Pid: 1}), "no container ID"},
 	}
 	for name, tc := range cases {
-		if _, err := generator.DecodeEnvelope(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := cri.DecodeEnvelope(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to say %q", name, err, tc.want)
 		}
 	}
 	// A type URL with containerd's prefix decodes too.
 	prefixed := proto.CloneOf(good)
 	prefixed.Event.TypeUrl = "types.containerd.io/" + prefixed.Event.TypeUrl
-	if _, err := generator.DecodeEnvelope(prefixed); err != nil {
+	if _, err := cri.DecodeEnvelope(prefixed); err != nil {
 		t.Errorf("prefixed type URL: %v", err)
 	}
 }
@@ -116,7 +117,7 @@ func TestCRIClientFollowsContainerdsEventsOnTheCRISocket(t *testing.T) {
 	t.Parallel()
 	model := crisim.NewRuntime(crisim.Containerd17Options())
 	srv, ep := crisimtest.Serve(t, model)
-	cli := newClient(t, ep, generator.CRIOptions{})
+	cli := newClient(t, ep, cri.Options{})
 	got := make(chan generator.TaskEvent, 64)
 	done := make(chan error, 1)
 	go func() {
@@ -204,7 +205,7 @@ func TestCRIClientOnARuntimeWithoutContainerdsEventService(t *testing.T) {
 	t.Parallel()
 	model := crisim.NewRuntime(crisim.Options{RuntimeName: "cri-o", RuntimeVersion: "1.31.0"})
 	_, ep := crisimtest.Serve(t, model)
-	cli := newClient(t, ep, generator.CRIOptions{})
+	cli := newClient(t, ep, cri.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	err := cli.WatchTaskEvents(ctx, func(generator.TaskEvent, error) {})

@@ -1,4 +1,4 @@
-package generator
+package cri
 
 import (
 	"encoding/binary"
@@ -279,6 +279,16 @@ func mapEntry(b []byte) (key, value []byte, err error) {
 	})
 	return key, value, err
 }
+
+// The kubelet's identity labels, which the generator reads (its
+// convert.go names the same four): the only container labels the codec
+// keeps.
+const (
+	labelPodUID        = "io.kubernetes.pod.uid"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelPodName       = "io.kubernetes.pod.name"
+	labelContainerName = "io.kubernetes.container.name"
+)
 
 // identityLabel returns the container label k if it is one the generator
 // reads (the pod's identity, for a container whose sandbox is not listed,

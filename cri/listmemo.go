@@ -1,4 +1,4 @@
-package generator
+package cri
 
 import (
 	"fmt"
@@ -29,13 +29,13 @@ import (
 // gone is forgotten by the next one; a filtered listing (a targeted relist
 // of one sandbox) reads it and leaves it. A listing that fails leaves it as
 // it was. Nothing is remembered until the memo is armed
-// (CRIClient.ReuseListings): the bridge arms it once its first relist's
+// (Client.ReuseListings): the bridge arms it once its first relist's
 // events are acked, so that the memo does not keep that relist's items
 // alive through its memory peak (every container's status is read and its
 // event published after it). The memo holds about 1 KB a container of a
 // kubelet's node (5 MB at 1,000 pods and 5,000 containers), most of it the
 // sandboxes' label maps. Items are read-only, as those of one listing are
-// (see CRIClient), so sharing them between listings is safe. Safe for
+// (see Client), so sharing them between listings is safe. Safe for
 // concurrent use.
 type listMemo[T any] struct {
 	mu    sync.Mutex

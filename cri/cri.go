@@ -1,4 +1,4 @@
-package generator
+package cri
 
 import (
 	"context"
@@ -16,11 +16,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
-// DefaultCRIEndpoints are the sockets probed, in order, when no endpoint is
+// DefaultEndpoints are the sockets probed, in order, when no endpoint is
 // configured: containerd's, then CRI-O's (crictl's order, without dockershim).
-var DefaultCRIEndpoints = []string{
+var DefaultEndpoints = []string{
 	"unix:///run/containerd/containerd.sock",
 	"unix:///run/crio/crio.sock",
 	"unix:///var/run/crio/crio.sock",
@@ -31,10 +33,10 @@ const (
 	// tens of thousands of containers through; gRPC's 4 MiB default breaks at
 	// about 4,250 containers.
 	DefaultMaxRecvMsgSize = 64 << 20
-	// DefaultCRITimeout bounds every unary CRI call. A full listing of a very
+	// DefaultTimeout bounds every unary CRI call. A full listing of a very
 	// large node takes well under a second; a runtime that does not answer
 	// within this is treated as down for that relist.
-	DefaultCRITimeout = 30 * time.Second
+	DefaultTimeout = 30 * time.Second
 	// criBaseBackoff and criMaxBackoff bound the reconnect backoff after
 	// the runtime restarts, so that the bridge is back within a second of
 	// the runtime: with containerd 1.7, which keeps no event for an absent
@@ -57,9 +59,9 @@ const (
 	criConnWindow   = 8 << 20
 )
 
-// ErrNoCRIEndpoint is returned by DiscoverEndpoint when none of the default
+// ErrNoEndpoint is returned by DiscoverEndpoint when none of the default
 // sockets exists.
-var ErrNoCRIEndpoint = errors.New("no CRI socket found")
+var ErrNoEndpoint = errors.New("no CRI socket found")
 
 // ParseEndpoint turns a CRI endpoint in crictl's form (unix:///path) or a bare
 // socket path into the socket path. Other schemes are refused with an error
@@ -89,10 +91,10 @@ func ParseEndpoint(endpoint string) (string, error) {
 	return filepath.Clean(p), nil
 }
 
-// DiscoverEndpoint returns the first of DefaultCRIEndpoints whose socket
-// exists, or ErrNoCRIEndpoint.
+// DiscoverEndpoint returns the first of DefaultEndpoints whose socket
+// exists, or ErrNoEndpoint.
 func DiscoverEndpoint() (string, error) {
-	for _, ep := range DefaultCRIEndpoints {
+	for _, ep := range DefaultEndpoints {
 		p, err := ParseEndpoint(ep)
 		if err != nil {
 			continue
@@ -101,22 +103,22 @@ func DiscoverEndpoint() (string, error) {
 			return ep, nil
 		}
 	}
-	return "", fmt.Errorf("%w (tried %s)", ErrNoCRIEndpoint, strings.Join(DefaultCRIEndpoints, ", "))
+	return "", fmt.Errorf("%w (tried %s)", ErrNoEndpoint, strings.Join(DefaultEndpoints, ", "))
 }
 
-// CRIOptions configures the CRI client.
-type CRIOptions struct {
+// Options configures the CRI client.
+type Options struct {
 	// MaxRecvMsgSize is the largest response accepted; zero means
 	// DefaultMaxRecvMsgSize.
 	MaxRecvMsgSize int
-	// Timeout bounds each unary call; zero means DefaultCRITimeout.
+	// Timeout bounds each unary call; zero means DefaultTimeout.
 	Timeout time.Duration
 	// PodAnnotations are the only sandbox annotations ListPodSandbox
 	// returns: set it to the generator's Options.PodAnnotations.
 	PodAnnotations []string
 }
 
-// CRIClient is the Runtime backed by a CRI runtime.v1 RuntimeService over a
+// Client is the Runtime backed by a CRI runtime.v1 RuntimeService over a
 // unix socket. It is the only code that touches the generated gRPC client, and
 // it only calls read methods; the connection's interceptors refuse any other
 // with codes.PermissionDenied before it is sent (readonly.go). The connection
@@ -127,10 +129,10 @@ type CRIOptions struct {
 // ListPodSandbox and ListContainers return only what the generator reads
 // (see listCodec): containers without annotations and with only the
 // kubelet's identity labels, sandboxes with their labels and the
-// annotations in CRIOptions.PodAnnotations. The items of one listing share
+// annotations in Options.PodAnnotations. The items of one listing share
 // strings and label maps, and an item that did not change since the last
 // full listing is that listing's (listMemo): they are read-only.
-type CRIClient struct {
+type Client struct {
 	conn    *grpc.ClientConn
 	client  runtimeapi.RuntimeServiceClient
 	timeout time.Duration
@@ -143,11 +145,11 @@ type CRIClient struct {
 	memos     *listMemos
 }
 
-var _ Runtime = (*CRIClient)(nil)
+var _ generator.Runtime = (*Client)(nil)
 
-// NewCRIClient prepares a client for endpoint (see ParseEndpoint). It does not
+// NewClient prepares a client for endpoint (see ParseEndpoint). It does not
 // connect; the first call does. Close releases it.
-func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
+func NewClient(endpoint string, opts Options) (*Client, error) {
 	path, err := ParseEndpoint(endpoint)
 	if err != nil {
 		return nil, err
@@ -156,7 +158,7 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 		opts.MaxRecvMsgSize = DefaultMaxRecvMsgSize
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultCRITimeout
+		opts.Timeout = DefaultTimeout
 	}
 	pool := &framePool{}
 	bo := backoff.DefaultConfig
@@ -176,7 +178,7 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 		return nil, fmt.Errorf("create CRI client for %q: %w", endpoint, err)
 	}
 	codec, memos := newListCodec(opts.PodAnnotations), &listMemos{}
-	return &CRIClient{conn: conn, client: runtimeapi.NewRuntimeServiceClient(conn), timeout: opts.Timeout, frames: pool, memos: memos, codec: codec,
+	return &Client{conn: conn, client: runtimeapi.NewRuntimeServiceClient(conn), timeout: opts.Timeout, frames: pool, memos: memos, codec: codec,
 		lists:     grpc.ForceCodecV2(codec.withMemos(memos, false)),
 		fullLists: grpc.ForceCodecV2(codec.withMemos(memos, true)),
 	}, nil
@@ -188,7 +190,7 @@ func NewCRIClient(endpoint string, opts CRIOptions) (*CRIClient, error) {
 // lives on (about 1 KB a container, and up to 8 MiB of buffers), which the
 // bridge should not carry through its first relist, its memory peak: it
 // calls this once that relist's events are acked.
-func (c *CRIClient) ReuseListings() {
+func (c *Client) ReuseListings() {
 	c.memos.arm()
 	c.frames.grow()
 }
@@ -196,20 +198,20 @@ func (c *CRIClient) ReuseListings() {
 // ListedItems returns how many items (containers and sandboxes) the
 // listings decoded, and how many they took unchanged from the last full
 // listing (see ReuseListings), since the client was made.
-func (c *CRIClient) ListedItems() (decoded, reused uint64) {
+func (c *Client) ListedItems() (decoded, reused uint64) {
 	return c.memos.counts.decoded.Load(), c.memos.counts.reused.Load()
 }
 
 // ListingVersion implements Listings (see listMemos.version).
-func (c *CRIClient) ListingVersion() (uint64, bool) { return c.memos.version() }
+func (c *Client) ListingVersion() (uint64, bool) { return c.memos.version() }
 
-var _ Listings = (*CRIClient)(nil)
+var _ generator.Listings = (*Client)(nil)
 
 // Close closes the connection.
-func (c *CRIClient) Close() error { return c.conn.Close() }
+func (c *Client) Close() error { return c.conn.Close() }
 
 // Version implements Runtime.
-func (c *CRIClient) Version(ctx context.Context) (*runtimeapi.VersionResponse, error) {
+func (c *Client) Version(ctx context.Context) (*runtimeapi.VersionResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.client.Version(ctx, &runtimeapi.VersionRequest{})
@@ -220,7 +222,7 @@ func (c *CRIClient) Version(ctx context.Context) (*runtimeapi.VersionResponse, e
 }
 
 // ListPodSandbox implements Runtime.
-func (c *CRIClient) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+func (c *Client) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter}, c.listing(filter == nil))
@@ -231,7 +233,7 @@ func (c *CRIClient) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSa
 }
 
 // listing returns the codec option of a listing, full or filtered.
-func (c *CRIClient) listing(full bool) grpc.CallOption {
+func (c *Client) listing(full bool) grpc.CallOption {
 	if full {
 		return c.fullLists
 	}
@@ -239,7 +241,7 @@ func (c *CRIClient) listing(full bool) grpc.CallOption {
 }
 
 // ListContainers implements Runtime.
-func (c *CRIClient) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+func (c *Client) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.client.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: filter}, c.listing(filter == nil))
@@ -250,7 +252,7 @@ func (c *CRIClient) ListContainers(ctx context.Context, filter *runtimeapi.Conta
 }
 
 // ContainerStatus implements Runtime.
-func (c *CRIClient) ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error) {
+func (c *Client) ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
@@ -266,7 +268,7 @@ func (c *CRIClient) ContainerStatus(ctx context.Context, id string) (*runtimeapi
 // WatchEvents implements Runtime. A stream the runtime ends cleanly is
 // reported as io.ErrUnexpectedEOF wrapped: for the caller it means "reconnect
 // and relist", like codes.Unavailable.
-func (c *CRIClient) WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error {
+func (c *Client) WatchEvents(ctx context.Context, fn func(*runtimeapi.ContainerEventResponse)) error {
 	stream, err := c.client.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{}, grpc.ForceCodecV2(c.codec.forStream()))
 	if err != nil {
 		return fmt.Errorf("open container event stream: %w", err)

@@ -1,13 +1,13 @@
-package generator_test
+package cri_test
 
 import (
 	"context"
 	"strings"
 	"testing"
 
+	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
-	"github.com/pleg-bridge/pleg-bridge/generator"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,8 +22,8 @@ func TestCRIClientRefusesMutatingCallsBeforeTheSocket(t *testing.T) {
 	c := must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "app"}))
 	must(0, model.StartContainer(c))
 	srv, ep := crisimtest.Serve(t, model)
-	cli := newClient(t, ep, generator.CRIOptions{})
-	conn := generator.ConnOf(cli)
+	cli := newClient(t, ep, cri.Options{})
+	conn := cri.ConnOf(cli)
 
 	_, err := runtimeapi.NewRuntimeServiceClient(conn).StopContainer(t.Context(), &runtimeapi.StopContainerRequest{ContainerId: c})
 	if status.Code(err) != codes.PermissionDenied ||
