@@ -1,17 +1,14 @@
 package cri
 
 import (
-	"bufio"
 	"fmt"
 	"maps"
-	"os"
 	"reflect"
 	"slices"
 	"testing"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -74,37 +71,12 @@ func keptAnnotations(all map[string]string, keep []string) map[string]string {
 	return out
 }
 
-// readRecording reads a recorded event stream: one message a line, in
-// protobuf's JSON form.
-func readRecording(t testing.TB, path string) []*runtimeapi.ContainerEventResponse {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []*runtimeapi.ContainerEventResponse
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		ev := &runtimeapi.ContainerEventResponse{}
-		if err := protojson.Unmarshal(sc.Bytes(), ev); err != nil {
-			t.Fatalf("%s: decode line %d: %v", path, len(out)+1, err)
-		}
-		out = append(out, ev)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // streamCodecCases are recorded containerd streams (package generator's
 // recordings, which its replay test replays) and kubelet-like messages.
 func streamCodecCases(t testing.TB) []*runtimeapi.ContainerEventResponse {
 	evs := crisimtest.KubeletEvents(t, 12, 40)
 	for _, f := range []string{"../generator/testdata/cri-events/containerd-v2.4.2.jsonl", "../generator/testdata/cri-events/containerd-v1.7.35.jsonl"} {
-		evs = append(evs, readRecording(t, f)...)
+		evs = append(evs, crisimtest.ReadRecording(t, f)...)
 	}
 	return evs
 }

@@ -1,18 +1,17 @@
 package generator
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
 )
 
 type sliceSink struct{ events []Event }
@@ -20,29 +19,6 @@ type sliceSink struct{ events []Event }
 func (s *sliceSink) Send(_ context.Context, evs []Event) error {
 	s.events = append(s.events, evs...)
 	return nil
-}
-
-func readRecording(t *testing.T, path string) []*runtimeapi.ContainerEventResponse {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []*runtimeapi.ContainerEventResponse
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		ev := &runtimeapi.ContainerEventResponse{}
-		if err := protojson.Unmarshal(sc.Bytes(), ev); err != nil {
-			t.Fatalf("%s: decode line %d: %v", path, len(out)+1, err)
-		}
-		out = append(out, ev)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // expectFromRecording derives, from the raw runtime events alone, what the
@@ -88,7 +64,7 @@ func TestReplayRecordedContainerdStreams(t *testing.T) {
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			t.Parallel()
-			evs := readRecording(t, path)
+			evs := crisimtest.ReadRecording(t, path)
 			sink := &sliceSink{}
 			g := New(nil, sink, Options{})
 			for i, ev := range evs {
@@ -126,7 +102,7 @@ func TestReplayRecordingFacts(t *testing.T) {
 	t.Parallel()
 	// Facts of the v2.4.2 recording stated in its README: one container
 	// exits with 3 and three with 1, all are removed.
-	evs := readRecording(t, "testdata/cri-events/containerd-v2.4.2.jsonl")
+	evs := crisimtest.ReadRecording(t, "testdata/cri-events/containerd-v2.4.2.jsonl")
 	sink := &sliceSink{}
 	g := New(nil, sink, Options{})
 	for _, ev := range evs {

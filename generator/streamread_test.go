@@ -69,7 +69,7 @@ func TestStreamBatchReadsOnlyWhatTheCRIClientDecodes(t *testing.T) {
 	t.Parallel()
 	evs := crisimtest.KubeletEvents(t, 12, 40)
 	for _, f := range []string{"testdata/cri-events/containerd-v2.4.2.jsonl", "testdata/cri-events/containerd-v1.7.35.jsonl"} {
-		evs = append(evs, readRecording(t, f)...)
+		evs = append(evs, crisimtest.ReadRecording(t, f)...)
 	}
 	now := time.Unix(1_800_000_000, 0)
 	opts := []cmp.Option{cmp.AllowUnexported(batch{}, podObservation{}, sighting{}, relistScope{}, PodMeta{}), cmp.Comparer(func(a, b time.Time) bool { return a.Equal(b) })}

@@ -1,10 +1,13 @@
 package crisimtest
 
 import (
+	"bufio"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -74,6 +77,32 @@ func KubeletEvents(t testing.TB, pods, containers int) []*runtimeapi.ContainerEv
 				out = append(out, ev)
 			}
 		}
+	}
+	return out
+}
+
+// ReadRecording reads a recorded event stream (generator/testdata/cri-events):
+// one message a line, in protobuf's JSON form. It fails the test on a line
+// that does not decode, naming it.
+func ReadRecording(t testing.TB, path string) []*runtimeapi.ContainerEventResponse {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []*runtimeapi.ContainerEventResponse
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		ev := &runtimeapi.ContainerEventResponse{}
+		if err := protojson.Unmarshal(sc.Bytes(), ev); err != nil {
+			t.Fatalf("%s: decode line %d: %v", path, len(out)+1, err)
+		}
+		out = append(out, ev)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
