@@ -3,7 +3,6 @@ package cri_test
 import (
 	"log/slog"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,20 +15,6 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/generator/generatortest"
 )
-
-// lines renders events as generatortest.Line does, with the container IDs
-// in names replaced by their names.
-func lines(evs []generator.Event, names map[string]string) []string {
-	var out []string
-	for _, e := range evs {
-		l := generatortest.Line(e)
-		if n, ok := names[e.Container.ID]; ok {
-			l = strings.Replace(l, e.Container.ID, n, 1)
-		}
-		out = append(out, l)
-	}
-	return out
-}
 
 var cmpSorted = cmp.Transformer("sort", func(in []string) []string { return slices.Sorted(slices.Values(in)) })
 
@@ -65,7 +50,7 @@ func TestAContainerListedRunningIsReportedStartedThoughItsStatusWasNeverRead(t *
 		t.Fatal(err)
 	}
 	listedBefore := time.Now()
-	if diff := cmp.Diff([]string{"ContainerStarted sb running - relist"}, lines(rec.Events(), names)); diff != "" {
+	if diff := cmp.Diff([]string{"ContainerStarted sb running - relist"}, generatortest.Lines(rec.Events(), names)); diff != "" {
 		t.Fatalf("events of the relist whose status calls failed (-want +got):\n%s", diff)
 	}
 	// Back, without them.
@@ -82,7 +67,7 @@ func TestAContainerListedRunningIsReportedStartedThoughItsStatusWasNeverRead(t *
 		"ContainerDied exit unknown - relist",
 		"ContainerRemoved exit removed - relist",
 	}
-	if diff := cmp.Diff(want, lines(rec.Events(), names), cmpSorted); diff != "" {
+	if diff := cmp.Diff(want, generatortest.Lines(rec.Events(), names), cmpSorted); diff != "" {
 		t.Fatalf("events (-want +got):\n%s", diff)
 	}
 	var ofRun []generator.Event
@@ -91,7 +76,7 @@ func TestAContainerListedRunningIsReportedStartedThoughItsStatusWasNeverRead(t *
 			ofRun = append(ofRun, e)
 		}
 	}
-	if diff := cmp.Diff(want[1:4], lines(ofRun, names)); diff != "" {
+	if diff := cmp.Diff(want[1:4], generatortest.Lines(ofRun, names)); diff != "" {
 		t.Fatalf("the container's events out of order (-want +got):\n%s", diff)
 	}
 	for _, e := range ofRun {

@@ -91,7 +91,7 @@ func TestAContainerThatLivedWhileTheSinkWasFullIsBackfilledInOrder(t *testing.T)
 			"ContainerDied c exited 3 relist",
 			"ContainerRemoved c removed 3 relist",
 		}
-		if diff := cmp.Diff(want, lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})); diff != "" {
+		if diff := cmp.Diff(want, generatortest.Lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})); diff != "" {
 			t.Fatalf("events (-want +got):\n%s", diff)
 		}
 		died := evs[2]
@@ -142,7 +142,7 @@ func TestAContainerRunningWhenTheSinkFilledIsReportedGoneFromItsState(t *testing
 			"ContainerDied c unknown - relist",
 			"ContainerRemoved c removed - relist",
 		}
-		if diff := cmp.Diff(want, lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"}), cmpSorted); diff != "" {
+		if diff := cmp.Diff(want, generatortest.Lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"}), cmpSorted); diff != "" {
 			t.Fatalf("events (-want +got):\n%s", diff)
 		}
 		checkOnce(t, f.rec.Events())
@@ -247,7 +247,7 @@ pleg_bridge_events_unreported_total{event_type="ContainerStarted"} 1
 		must(0, m.StartContainer(c2))
 		f.rec.Wait(t, 2, 3*time.Second)
 		synctest.Wait()
-		got := lines(f.rec.Events(), map[string]string{sb: "sb", c2: "c2"})
+		got := generatortest.Lines(f.rec.Events(), map[string]string{sb: "sb", c2: "c2"})
 		if diff := cmp.Diff([]string{"ContainerStarted sb running - relist", "ContainerStarted c2 running - relist"}, got); diff != "" {
 			t.Errorf("events (-want +got):\n%s", diff)
 		}
@@ -285,7 +285,7 @@ func TestAPartlyRecordedBackfillLeavesTheRestInOrder(t *testing.T) {
 		advance(2 * time.Second)
 		names := map[string]string{sb: "sb", c1: "c1", c2: "c2"}
 		if diff := cmp.Diff([]string{"ContainerStarted sb running - relist", "ContainerStarted c1 running - relist"},
-			lines(f.rec.Events(), names)); diff != "" {
+			generatortest.Lines(f.rec.Events(), names)); diff != "" {
 			t.Fatalf("before the backfill (-want +got):\n%s", diff)
 		}
 
@@ -307,7 +307,7 @@ func TestAPartlyRecordedBackfillLeavesTheRestInOrder(t *testing.T) {
 			"ContainerRemoved c1 removed 1 relist",
 			"ContainerDied c2 exited 2 relist",
 		}
-		got := lines(f.rec.Events(), names)
+		got := generatortest.Lines(f.rec.Events(), names)
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("events (-want +got):\n%s", diff)
 		}

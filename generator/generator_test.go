@@ -77,20 +77,6 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-// lines renders events as "Type <container> state exit source", with
-// container IDs replaced by the names given.
-func lines(evs []generator.Event, names map[string]string) []string {
-	var out []string
-	for _, e := range evs {
-		l := generatortest.Line(e)
-		if n, ok := names[e.Container.ID]; ok {
-			l = strings.Replace(l, e.Container.ID, n, 1)
-		}
-		out = append(out, l)
-	}
-	return out
-}
-
 func TestRelistReportsWhatIsAlreadyRunning(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, crisim.Options{}, generator.Options{})
@@ -106,7 +92,7 @@ func TestRelistReportsWhatIsAlreadyRunning(t *testing.T) {
 
 	evs := f.rec.Events()
 	want := []string{"ContainerStarted sb running - relist", "ContainerStarted c running - relist"}
-	if diff := cmp.Diff(want, lines(evs, map[string]string{sb: "sb", c: "c"}), cmpSorted); diff != "" {
+	if diff := cmp.Diff(want, generatortest.Lines(evs, map[string]string{sb: "sb", c: "c"}), cmpSorted); diff != "" {
 		t.Fatalf("events (-want +got):\n%s", diff)
 	}
 	for _, e := range evs {
@@ -157,7 +143,7 @@ func TestRelistFollowsALifecycle(t *testing.T) {
 	}
 	f.relist(t)
 
-	got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
+	got := generatortest.Lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
 	want := []string{
 		"ContainerStarted sb running - relist",
 		"ContainerStarted c running - relist",
@@ -190,11 +176,11 @@ func TestRelistRetriesAFailedStatusCall(t *testing.T) {
 	must(0, m.StopContainer(c, 3, "Error", ""))
 	f.rt.FailNext("ContainerStatus", status.Error(codes.DeadlineExceeded, "slow"))
 	f.relist(t)
-	if got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"}); len(got) != 1 {
+	if got := generatortest.Lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"}); len(got) != 1 {
 		t.Fatalf("after a failed status call got %v, want only the sandbox start", got)
 	}
 	f.relist(t)
-	got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
+	got := generatortest.Lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
 	want := []string{"ContainerStarted sb running - relist", "ContainerStarted c running - relist", "ContainerDied c exited 3 relist"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("events (-want +got):\n%s", diff)
@@ -225,7 +211,7 @@ func TestRelistSurvivesMalformedRuntimeData(t *testing.T) {
 	f.relist(t)
 	f.relist(t)
 
-	got := lines(f.rec.Events(), nil)
+	got := generatortest.Lines(f.rec.Events(), nil)
 	want := []string{
 		"ContainerStarted sb-labels running - relist",
 		"ContainerStarted c-nolabels running - relist",
@@ -365,7 +351,7 @@ func TestEventedModeReportsAContainerThatLivedBetweenRelists(t *testing.T) {
 		must(0, m.RemoveContainer(c))
 		evs := f.rec.Wait(t, 4, time.Second)
 		synctest.Wait()
-		got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
+		got := generatortest.Lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
 		want := []string{
 			"ContainerStarted sb running - evented",
 			"ContainerStarted c running - evented",
@@ -496,12 +482,12 @@ func TestAStopAsksForATargetedRelistThatFindsTheRemoval(t *testing.T) {
 		advance(delay - time.Millisecond)
 		names := map[string]string{sb: "sb", c: "c"}
 		want := []string{"ContainerStarted sb running - evented", "ContainerStarted c running - evented", "ContainerDied c exited 0 evented"}
-		if diff := cmp.Diff(want, lines(f.rec.Events(), names), cmpSorted); diff != "" {
+		if diff := cmp.Diff(want, generatortest.Lines(f.rec.Events(), names), cmpSorted); diff != "" {
 			t.Fatalf("events before the delay passed (-want +got):\n%s", diff)
 		}
 		advance(time.Millisecond)
 		want = append(want, "ContainerRemoved c removed 0 relist")
-		if diff := cmp.Diff(want, lines(f.rec.Events(), names), cmpSorted); diff != "" {
+		if diff := cmp.Diff(want, generatortest.Lines(f.rec.Events(), names), cmpSorted); diff != "" {
 			t.Fatalf("events once the delay passed (-want +got):\n%s", diff)
 		}
 		stop()
@@ -693,7 +679,7 @@ func TestDuplicatedAndStaleStreamEventsProduceNothing(t *testing.T) {
 		m.InjectEvent(stopped) // a duplicate
 		m.InjectEvent(started) // late: it would move the container backwards
 		synctest.Wait()
-		got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
+		got := generatortest.Lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
 		want := []string{"ContainerStarted sb running - evented", "ContainerStarted c running - evented", "ContainerDied c exited 1 evented"}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("events (-want +got):\n%s", diff)

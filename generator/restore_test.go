@@ -47,7 +47,7 @@ func TestRestartFromCheckpointReportsOnlyWhatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := map[string]string{sb: "sb", keep: "keep", done: "done", vanish: "vanish", crash: "crash", fresh: "fresh"}
-	got := lines(rec.Events(), names)
+	got := generatortest.Lines(rec.Events(), names)
 	want := []string{
 		"ContainerDied vanish unknown - relist",
 		"ContainerRemoved vanish removed - relist",
@@ -132,7 +132,7 @@ func TestRestoreCompletesWhatTheStreamStoredAfterTheCheckpoint(t *testing.T) {
 			if stored[e.Container.ID+" "+string(e.Type)] {
 				continue // reported again: the publisher recognises it
 			}
-			got = append(got, lines([]generator.Event{e}, names)...)
+			got = append(got, generatortest.Lines([]generator.Event{e}, names)...)
 		}
 		want := []string{
 			"ContainerDied vanish unknown - relist",

@@ -140,7 +140,7 @@ func TestAutoModeOnContainerd17FollowsContainerdsEventsWithoutTheCRIStream(t *te
 		step("sandbox removal", 6, func() error { return m.RemovePodSandbox(sb) })
 		advance(time.Minute)
 
-		got := lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
+		got := generatortest.Lines(f.rec.Events(), map[string]string{sb: "sb", c: "c"})
 		want := []string{
 			"ContainerStarted sb running - relist",
 			"ContainerStarted c running - relist",
@@ -241,7 +241,7 @@ func TestContainerdEventsThatReportNothingAskForNothing(t *testing.T) {
 			t.Errorf("%d listings after events that report nothing new, want none", n)
 		}
 		if n := len(f.rec.Events()); n != 2 {
-			t.Errorf("%d events, want the 2 starts:\n%s", n, strings.Join(lines(f.rec.Events(), nil), "\n"))
+			t.Errorf("%d events, want the 2 starts:\n%s", n, strings.Join(generatortest.Lines(f.rec.Events(), nil), "\n"))
 		}
 		for result, want := range map[string]float64{"exec": 1, "known": 2} {
 			if got := triggerCount(t, f, result) - before[result]; got != want {

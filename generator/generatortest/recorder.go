@@ -3,6 +3,7 @@ package generatortest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,4 +98,18 @@ func Line(e generator.Event) string {
 		exit = fmt.Sprint(*e.ExitCode)
 	}
 	return fmt.Sprintf("%s %s %s %s %s", e.Type, e.Container.ID, e.State, exit, e.DetectedBy)
+}
+
+// Lines renders events as Line does, with each container ID that names has
+// replaced by its name there.
+func Lines(evs []generator.Event, names map[string]string) []string {
+	var out []string
+	for _, e := range evs {
+		l := Line(e)
+		if n, ok := names[e.Container.ID]; ok {
+			l = strings.Replace(l, e.Container.ID, n, 1)
+		}
+		out = append(out, l)
+	}
+	return out
 }
