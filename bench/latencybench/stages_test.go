@@ -50,6 +50,8 @@ func TestStagesMeasureTheProductionPipeline(t *testing.T) {
 			opts.Mode = generator.ModeGeneric
 			opts.RelistPeriod = 20 * time.Millisecond
 			opts.Registry = reg
+			startupOver := make(chan struct{})
+			opts.StartupOver = func() { close(startupOver) }
 			if stages {
 				timeStages(&opts.Hooks, newTracker(0))
 			}
@@ -67,29 +69,24 @@ func TestStagesMeasureTheProductionPipeline(t *testing.T) {
 				<-served
 			})
 
-			// The start-up is over once the CRI client reuses its
+			// From the end of the start-up the CRI client reuses its
 			// listings; a few full relists later, one must have come back
 			// unchanged.
+			deadline := time.After(readyTimeout)
+			select {
+			case <-startupOver:
+			case <-deadline:
+				t.Fatalf("no end of start-up within %v", readyTimeout)
+			}
 			full := map[string]string{"kind": "full", "result": "ok"}
-			var relistsAtReuse float64
+			atEnd, _ := metricstest.Find(t, reg, "pleg_bridge_relists_total", full)
 			tick := time.NewTicker(readyPoll)
 			defer tick.Stop()
-			deadline := time.After(readyTimeout)
-			for {
+			for relists := atEnd; relists < atEnd+5; relists, _ = metricstest.Find(t, reg, "pleg_bridge_relists_total", full) {
 				select {
 				case <-deadline:
-					t.Fatalf("no end of start-up and 5 full relists after it within %v", readyTimeout)
+					t.Fatalf("%v full relists within %v of the start, %v of them after the start-up; want 5 after it", relists, readyTimeout, relists-atEnd)
 				case <-tick.C:
-				}
-				relists := counterValue(t, reg, "pleg_bridge_relists_total", full)
-				if relistsAtReuse == 0 {
-					if counterValue(t, reg, "pleg_bridge_listed_items_total", map[string]string{"how": "reused"}) > 0 {
-						relistsAtReuse = relists
-					}
-					continue
-				}
-				if relists >= relistsAtReuse+5 {
-					break
 				}
 			}
 			if n := metricstest.Value(t, reg, "pleg_bridge_relists_unchanged_total", nil); n == 0 {
@@ -97,35 +94,4 @@ func TestStagesMeasureTheProductionPipeline(t *testing.T) {
 			}
 		})
 	}
-}
-
-// counterValue returns the counter name's series with labels from reg, 0
-// while there is none: the bridge registers its metrics as Run builds it.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			n := 0
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok {
-					if v != l.GetValue() {
-						continue series
-					}
-					n++
-				}
-			}
-			if n == len(labels) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }

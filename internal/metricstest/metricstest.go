@@ -13,6 +13,17 @@ import (
 // fails the test if there is none.
 func Value(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
+	v, ok := Find(t, g, name, labels)
+	if !ok {
+		t.Fatalf("no metric %s%v", name, labels)
+	}
+	return v
+}
+
+// Find is Value for a series that may not exist yet (a metric registered
+// as the code under test builds it): ok is false while there is none.
+func Find(t testing.TB, g prometheus.Gatherer, name string, labels map[string]string) (v float64, ok bool) {
+	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -29,11 +40,10 @@ func Value(t testing.TB, g prometheus.Gatherer, name string, labels map[string]s
 				}
 			}
 			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
+				return c.GetValue(), true
 			}
-			return m.GetGauge().GetValue()
+			return m.GetGauge().GetValue(), true
 		}
 	}
-	t.Fatalf("no metric %s%v", name, labels)
-	return 0
+	return 0, false
 }
