@@ -60,20 +60,22 @@ type Config struct {
 	CRITimeout         time.Duration `env:"PLEG_CRI_TIMEOUT" desc:"Timeout of each unary CRI call"`
 	CRIMaxRecvMsgSize  int           `env:"PLEG_CRI_MAX_RECV_MSG_SIZE" desc:"Largest CRI response accepted, in bytes (gRPC's 4 MiB default breaks at about 4,250 containers)"`
 
-	NATSURL       string `env:"PLEG_NATS_URL" desc:"NATS server URL(s), comma-separated; unset: run an embedded NATS server with JetStream"`
-	NATSCreds     string `env:"PLEG_NATS_CREDS" desc:"NATS credentials file (JWT and NKey seed)"`
-	NATSNKeySeed  string `env:"PLEG_NATS_NKEY_SEED" desc:"NATS NKey seed file"`
-	NATSUser      string `env:"PLEG_NATS_USER" desc:"NATS user name"`
-	NATSPassword  string `env:"PLEG_NATS_PASSWORD" desc:"NATS password"`
-	NATSToken     string `env:"PLEG_NATS_TOKEN" desc:"NATS authentication token"`
-	NATSTokenFile string `env:"PLEG_NATS_TOKEN_FILE" desc:"File holding the NATS authentication token, read again at every reconnect so that a rotated Secret takes effect"`
-	NATSTLSCA     string `env:"PLEG_NATS_TLS_CA" desc:"CA certificate file to verify the NATS server"`
-	NATSTLSCert   string `env:"PLEG_NATS_TLS_CERT" desc:"Client certificate file for NATS mutual TLS"`
-	NATSTLSKey    string `env:"PLEG_NATS_TLS_KEY" desc:"Client key file for NATS mutual TLS"`
-	DataDir       string `env:"PLEG_DATA_DIR" desc:"Data directory: the checkpoint and the spool, and the embedded NATS server's store; empty: memory only (needs PLEG_NATS_URL)"`
-	SpoolMaxBytes int64  `env:"PLEG_SPOOL_MAX_BYTES" desc:"Bound of the disk spool under PLEG_DATA_DIR that takes the events the outbox has no room for, in bytes (0: no spool)"`
-	EmbeddedNATS  string `env:"PLEG_EMBEDDED_NATS_LISTEN" desc:"Listen address of the embedded NATS server"`
-	SubjectPrefix string `env:"PLEG_SUBJECT_PREFIX" desc:"First subject token(s): <prefix>.<node>.<namespace>.<podUID>.<eventType>"`
+	NATSURL        string        `env:"PLEG_NATS_URL" desc:"NATS server URL(s), comma-separated; unset: run an embedded NATS server with JetStream"`
+	NATSCreds      string        `env:"PLEG_NATS_CREDS" desc:"NATS credentials file (JWT and NKey seed)"`
+	NATSNKeySeed   string        `env:"PLEG_NATS_NKEY_SEED" desc:"NATS NKey seed file"`
+	NATSUser       string        `env:"PLEG_NATS_USER" desc:"NATS user name"`
+	NATSPassword   string        `env:"PLEG_NATS_PASSWORD" desc:"NATS password"`
+	NATSToken      string        `env:"PLEG_NATS_TOKEN" desc:"NATS authentication token"`
+	NATSTokenFile  string        `env:"PLEG_NATS_TOKEN_FILE" desc:"File holding the NATS authentication token, read again at every reconnect so that a rotated Secret takes effect"`
+	NATSTLSCA      string        `env:"PLEG_NATS_TLS_CA" desc:"CA certificate file to verify the NATS server"`
+	NATSTLSCert    string        `env:"PLEG_NATS_TLS_CERT" desc:"Client certificate file for NATS mutual TLS"`
+	NATSTLSKey     string        `env:"PLEG_NATS_TLS_KEY" desc:"Client key file for NATS mutual TLS"`
+	DataDir        string        `env:"PLEG_DATA_DIR" desc:"Data directory: the checkpoint and the spool, and the embedded NATS server's store; empty: memory only (needs PLEG_NATS_URL)"`
+	SpoolMaxBytes  int64         `env:"PLEG_SPOOL_MAX_BYTES" desc:"Bound of the disk spool under PLEG_DATA_DIR that takes the events the outbox has no room for, in bytes (0: no spool)"`
+	RepairWindow   time.Duration `env:"PLEG_REPAIR_WINDOW" desc:"How long acknowledged events are kept under PLEG_DATA_DIR to check, after a reconnect or a stream leader election, that the NATS servers still hold them, and publish again what they lost (a power loss or OS crash loses writes nats-server had not flushed, up to its 2-minute sync_interval); at least 2m (0: no repair)"`
+	RepairMaxBytes int64         `env:"PLEG_REPAIR_MAX_BYTES" desc:"Bound of the acknowledged events kept for the repair, in bytes; past it the oldest go first"`
+	EmbeddedNATS   string        `env:"PLEG_EMBEDDED_NATS_LISTEN" desc:"Listen address of the embedded NATS server"`
+	SubjectPrefix  string        `env:"PLEG_SUBJECT_PREFIX" desc:"First subject token(s): <prefix>.<node>.<namespace>.<podUID>.<eventType>"`
 
 	NATSInboxPrefix string `env:"PLEG_NATS_INBOX_PREFIX" desc:"Prefix of the subjects NATS replies come back on; {node} stands for the node's subject token. Per-node credentials (pleg-bridge creds) need _INBOX_{node}; unset: _INBOX"`
 
@@ -113,6 +115,8 @@ func defaultConfig() Config {
 		CRIMaxRecvMsgSize:     cri.DefaultMaxRecvMsgSize,
 		DataDir:               "/var/lib/pleg-bridge",
 		SpoolMaxBytes:         bridge.DefaultSpoolMaxBytes,
+		RepairWindow:          bridge.DefaultRepairWindow,
+		RepairMaxBytes:        bridge.DefaultRepairMaxBytes,
 		EmbeddedNATS:          bridge.DefaultEmbeddedListen,
 		SubjectPrefix:         schemas.DefaultSubjectPrefix,
 		Stream:                schemas.DefaultStream,
@@ -317,6 +321,12 @@ func (c Config) validate() error {
 	if c.SpoolMaxBytes < 0 {
 		bad("SPOOL_MAX_BYTES", c.SpoolMaxBytes, "must not be negative (0: no spool)")
 	}
+	if c.RepairWindow < 0 || (c.RepairWindow > 0 && c.RepairWindow < bridge.MinRepairWindow) {
+		bad("REPAIR_WINDOW", c.RepairWindow, "must be at least 2m, nats-server's default sync_interval, which a power loss can lose (0: no repair)")
+	}
+	if c.RepairWindow > 0 && c.RepairMaxBytes < 1<<20 {
+		bad("REPAIR_MAX_BYTES", c.RepairMaxBytes, "must be at least 1048576 to hold PLEG_REPAIR_WINDOW of acknowledged events")
+	}
 	if c.DataDir == "" && c.NATSURL == "" {
 		bad("DATA_DIR", c.DataDir, "the embedded NATS server (PLEG_NATS_URL unset) keeps its store there; set both or PLEG_NATS_URL")
 	}
@@ -398,10 +408,22 @@ func (c Config) bridgeOptions(logger *slog.Logger, reg *prometheus.Registry) bri
 		ShutdownTimeout:    c.ShutdownTimeout,
 		DataDir:            c.DataDir,
 		SpoolMaxBytes:      c.SpoolMaxBytes,
+		RepairWindow:       repairWindow(c.RepairWindow),
+		RepairMaxBytes:     c.RepairMaxBytes,
 		ListenAddress:      c.ListenAddress,
 		Registry:           reg,
 		Logger:             logger,
 	}
+}
+
+// repairWindow maps PLEG_REPAIR_WINDOW to bridge.Options.RepairWindow:
+// the variable's 0 turns the repair off, which the option says with a
+// negative value (its 0 takes the default).
+func repairWindow(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // printConfigHelp prints every variable with its default and description.
