@@ -92,6 +92,12 @@ type Options struct {
 	// freed by Done are reused, and the file never shrinks. Zero disables
 	// the spool: Store.Spool returns nil.
 	SpoolMaxBytes int64
+	// RetainWindow is how long the events JetStream acknowledged are kept
+	// (Retained); zero or negative keeps none: Store.Retained returns nil.
+	RetainWindow time.Duration
+	// RetainMaxBytes bounds the retained events' bytes; it must be
+	// positive with RetainWindow.
+	RetainMaxBytes int64
 	// Logger receives warnings about files set aside and write errors; nil
 	// discards them.
 	Logger *slog.Logger
@@ -106,7 +112,8 @@ type Store struct {
 	db     *bolt.DB
 	logger *slog.Logger
 	ckpt   *Checkpoint
-	spool  *Spool // nil when disabled
+	spool  *Spool    // nil when disabled
+	kept   *Retained // nil when disabled
 
 	// flushMu serialises writes: Run's, and Close's last one.
 	flushMu sync.Mutex
@@ -140,6 +147,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.SpoolMaxBytes < 0 {
 		return nil, fmt.Errorf("open durable state: Options.SpoolMaxBytes is negative (%d)", opts.SpoolMaxBytes)
 	}
+	if opts.RetainWindow > 0 && opts.RetainMaxBytes <= 0 {
+		return nil, fmt.Errorf("open durable state: Options.RetainMaxBytes is %d with a retain window", opts.RetainMaxBytes)
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -164,6 +174,9 @@ func Open(dir string, opts Options) (*Store, error) {
 				s.ckpt.created = l.created
 				s.ckpt.stream, s.ckpt.streamKnown = l.stream, l.streamKnown
 				s.ckpt.wake = s.wake
+				if s.kept = l.retained; s.kept != nil {
+					s.kept.wake = s.wake
+				}
 				if opts.SpoolMaxBytes > 0 {
 					s.spool = newSpool(db, opts.SpoolMaxBytes, l.spool, s.ckpt.slot, logger)
 					s.spool.wake = s.wake
@@ -290,6 +303,7 @@ type loaded struct {
 	slots       slots // the slots of the containers' records' keys
 	containers  int
 	spool       spoolExtent
+	retained    *Retained // nil without Options.RetainWindow
 }
 
 // load checks that db is this node's store, creating its buckets in a
@@ -352,8 +366,14 @@ func (s *Store) load(db *bolt.DB, dir string, opts Options, now time.Time) (l lo
 		if err != nil {
 			return err
 		}
-		l.spool, err = readSpoolExtent(tx, s.path)
-		return err
+		if l.spool, err = readSpoolExtent(tx, s.path); err != nil {
+			return err
+		}
+		if opts.RetainWindow > 0 {
+			l.retained = newRetained(opts.RetainWindow, opts.RetainMaxBytes, s.logger)
+			return l.retained.load(tx, s.path)
+		}
+		return nil
 	})
 	if err != nil {
 		return l, err
@@ -440,6 +460,11 @@ func (s *Store) Checkpoint() *Checkpoint { return s.ckpt }
 // Spool returns the store's spool, or nil when Options.SpoolMaxBytes is 0.
 func (s *Store) Spool() *Spool { return s.spool }
 
+// Retained returns the acknowledged events the store keeps, or nil when
+// Options.RetainWindow is not positive. A store opened without them
+// deletes none it holds: a later Open with a window finds them.
+func (s *Store) Retained() *Retained { return s.kept }
+
 // Run writes until ctx is done: the checkpoint's acks and the spool's
 // appends and removals within 100 ms, and once a minute drops
 // the containers removed more than generator.DefaultTombstoneTTL ago. Each
@@ -511,7 +536,7 @@ func (s *Store) Run(ctx context.Context) error {
 // waiting reports whether the spool or the checkpoint holds something
 // that is not written yet.
 func (s *Store) waiting() bool {
-	return s.ckpt.waiting() || (s.spool != nil && s.spool.waiting())
+	return s.ckpt.waiting() || (s.spool != nil && s.spool.waiting()) || (s.kept != nil && s.kept.waiting())
 }
 
 // Close writes what Run has not (nothing, after Run returned) and closes
@@ -544,6 +569,10 @@ func (s *Store) flush(now time.Time, collect bool) error {
 		w = s.spool.writes()
 	}
 	cw := s.ckpt.take(collect, now)
+	var rw retainedWrites
+	if s.kept != nil {
+		rw = s.kept.take(now)
+	}
 	prefixes := s.ckpt.prefixes(cw.expired)
 	keys := slices.Sorted(maps.Keys(cw.acks))
 	for {
@@ -554,7 +583,7 @@ func (s *Store) flush(now time.Time, collect bool) error {
 		chunk := keys[:min(len(keys), ackBudget)]
 		keys = keys[len(chunk):]
 		final := len(keys) == 0
-		if final && len(chunk) == 0 && cw.writesNothing() && w.writesNothing() {
+		if final && len(chunk) == 0 && cw.writesNothing() && w.writesNothing() && rw.writesNothing() {
 			if s.spool != nil {
 				s.spool.written(w) // drops the appends Done before any write
 			}
@@ -575,6 +604,9 @@ func (s *Store) flush(now time.Time, collect bool) error {
 				if err := deleteContainers(tx, prefixes); err != nil {
 					return err
 				}
+				if err := putRetained(tx, rw); err != nil {
+					return err
+				}
 				return putSpool(tx, w)
 			})
 			if err != nil {
@@ -583,6 +615,9 @@ func (s *Store) flush(now time.Time, collect bool) error {
 				s.ckpt.putBack(cw)
 				if s.spool != nil {
 					s.spool.writeFailed(w)
+				}
+				if s.kept != nil {
+					s.kept.writeFailed(rw)
 				}
 				return fmt.Errorf("write %s: %w", s.path, err)
 			}
@@ -593,12 +628,15 @@ func (s *Store) flush(now time.Time, collect bool) error {
 			if s.spool != nil {
 				s.spool.written(w)
 			}
+			if s.kept != nil {
+				s.kept.written(rw)
+			}
 		}
 		if !w.more {
 			return nil
 		}
 		// The rest of the spool's appends, a transaction per budget.
-		w, cw, prefixes = s.spool.writes(), ckptWrites{}, nil
+		w, cw, rw, prefixes = s.spool.writes(), ckptWrites{}, retainedWrites{}, nil
 	}
 }
 
