@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -185,7 +186,10 @@ func build(opts Options) (_ *pipeline, err error) {
 	var published []generator.Event
 	var spool *durable.Spool
 	if opts.DataDir != "" {
-		p.store, err = durable.Open(opts.DataDir, durable.Options{Node: opts.Node, SpoolMaxBytes: opts.SpoolMaxBytes, Logger: log})
+		p.store, err = durable.Open(opts.DataDir, durable.Options{
+			Node: opts.Node, SpoolMaxBytes: opts.SpoolMaxBytes, Logger: log,
+			RetainWindow: opts.repairWindow(), RetainMaxBytes: cmp.Or(opts.RepairMaxBytes, DefaultRepairMaxBytes),
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -287,6 +291,18 @@ func build(opts Options) (_ *pipeline, err error) {
 		state := p.state
 		acks = append(acks, func(ev generator.Event, _ uint64) { state.Record(ev) })
 	}
+	// The repair checks that the stream still holds what it acked, and
+	// publishes again what the servers lost; the state bucket then reads
+	// its keys again, which the same loss may have rolled back.
+	var retained *durable.Retained
+	if p.store != nil {
+		retained = p.store.Retained()
+	}
+	var onRepair func(int)
+	if p.state != nil {
+		state := p.state
+		onRepair = func(int) { state.Resync() }
+	}
 	var onAck func(generator.Event, uint64)
 	if len(acks) > 0 {
 		onAck = func(ev generator.Event, seq uint64) {
@@ -317,6 +333,8 @@ func build(opts Options) (_ *pipeline, err error) {
 		// container whose ContainerStarted was stored just before a crash
 		// and which went away meanwhile gets its Died and Removed.
 		OnStored: func(events []generator.Event) { p.gen.Restore(events) },
+		Retained: retained,
+		OnRepair: onRepair,
 	})
 	if err != nil {
 		return nil, err

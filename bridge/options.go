@@ -206,6 +206,17 @@ type Hooks struct {
 	OnAck func(generator.Event)
 }
 
+// repairWindow returns the window of the repair, 0 when it is off.
+func (o Options) repairWindow() time.Duration {
+	switch {
+	case o.RepairWindow < 0:
+		return 0
+	case o.RepairWindow == 0:
+		return DefaultRepairWindow
+	}
+	return o.RepairWindow
+}
+
 // check returns the errors of the options no default can fix, each naming
 // its option.
 func (o Options) check() error {
@@ -221,6 +232,12 @@ func (o Options) check() error {
 	}
 	if o.SpoolMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("spool max bytes %d is negative", o.SpoolMaxBytes))
+	}
+	if w := o.repairWindow(); w > 0 && w < MinRepairWindow {
+		errs = append(errs, fmt.Errorf("repair window %s is shorter than %s, nats-server's default sync_interval, which a power loss can lose", w, MinRepairWindow))
+	}
+	if o.RepairMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("repair max bytes %d is negative", o.RepairMaxBytes))
 	}
 	if o.NATS.Token != "" && o.NATS.TokenFile != "" {
 		errs = append(errs, errors.New("NATS token and token file are both set"))

@@ -51,6 +51,9 @@ type Checkpoint struct {
 	// streamChange is the change of stream (Adopt, Disown) not yet
 	// written; nil: none. Guarded by mu.
 	streamChange *streamChange
+	// rewound is the sequence Rewind set and no write took yet; nil:
+	// none. Guarded by mu.
+	rewound *uint64
 	// disowns counts the calls of Disown: a failed write that took the
 	// sequence before one does not put that sequence back. Guarded by mu.
 	disowns uint64
@@ -153,11 +156,27 @@ func (c *Checkpoint) RecordAck(ev generator.Event, seq uint64) {
 	}
 }
 
+// Rewind lowers the checkpoint's sequence to seq: the stream went
+// backwards (its servers lost acknowledged writes) and gives the
+// sequences above seq to new messages, which a restart must read back.
+// The next write stores it, even though lower than the one written; acks
+// recorded later raise it again as usual. It does no I/O.
+func (c *Checkpoint) Rewind(seq uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rewound = &seq
+	c.seq = min(c.seq, seq)
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
 // waiting reports whether acks or a change of stream wait to be written.
 func (c *Checkpoint) waiting() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.pending) > 0 || c.streamChange != nil
+	return len(c.pending) > 0 || c.streamChange != nil || c.rewound != nil
 }
 
 // ckptWrites is what a flush writes for the checkpoint.
@@ -171,11 +190,14 @@ type ckptWrites struct {
 	stream  *streamChange
 	// disowns is Checkpoint.disowns when the writes were taken.
 	disowns uint64
+	// rewind, if set, is written as the sequence before seq, even if lower
+	// than the one written (Rewind).
+	rewind *uint64
 }
 
 // writesNothing reports whether w has nothing to write.
 func (w ckptWrites) writesNothing() bool {
-	return len(w.acks) == 0 && len(w.expired) == 0 && w.stream == nil
+	return len(w.acks) == 0 && len(w.expired) == 0 && w.stream == nil && w.rewind == nil
 }
 
 // take returns, for a flush, the acks not yet written with the highest
@@ -189,8 +211,8 @@ func (w ckptWrites) writesNothing() bool {
 func (c *Checkpoint) take(collect bool, now time.Time) ckptWrites {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := ckptWrites{stream: c.streamChange, disowns: c.disowns}
-	c.streamChange = nil
+	w := ckptWrites{stream: c.streamChange, disowns: c.disowns, rewind: c.rewound}
+	c.streamChange, c.rewound = nil, nil
 	if collect {
 		for id, at := range c.removed {
 			if now.Sub(at) > keepRemoved {
@@ -217,6 +239,10 @@ func (c *Checkpoint) putBack(w ckptWrites) {
 	defer c.mu.Unlock()
 	if w.disowns == c.disowns {
 		c.seq = max(c.seq, w.seq)
+	}
+	if w.rewind != nil && c.rewound == nil {
+		c.rewound = w.rewind
+		c.seq = min(c.seq, *w.rewind)
 	}
 	c.streamChange = w.stream.merge(c.streamChange)
 	for k, r := range w.acks {

@@ -598,6 +598,9 @@ func (s *Store) flush(now time.Time, collect bool) error {
 				if err := putStream(tx, cw.stream); err != nil {
 					return err
 				}
+				if err := putRewind(tx, cw.rewind); err != nil {
+					return err
+				}
 				if err := putSequence(tx, cw.seq); err != nil {
 					return err
 				}
@@ -767,6 +770,22 @@ func putSequence(tx *bolt.Tx, seq uint64) error {
 		if err := meta.Put([]byte(keySequence), binary.BigEndian.AppendUint64(nil, seq)); err != nil {
 			return fmt.Errorf("put checkpoint sequence: %w", err)
 		}
+	}
+	return nil
+}
+
+// putRewind writes *seq as the checkpoint's sequence, lower or not
+// (Checkpoint.Rewind); nil writes nothing. A rewind to 0 deletes it.
+func putRewind(tx *bolt.Tx, seq *uint64) error {
+	if seq == nil {
+		return nil
+	}
+	meta := tx.Bucket([]byte(bucketMeta))
+	if *seq == 0 {
+		return meta.Delete([]byte(keySequence))
+	}
+	if err := meta.Put([]byte(keySequence), binary.BigEndian.AppendUint64(nil, *seq)); err != nil {
+		return fmt.Errorf("put checkpoint sequence: %w", err)
 	}
 	return nil
 }

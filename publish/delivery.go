@@ -122,6 +122,10 @@ type delivery struct {
 	carryUntil time.Time
 	carryTimer *time.Timer
 	carryArmed bool
+
+	// rep checks that the stream still holds what it acked (repair.go);
+	// nil without Options.Retained.
+	rep *repairer
 }
 
 type inflight struct {
@@ -163,6 +167,7 @@ func (d *delivery) run(ctx context.Context) error {
 	done := ctx.Done()
 	var drainDeadline <-chan time.Time
 	for {
+		d.applyRepair()
 		if err := d.dispatch(); err != nil {
 			d.out.Close()
 			d.giveUp("nats connection closed")
@@ -183,6 +188,12 @@ func (d *delivery) run(ctx context.Context) error {
 			d.reconciledWith(set, time.Now())
 		case now := <-d.carryC():
 			d.tryCarry(now)
+		case res := <-d.rep.resultC():
+			d.repairAnswered(res)
+		case <-d.rep.advisoryC():
+			d.check("the stream's leader was elected", true)
+		case <-d.rep.retryC():
+			d.retryCheck()
 		case now := <-d.retries.C():
 			d.ready = d.retries.due(d.ready, now)
 		case now := <-d.stallC(stallCheck):
@@ -198,6 +209,9 @@ func (d *delivery) run(ctx context.Context) error {
 			d.out.Close()
 			d.takeIn() // the last events Send kept in memory
 			d.draining = true
+			if d.rep != nil {
+				d.rep.holding = false // a check does not hold the drain
+			}
 			if d.carry != nil {
 				d.tryCarry(time.Now()) // no more waiting for labels
 			}
@@ -243,8 +257,14 @@ func (d *delivery) takeIn() {
 // is room in flight. It returns an error only when the connection is
 // closed for good.
 func (d *delivery) dispatch() error {
-	if d.reconciling || d.carry != nil {
+	if d.reconciling || d.carry != nil || d.rep.holds() {
 		return nil
+	}
+	if len(d.ready) > 0 {
+		d.noticeReconnect()
+		if d.rep.holds() {
+			return nil
+		}
 	}
 	for d.busy() < d.opts.MaxInFlight && len(d.ready) > 0 {
 		pq := d.ready[0]
@@ -370,6 +390,7 @@ func (d *delivery) handle(r ackResult) {
 		return
 	}
 	d.wm.stored(r.ack.Sequence)
+	d.noticeAck(r.ack)
 	if f.sent.After(d.lastAckedSent) {
 		d.lastAckedSent = f.sent
 	}
@@ -379,7 +400,7 @@ func (d *delivery) handle(r ackResult) {
 		d.metrics.acked.Inc()
 	}
 	d.metrics.ackDuration.Observe(r.done.Sub(f.sent).Seconds())
-	d.delivered(pq)
+	d.delivered(pq, r.ack.Sequence)
 }
 
 // checked takes in the answer of a check against the stream.
@@ -400,7 +421,7 @@ func (d *delivery) checked(r checkResult) {
 		d.metrics.checkStored.Inc()
 		d.log.Debug("event already stored: not publishing it again",
 			"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type))
-		d.delivered(pq)
+		d.delivered(pq, r.seq)
 	default:
 		// Not stored. An attempt still on its way would be stored after
 		// this answer, within the window of the publish that follows.
@@ -411,10 +432,11 @@ func (d *delivery) checked(r checkResult) {
 	}
 }
 
-// delivered takes the head event of pq as stored in the stream: it is
-// reported to OnAck, then marked Done in the spool (in that order, so that
-// the checkpoint's ack and the entry's removal reach the disk together).
-func (d *delivery) delivered(pq *podQueue) {
+// delivered takes the head event of pq as stored in the stream at seq: it
+// is reported to OnAck and kept in Retained, then marked Done in the spool
+// (in that order, so that the checkpoint's ack and the entry's removal
+// reach the disk together).
+func (d *delivery) delivered(pq *podQueue, seq uint64) {
 	now := time.Now()
 	d.progressAt = now
 	if !d.stalledAt.IsZero() {
@@ -434,6 +456,9 @@ func (d *delivery) delivered(pq *podQueue) {
 	}
 	if d.opts.OnAck != nil {
 		d.opts.OnAck(e.ev, d.wm.value())
+	}
+	if d.opts.Retained != nil {
+		d.opts.Retained.Record(e.ev, seq, now)
 	}
 	if e.spooled || e.written {
 		d.done(e.seq)
@@ -469,6 +494,8 @@ func (d *delivery) advance(pq *podQueue) {
 	switch {
 	case e.carried:
 		defer d.carriedOne() // once the event is out of the queue
+	case e.repaired:
+		d.repairedOne(e)
 	case !e.spooled:
 		pq.volatile--
 		d.volatile--
@@ -622,6 +649,8 @@ func (d *delivery) giveUp(reason string) {
 			switch {
 			case e.carried:
 				left++ // not adopted: the next Run carries it again
+			case e.repaired:
+				left++ // still kept: the next Run's check finds it lost again
 			case e.spooled || e.written:
 				left++
 				d.out.Release(e)

@@ -53,13 +53,27 @@ type metrics struct {
 	readBackMessages  *prometheus.CounterVec
 	readBack          prometheus.Counter
 	readBackUndecoded prometheus.Counter
+	// repairChecks counts the checks that the stream still holds the acked
+	// events kept (repair.go) by result; republished the events they
+	// found lost and published again.
+	repairChecks *prometheus.CounterVec
+	republishedV *prometheus.CounterVec
+	republished  prometheus.Counter
+	keptEvents   prometheus.GaugeFunc
+	keptBytes    prometheus.GaugeFunc
 }
 
 // newMetrics creates the collectors and registers them on reg. pending
 // reports the memory outbox's fill and outboxSize its bound; spool (nil:
 // none) reports its own. The bounds are exported beside the fills so that
 // an alert can say "80% full" without knowing the configuration.
-func newMetrics(reg prometheus.Registerer, pending func() int, outboxSize int, spool *durable.Spool) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, pending func() int, outboxSize int, spool *durable.Spool, kept *durable.Retained) (*metrics, error) {
+	keptLen := func() (int, int64) {
+		if kept == nil {
+			return 0, 0
+		}
+		return kept.Len()
+	}
 	m := &metrics{
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pleg_bridge_publish_total",
@@ -126,6 +140,22 @@ func newMetrics(reg prometheus.Registerer, pending func() int, outboxSize int, s
 			Name: "pleg_bridge_read_back_messages_total",
 			Help: "Messages this node stored after the checkpoint, read back at start, by result: decoded (taken in as published by the checkpoint and the generator, so that a container gone meanwhile gets the rest of its events), undecoded (only recognised by id).",
 		}, []string{"result"}),
+		repairChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_repair_checks_total",
+			Help: "Checks that the stream still holds the acknowledged events kept for PLEG_REPAIR_WINDOW (at start, after a reconnect, a leader election or a sequence going backwards), by result: intact, repaired (events found lost and published again), error (tried again), new_stream (the stream was created anew: left alone).",
+		}, []string{"result"}),
+		republishedV: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_events_republished_total",
+			Help: "Lifecycle events published again by the repair, by reason: lost_by_server (JetStream had acknowledged them and no longer held them: a power loss, an OS crash or a corrupt replica of the NATS servers).",
+		}, []string{"reason"}),
+		keptEvents: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pleg_bridge_repair_kept_events",
+			Help: "Acknowledged events kept under PLEG_DATA_DIR for the repair (PLEG_REPAIR_WINDOW).",
+		}, func() float64 { n, _ := keptLen(); return float64(n) }),
+		keptBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pleg_bridge_repair_kept_bytes",
+			Help: "Bytes of the acknowledged events kept for the repair, which PLEG_REPAIR_MAX_BYTES bounds.",
+		}, func() float64 { _, b := keptLen(); return float64(b) }),
 	}
 	m.outboxCap.Set(float64(outboxSize))
 	if spool != nil {
@@ -140,11 +170,16 @@ func newMetrics(reg prometheus.Registerer, pending func() int, outboxSize int, s
 	m.checkReconciled = m.checks.WithLabelValues(resultReconciled)
 	m.readBack = m.readBackMessages.WithLabelValues("decoded")
 	m.readBackUndecoded = m.readBackMessages.WithLabelValues("undecoded")
+	m.republished = m.republishedV.WithLabelValues("lost_by_server")
+	for _, r := range []string{repairIntact, repairRepaired, repairError, repairNewStream} {
+		m.repairChecks.WithLabelValues(r)
+	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.published, m.ackDuration, m.dropped, m.outbox, m.outboxCap, m.inFlight,
-		m.spooled, m.refused, m.spoolEvents, m.spoolBytes, m.spoolCap, m.checks, m.readBackMessages} {
+		m.spooled, m.refused, m.spoolEvents, m.spoolBytes, m.spoolCap, m.checks, m.readBackMessages,
+		m.repairChecks, m.republishedV, m.keptEvents, m.keptBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register publisher metrics: %w", err)
 		}

@@ -254,7 +254,7 @@ func (o *outbox) Settle(e *outboxEvent) {
 // start. It is not settled. An event carried from the checkpoint holds no
 // slot.
 func (o *outbox) Release(e *outboxEvent) {
-	if e.carried {
+	if e.carried || e.repaired {
 		return
 	}
 	o.mu.Lock()
@@ -307,6 +307,10 @@ type outboxEvent struct {
 	// stream (history.go): it holds no outbox slot, and a Run that stops
 	// before delivering it leaves it to the next, which carries it again.
 	carried bool
+	// repaired is set for an event put back after the servers lost it
+	// (repair.go): it holds no outbox slot either, and is still kept in
+	// Retained if Run stops before delivering it.
+	repaired bool
 	// unchecked is set with earlier, until a check found the entry is
 	// not stored (see needsCheck).
 	unchecked bool

@@ -132,6 +132,17 @@ type Options struct {
 	// (generator.Generator.Restore): a container among them that is gone
 	// gets the rest of its events. It must not block.
 	OnStored func(events []generator.Event)
+	// Retained, if set, keeps every acked event for its window
+	// (durable.Retained), and Run checks that the stream still holds them
+	// when it starts, after every reconnect, every election of the
+	// stream's leader and every ack whose sequence went backwards: what
+	// the servers lost is published again, with its id, before anything
+	// newer of its pod (repair.go). nil: no repair.
+	Retained *durable.Retained
+	// OnRepair, if set, is called from Run's goroutine after a check put
+	// lost events back: the state bucket checks its keys too. It must not
+	// block.
+	OnRepair func(lost int)
 }
 
 // Publisher delivers Lifecycle events to JetStream, exactly once and in
@@ -222,7 +233,7 @@ func New(nc *nats.Conn, opts Options) (*Publisher, error) {
 		log:  log,
 		out:  newOutbox(opts.OutboxSize, opts.Spool, opts.WriteThrough, log),
 	}
-	m, err := newMetrics(opts.Registerer, p.out.Len, opts.OutboxSize, opts.Spool)
+	m, err := newMetrics(opts.Registerer, p.out.Len, opts.OutboxSize, opts.Spool, opts.Retained)
 	if err != nil {
 		return nil, fmt.Errorf("create publisher: %w", err)
 	}
@@ -396,6 +407,16 @@ func (p *Publisher) Run(ctx context.Context) error {
 	d.carryTimer = time.NewTimer(time.Hour)
 	d.carryTimer.Stop()
 	defer d.carryTimer.Stop()
+	d.rep = newRepairer(p.opts.Retained, p.nc, p.opts.Stream, func(kept []durable.RetainedEvent, reason string) {
+		results := d.rep.results
+		reading.Go(func() {
+			res, err := p.readKept(cctx, kept)
+			res.reason, res.err = reason, err
+			results <- res // room for one: one read at a time
+		})
+	})
+	defer d.rep.close()
+	d.check("the bridge started", true)
 	if p.opts.ReconcileFrom > 0 || !p.opts.ReconcileSince.IsZero() || p.opts.Checkpoint != nil {
 		// Nothing is published before the stream is read back (and, with
 		// a checkpoint, known to be its stream).

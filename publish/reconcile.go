@@ -375,7 +375,7 @@ func (d *delivery) recognise(pq *podQueue, id string, now time.Time) {
 		"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type), "sequence", d.found[id])
 	d.recognised[id] = struct{}{}
 	d.checkHold(now)
-	d.delivered(pq)
+	d.delivered(pq, d.found[id])
 }
 
 // checkHold ends the hold of the read's messages on the watermark once
@@ -438,6 +438,16 @@ func (w *watermark) settled(m *sendMark) {
 		w.marks[0] = nil
 		w.marks = w.marks[1:]
 	}
+}
+
+// rewind lowers the watermark to seq, at most: the stream went backwards
+// to seq, and gives the sequences above it again.
+func (w *watermark) rewind(seq uint64) {
+	w.high = min(w.high, seq)
+	for _, m := range w.marks {
+		m.floor = min(m.floor, seq)
+	}
+	w.holdAt = min(w.holdAt, seq)
 }
 
 // value returns the watermark: every message this node stored at or below

@@ -312,6 +312,20 @@ func (w *Writer) markDirty(key string, bounded bool) {
 		"deletes", forgot)
 }
 
+// Resync makes Run read the node's keys again and write every one that
+// differs from what the writer holds: after the NATS servers lost
+// acknowledged writes (the publisher's repair found events lost), the
+// bucket may have lost some too, or hold older values. It does not block.
+func (w *Writer) Resync() {
+	w.mu.Lock()
+	w.resync = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
 // Pending returns the number of keys waiting to be written.
 func (w *Writer) Pending() int {
 	w.mu.Lock()
@@ -380,6 +394,9 @@ func (w *Writer) Run(ctx context.Context) error {
 			case <-reconnected:
 				retry.Stop()
 				failures = 0
+				if reconciled {
+					w.Resync() // a server that restarted may have lost writes it acked
+				}
 			}
 			continue
 		}
@@ -393,6 +410,11 @@ func (w *Writer) Run(ctx context.Context) error {
 			return nil
 		case <-w.wake:
 		case <-reconnected:
+			// A server that restarted may have lost writes it acked
+			// (a power loss: nats-server flushes lazily).
+			if reconciled {
+				w.Resync()
+			}
 		case <-readyC:
 		}
 	}

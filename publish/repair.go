@@ -1,0 +1,491 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pleg-bridge/pleg-bridge/durable"
+)
+
+// The repair of what the servers lost after acking it.
+//
+// An ack is not yet durable. nats-server acknowledges a write once it is
+// in its files' page cache, and flushes them every sync_interval (2
+// minutes by default): a power loss, or an OS crash of a server at the
+// wrong moment, loses acknowledged writes, and a replica whose newest
+// block is corrupt can lead with fewer messages than it acked. The
+// Publisher forgets an event once it is acked, so without more, such an
+// event is never published again.
+//
+// So, with Options.Retained, every acked event is kept for a window
+// (durable.Retained: on disk, longer than the servers' flush), and after
+// anything that can follow a loss the Publisher checks that the stream
+// still holds them:
+//
+//   - when Run starts (a node or its servers may have lost power
+//     together);
+//   - after every reconnect to NATS: a server that lost power or crashed
+//     dropped its clients;
+//   - after every election of the stream's leader (the advisory
+//     $JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<stream>): a leader that
+//     comes back with fewer messages, or is elected without them, drops
+//     them for every replica;
+//   - when an ack's sequence is below one acked before: the stream's last
+//     sequence went backwards.
+//
+// A check reads the ids (the Nats-Msg-Id header, no body) of this node's
+// messages from the lowest sequence the kept events were acked with to the
+// stream's last, one ephemeral consumer as the read-back of a restart
+// (reconcile.go). A kept event whose id it does not find, acked at a
+// sequence the stream still covers (at or after its first sequence: older
+// ones went by the stream's limits or a purge), was lost. The read decides,
+// not the duplicate window: an event that is there is never published
+// again, however long after its ack the check runs.
+//
+// What was lost is put back at the front of its pod's queue, in the order
+// it was acked, before anything of the pod not yet delivered, and
+// published with its own id: downstream it is the same event (a consumer
+// that read it before the loss sees it again, with the same id, and drops
+// it: the consumer package does). It goes to OnAck again when acked, so
+// the checkpoint, Retained and the state bucket see it as any ack. A loss
+// is logged once at Warn with how many events go out again, and counted
+// in pleg_bridge_events_republished_total{reason="lost_by_server"};
+// pleg_bridge_repair_checks_total counts the checks by result.
+//
+// While the first read after a reconnect or an election is on its way,
+// nothing is published, so that no later event of a pod reaches the
+// stream before an earlier one the check puts back (a read takes a few
+// milliseconds; it is cut short after AckTimeout). A pod with a message in
+// flight when the answer comes takes the lost events after that message
+// settles. An ack that shows the sequence going backwards was stored after
+// the loss: events of its pod that were lost before it follow it, out of
+// order; the reconnect that comes first with a server that restarts
+// avoids that.
+//
+// A check that fails (NATS away, the consumer refused by permissions) is
+// logged once at Warn, publishing goes on, and it is tried again with the
+// publish backoff, at most repairAttempts times until the next trigger.
+// A stream created anew under the same name (another creation time) is a
+// new history (history.go), which a restart starts: the check leaves it
+// alone and says so.
+
+// repairAttempts bounds the tries of one check that keeps failing.
+const repairAttempts = 6
+
+// repairResultLost and the other results of a check, the values of the
+// result label of pleg_bridge_repair_checks_total.
+const (
+	repairIntact    = "intact"
+	repairRepaired  = "repaired"
+	repairError     = "error"
+	repairNewStream = "new_stream"
+)
+
+// repairer is the state of the checks, in Run's goroutine.
+type repairer struct {
+	kept *durable.Retained
+	// launch starts the read of a check in a goroutine of Run's; its
+	// answer comes on results.
+	launch  func(kept []durable.RetainedEvent, reason string)
+	results chan repairResult
+	// reading is set while a read is on its way; holding while publishing
+	// waits for it. again is the trigger that came during a read: checked
+	// again after it.
+	reading, holding bool
+	reason, again    string
+	// answer is a read's answer waiting for the messages in flight to
+	// settle.
+	answer *repairResult
+	// failures counts the failed reads of this check; retry fires the next.
+	failures int
+	retry    *time.Timer
+	retrying bool
+	// highest is the highest sequence an ack (not a duplicate's) gave.
+	highest uint64
+	// reconnects is the connection's count of reconnects at the last look.
+	reconnects uint64
+	// stream is the stream the checks read, once one was read.
+	stream durable.StreamIdentity
+	// advisories receives the stream's leader elections; sub is their
+	// subscription (nil if it could not be made).
+	advisories chan *nats.Msg
+	sub        *nats.Subscription
+	// queued holds the ids of the events put back and not yet delivered:
+	// a check that finds them missing again does not queue them twice.
+	queued map[string]struct{}
+}
+
+// repairResult is a check's answer.
+type repairResult struct {
+	reason string
+	err    error
+	// stream is the stream read; last its last sequence when the read
+	// started, first its first.
+	stream      durable.StreamIdentity
+	first, last uint64
+	// kept is how many kept events the check covered; read how many ids
+	// it read.
+	kept, read int
+	// lost holds the kept events the stream no longer holds, in ack order.
+	lost []durable.RetainedEvent
+}
+
+// newRepairer returns the checks' state for kept; nil without.
+func newRepairer(kept *durable.Retained, nc *nats.Conn, stream string, launch func([]durable.RetainedEvent, string)) *repairer {
+	if kept == nil {
+		return nil
+	}
+	r := &repairer{
+		kept: kept, launch: launch, results: make(chan repairResult, 1),
+		retry: time.NewTimer(time.Hour), queued: map[string]struct{}{},
+		reconnects: nc.Stats().Reconnects,
+	}
+	r.retry.Stop()
+	if stream == "" {
+		stream = "*"
+	}
+	r.advisories = make(chan *nats.Msg, 16)
+	// An error here (a closed connection) leaves the other triggers; a
+	// subscription the server refuses is reported by the connection's
+	// error handler, once.
+	r.sub, _ = nc.ChanSubscribe("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED."+stream, r.advisories)
+	return r
+}
+
+// close ends the subscription and the timer.
+func (r *repairer) close() {
+	if r == nil {
+		return
+	}
+	r.retry.Stop()
+	if r.sub != nil {
+		_ = r.sub.Unsubscribe()
+	}
+}
+
+// retryC returns the channel of the next try of a failed check, or nil.
+func (r *repairer) retryC() <-chan time.Time {
+	if r == nil || !r.retrying {
+		return nil
+	}
+	return r.retry.C
+}
+
+// advisoryC returns the channel of the leader elections, or nil.
+func (r *repairer) advisoryC() <-chan *nats.Msg {
+	if r == nil {
+		return nil
+	}
+	return r.advisories
+}
+
+// resultC returns the channel of the checks' answers, or nil.
+func (r *repairer) resultC() <-chan repairResult {
+	if r == nil {
+		return nil
+	}
+	return r.results
+}
+
+// holds reports whether publishing waits for a check.
+func (r *repairer) holds() bool { return r != nil && r.holding }
+
+// check starts a check for reason, holding publishing until it answers
+// when hold; a check on its way takes reason as the next.
+func (d *delivery) check(reason string, hold bool) {
+	r := d.rep
+	if r == nil {
+		return
+	}
+	if r.reading {
+		if r.again == "" {
+			r.again = reason
+		}
+		return
+	}
+	kept := r.kept.Since(time.Time{}, time.Now())
+	if len(kept) == 0 {
+		return
+	}
+	r.reading, r.reason, r.failures = true, reason, 0
+	r.retrying = false
+	r.retry.Stop()
+	r.holding = hold && !d.draining
+	r.launch(kept, reason)
+}
+
+// noticeReconnect starts a check if the connection reconnected since the
+// last look. dispatch calls it before it publishes: the status listener's
+// news may come after the first publish on the new connection.
+func (d *delivery) noticeReconnect() {
+	r := d.rep
+	if r == nil {
+		return
+	}
+	if n := d.nc.Stats().Reconnects; n != r.reconnects {
+		r.reconnects = n
+		d.check("reconnected to NATS", true)
+	}
+}
+
+// noticeAck takes in the sequence of an ack: one below an earlier ack's
+// says the stream went backwards.
+func (d *delivery) noticeAck(ack *jetstream.PubAck) {
+	r := d.rep
+	if r == nil || ack.Duplicate {
+		return
+	}
+	if ack.Sequence < r.highest {
+		d.check(fmt.Sprintf("the stream's sequence went backwards, from %d to %d", r.highest, ack.Sequence), false)
+	}
+	r.highest = max(r.highest, ack.Sequence)
+}
+
+// repairAnswered takes in a check's answer: a failure is tried again
+// later; lost events are put back once nothing is in flight.
+func (d *delivery) repairAnswered(res repairResult) {
+	r := d.rep
+	r.reading = false
+	if res.err != nil {
+		r.holding = false
+		d.metrics.repairChecks.WithLabelValues(repairError).Inc()
+		r.failures++
+		if r.failures == 1 {
+			d.log.Warn("cannot check that the stream still holds the acknowledged events; publishing goes on, checking again",
+				"reason", res.reason, "err", res.err)
+		} else {
+			d.log.Debug("check that the stream still holds the acknowledged events, will try again",
+				"attempt", r.failures, "err", res.err)
+		}
+		if r.again != "" {
+			reason := r.again
+			r.again = ""
+			d.check(reason, false)
+			return
+		}
+		if r.failures < repairAttempts {
+			r.retry.Reset(RetryDelay(d.opts.RetryBackoffMin, d.opts.RetryBackoffMax, r.failures))
+			r.retrying, r.reason = true, res.reason
+		}
+		return
+	}
+	if r.failures > 0 {
+		d.log.Info("checked that the stream still holds the acknowledged events, after failed attempts", "failed_attempts", r.failures)
+	}
+	r.failures = 0
+	r.answer = &res
+	d.applyRepair()
+}
+
+// retryCheck tries a failed check again.
+func (d *delivery) retryCheck() {
+	r := d.rep
+	r.retrying = false
+	failures := r.failures
+	d.check(r.reason, false)
+	r.failures = failures
+}
+
+// applyRepair puts the lost events of the waiting answer back at the front
+// of their pods' queues, once no message is in flight: the head of a pod's
+// queue may change then.
+func (d *delivery) applyRepair() {
+	r := d.rep
+	if r == nil || r.answer == nil || d.busy() > 0 {
+		return
+	}
+	res := *r.answer
+	r.answer, r.holding = nil, false
+	defer func() {
+		if r.again != "" {
+			reason := r.again
+			r.again = ""
+			d.check(reason, false)
+		}
+	}()
+	if !r.stream.IsZero() && !r.stream.Equal(res.stream) {
+		d.metrics.repairChecks.WithLabelValues(repairNewStream).Inc()
+		d.log.Warn("the stream was created anew while the bridge ran: the acknowledged events kept for the repair belong to the old one, "+
+			"and are not published into it (a restart of the bridge starts the new stream's history)",
+			"old_stream", r.stream.String(), "new_stream", res.stream.String())
+		return
+	}
+	r.stream = res.stream
+	if res.last < r.highest {
+		d.log.Warn("the stream's last sequence is below one this node was acknowledged: the NATS servers lost acknowledged writes",
+			"stream", res.stream.Name, "last_sequence", res.last, "acked_sequence", r.highest, "reason", res.reason)
+		r.highest = res.last
+		d.wm.rewind(res.last)
+		if ck := d.opts.Checkpoint; ck != nil {
+			ck.Rewind(res.last)
+		}
+	}
+	var lost []durable.RetainedEvent
+	for _, k := range res.lost {
+		id := EventID(k.Event.Container.ID, k.Event.Type)
+		if _, ok := r.queued[id]; ok {
+			continue
+		}
+		r.queued[id] = struct{}{}
+		lost = append(lost, k)
+	}
+	if len(lost) == 0 {
+		d.metrics.repairChecks.WithLabelValues(repairIntact).Inc()
+		d.log.Debug("the stream holds every acknowledged event kept", "reason", res.reason, "kept", res.kept, "read", res.read)
+		return
+	}
+	d.metrics.repairChecks.WithLabelValues(repairRepaired).Inc()
+	d.metrics.republished.Add(float64(len(lost)))
+	pods := map[string][]*outboxEvent{}
+	var uids []string
+	for _, k := range lost {
+		uid := k.Event.Pod.UID
+		if _, ok := pods[uid]; !ok {
+			uids = append(uids, uid)
+		}
+		pods[uid] = append(pods[uid], &outboxEvent{ev: k.Event, repaired: true, earlier: true})
+	}
+	for _, uid := range uids {
+		pq, ok := d.pods[uid]
+		if !ok {
+			pq = &podQueue{uid: uid}
+			d.pods[uid] = pq
+			d.ready = append(d.ready, pq)
+		}
+		// Nothing is in flight or being checked: the head may change. A
+		// pod waiting for a retry keeps its place in the retry line.
+		pq.events = append(pods[uid], pq.events...)
+	}
+	d.log.Warn("the NATS servers lost events they had acknowledged; publishing them again with their ids, before anything newer of their pods",
+		"events", len(lost), "pods", len(uids), "kept", res.kept, "stream", res.stream.Name,
+		"first_sequence", res.first, "last_sequence", res.last, "reason", res.reason,
+		"oldest_acked_at", lost[0].AckedAt)
+	if d.opts.OnRepair != nil {
+		d.opts.OnRepair(len(lost))
+	}
+}
+
+// repairedOne takes in that an event put back was delivered or given up.
+func (d *delivery) repairedOne(e *outboxEvent) {
+	delete(d.rep.queued, EventID(e.ev.Container.ID, e.ev.Type))
+}
+
+// readKept reads the ids of this node's messages that the stream holds
+// from the lowest sequence of kept to its last, and returns the kept
+// events it lacks. Bounded by twice AckTimeout.
+func (p *Publisher) readKept(ctx context.Context, kept []durable.RetainedEvent) (repairResult, error) {
+	res := repairResult{kept: len(kept)}
+	rctx, cancel := context.WithTimeout(ctx, 2*p.opts.AckTimeout)
+	defer cancel()
+	filter := p.enc.nodeSubjects()
+	stream, err := lookUpStream(rctx, p.js, p.opts.Stream, filter)
+	if err != nil {
+		return res, err
+	}
+	info, err := stream.Info(rctx)
+	if err != nil {
+		return res, fmt.Errorf("get stream info: %w", err)
+	}
+	res.stream = durable.StreamIdentity{Name: info.Config.Name, Created: info.Created}
+	res.first, res.last = info.State.FirstSeq, info.State.LastSeq
+	from := uint64(0)
+	var covered []durable.RetainedEvent
+	for _, k := range kept {
+		// Below the first sequence: gone by the stream's limits or a
+		// purge, not lost.
+		if k.Sequence < res.first {
+			continue
+		}
+		covered = append(covered, k)
+		if from == 0 || k.Sequence < from {
+			from = k.Sequence
+		}
+	}
+	res.kept = len(covered)
+	if len(covered) == 0 {
+		return res, nil
+	}
+	ids := map[string]struct{}{}
+	if from <= res.last {
+		cons, err := stream.CreateConsumer(rctx, jetstream.ConsumerConfig{
+			Description:       "pleg-bridge: check that acknowledged events are stored",
+			DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:       from,
+			FilterSubject:     filter,
+			AckPolicy:         jetstream.AckNonePolicy,
+			HeadersOnly:       true,
+			MemoryStorage:     true,
+			Replicas:          1,
+			InactiveThreshold: reconcileInactive,
+		})
+		if err != nil {
+			return res, fmt.Errorf("create consumer on stream %s: %w", info.Config.Name, err)
+		}
+		name := cons.CachedInfo().Name
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AckTimeout)
+			defer cancel()
+			if err := stream.DeleteConsumer(dctx, name); err != nil {
+				p.log.Debug("delete the repair check's consumer", "consumer", name, "err", err)
+			}
+		}()
+		if err := readIDs(rctx, cons, res.last, ids); err != nil {
+			return res, fmt.Errorf("read consumer %s: %w", name, err)
+		}
+	}
+	res.read = len(ids)
+	for _, k := range covered {
+		if _, ok := ids[EventID(k.Event.Container.ID, k.Event.Type)]; !ok {
+			res.lost = append(res.lost, k)
+		}
+	}
+	return res, nil
+}
+
+// readIDs adds to ids the Nats-Msg-Id of every message cons delivers up to
+// stream sequence last. A message lost on the way (a gap in the consumer
+// sequence) fails the read: a missing id would be taken as a loss.
+func readIDs(ctx context.Context, cons jetstream.Consumer, last uint64, ids map[string]struct{}) error {
+	pending := cons.CachedInfo().NumPending
+	var delivered uint64
+	for pending > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		batch, err := cons.FetchNoWait(int(min(pending, reconcileBatch)))
+		if err != nil {
+			return err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return fmt.Errorf("read message metadata: %w", err)
+			}
+			if md.Sequence.Consumer != delivered+1 {
+				return fmt.Errorf("skipped from delivery %d to %d: a message was lost on the way", delivered, md.Sequence.Consumer)
+			}
+			delivered = md.Sequence.Consumer
+			got++
+			pending = md.NumPending
+			if md.Sequence.Stream > last {
+				pending = 0
+				continue
+			}
+			if id := m.Headers().Get(jetstream.MsgIDHeader); id != "" {
+				ids[id] = struct{}{}
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return err
+		}
+		if got == 0 && pending > 0 {
+			return fmt.Errorf("delivered nothing with %d messages pending", pending)
+		}
+	}
+	return nil
+}
