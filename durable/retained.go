@@ -195,6 +195,18 @@ func (r *Retained) Since(t, now time.Time) []RetainedEvent {
 	return out
 }
 
+// Clear drops every entry, in memory now and on disk at the next write:
+// they were acked by a stream that is not the one the bridge publishes to
+// any more.
+func (r *Retained) Clear() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.order {
+		r.killLocked(e)
+	}
+	r.order = nil
+}
+
 // Len returns the number of live entries, and their bytes.
 func (r *Retained) Len() (int, int64) {
 	r.mu.Lock()

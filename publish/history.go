@@ -260,6 +260,11 @@ func (d *delivery) renew(set storedSet, now time.Time) {
 	}
 	own, _ := ck.Stream()
 	ck.Disown()
+	if kept := d.opts.Retained; kept != nil {
+		// What was kept was acked by the old stream, at its sequences:
+		// none of it is this stream's to repair.
+		kept.Clear()
+	}
 	d.log.Warn("the stream is not the one the checkpoint belongs to; starting its history: "+
 		"the checkpoint's events of the containers it does not hold go into it first, then what waits",
 		"stream", set.stream.Name, "reason", set.renew, "old_stream", own.String(), "new_stream", set.stream.String(),

@@ -416,13 +416,15 @@ func (p *Publisher) Run(ctx context.Context) error {
 		})
 	})
 	defer d.rep.close()
-	d.check("the bridge started", true)
 	if p.opts.ReconcileFrom > 0 || !p.opts.ReconcileSince.IsZero() || p.opts.Checkpoint != nil {
 		// Nothing is published before the stream is read back (and, with
 		// a checkpoint, known to be its stream).
 		d.reconciling = true
 		d.reconciled = make(chan storedSet, 1)
 		reading.Go(func() { p.reconcile(cctx, d.reconciled) })
+	}
+	if !d.reconciling {
+		d.check("the bridge started", true) // else once the read-back is in
 	}
 	if sp := p.opts.Spool; sp != nil && sp.Len() > 0 {
 		p.log.Info("delivering the events an earlier run left in the spool, before newer ones",

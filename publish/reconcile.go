@@ -330,6 +330,8 @@ func lookUpStream(ctx context.Context, js jetstream.JetStream, name, subject str
 func (d *delivery) reconciledWith(set storedSet, now time.Time) {
 	d.reconciling = false
 	d.wm.stored(set.last)
+	// The stream is known now: whether what was kept belongs to it.
+	defer d.check("the bridge started", true)
 	switch {
 	case set.renew != "":
 		d.renew(set, now)

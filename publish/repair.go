@@ -307,11 +307,17 @@ func (d *delivery) applyRepair() {
 			d.check(reason, false)
 		}
 	}()
-	if !r.stream.IsZero() && !r.stream.Equal(res.stream) {
+	own := r.stream
+	if ck := d.opts.Checkpoint; ck != nil {
+		if id, named := ck.Stream(); named && !id.IsZero() {
+			own = id // what was kept was acked by the checkpoint's stream
+		}
+	}
+	if !own.IsZero() && !own.Equal(res.stream) {
 		d.metrics.repairChecks.WithLabelValues(repairNewStream).Inc()
 		d.log.Warn("the stream was created anew while the bridge ran: the acknowledged events kept for the repair belong to the old one, "+
 			"and are not published into it (a restart of the bridge starts the new stream's history)",
-			"old_stream", r.stream.String(), "new_stream", res.stream.String())
+			"old_stream", own.String(), "new_stream", res.stream.String())
 		return
 	}
 	r.stream = res.stream
