@@ -74,6 +74,10 @@ type childStats struct {
 	// syscw of /proc/self/io; 0 elsewhere): a message written on its own
 	// counts one, a burst written together one.
 	Syscalls int64
+	// DiskWritten counts the bytes the process caused to be written to
+	// storage (Linux: write_bytes of /proc/self/io; 0 elsewhere): the
+	// durable store's writes.
+	DiskWritten int64
 	// Allocated is the heap this process allocated since its start, in
 	// bytes (runtime/metrics): unlike CPU time, it does not move with the
 	// machine's load, and the garbage collector's work follows it.

@@ -16,6 +16,6 @@ func selfStats() childStats {
 	}
 	return childStats{
 		CPU: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), MaxRSS: maxRSSBytes(ru.Maxrss),
-		Switches: ru.Nvcsw + ru.Nivcsw, Syscalls: ioSyscalls(), Allocated: heapAllocated(),
+		Switches: ru.Nvcsw + ru.Nivcsw, Syscalls: ioSyscalls(), DiskWritten: diskWritten(), Allocated: heapAllocated(),
 	}
 }

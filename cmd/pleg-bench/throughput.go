@@ -76,9 +76,9 @@ func measureThroughput(ctx context.Context, cfg throughputConfig, natsURL string
 			return nil, err
 		}
 		fmt.Fprintf(progress, "throughput: %d transitions in %v, %d missing; bridge %v, raw %v cpu per transition (raw acked %d); "+
-			"per transition: bridge %.2f read/write syscalls, %.2f context switches, %.1f KB allocated; raw %.2f, %.2f, %.1f KB\n",
+			"per transition: bridge %.2f read/write syscalls, %.2f context switches, %.1f KB allocated, %.0f B written to disk; raw %.2f, %.2f, %.1f KB\n",
 			r.transitions, r.elapsed.Round(time.Millisecond), r.missing, r.bridge.cpu, r.raw.cpu, r.rawAcked,
-			r.bridge.syscalls, r.bridge.switches, r.bridge.alloc/1e3, r.raw.syscalls, r.raw.switches, r.raw.alloc/1e3)
+			r.bridge.syscalls, r.bridge.switches, r.bridge.alloc/1e3, r.bridge.written, r.raw.syscalls, r.raw.switches, r.raw.alloc/1e3)
 		rates = append(rates, float64(r.transitions)/cfg.duration.Seconds())
 		lags = append(lags, float64(r.elapsed-cfg.duration)/float64(time.Millisecond))
 		missing = append(missing, float64(r.missing))
@@ -129,6 +129,7 @@ type churnCost struct {
 	cpu                time.Duration
 	syscalls, switches float64 // read and write syscalls, context switches
 	alloc              float64 // heap bytes allocated
+	written            float64 // bytes written to storage
 }
 
 // costPer is what a reader whose stats were s0 and then s1 cost per event,
@@ -140,6 +141,7 @@ func costPer(s0, s1 childStats, n int) churnCost {
 		syscalls: float64(s1.Syscalls-s0.Syscalls) / float64(n),
 		switches: float64(s1.Switches-s0.Switches) / float64(n),
 		alloc:    float64(s1.Allocated-s0.Allocated) / float64(n),
+		written:  float64(s1.DiskWritten-s0.DiskWritten) / float64(n),
 	}
 }
 
