@@ -132,6 +132,44 @@ func TestConfigReportsEveryErrorOnceNamingVariableAndValue(t *testing.T) {
 	}
 }
 
+// TestConfigRefusesARepairThatCannotCoverTheServersFlush: a window
+// shorter than nats-server's default sync_interval, or a byte bound too
+// small to hold a window's events, is an error naming the variable; 0
+// turns the repair off.
+func TestConfigRefusesARepairThatCannotCoverTheServersFlush(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"PLEG_REPAIR_WINDOW": "30s"}, `PLEG_REPAIR_WINDOW="30s": must be at least 2m, nats-server's default sync_interval, which a power loss can lose (0: no repair)`},
+		{map[string]string{"PLEG_REPAIR_WINDOW": "-1m"}, `PLEG_REPAIR_WINDOW="-1m0s": must be at least 2m, nats-server's default sync_interval, which a power loss can lose (0: no repair)`},
+		{map[string]string{"PLEG_REPAIR_MAX_BYTES": "1000"}, `PLEG_REPAIR_MAX_BYTES="1000": must be at least 1048576 to hold PLEG_REPAIR_WINDOW of acknowledged events`},
+	} {
+		_, err := loadConfig(lookupMap(c.env))
+		if err == nil {
+			t.Errorf("%v accepted", c.env)
+			continue
+		}
+		var got []string
+		for _, e := range leafErrors(err) {
+			got = append(got, e.Error())
+		}
+		if d := cmp.Diff([]string{c.want}, got); d != "" {
+			t.Errorf("%v: errors (-want +got):\n%s", c.env, d)
+		}
+	}
+	for window, want := range map[string]time.Duration{"0": -1, "10m": 10 * time.Minute} {
+		c, err := loadConfig(lookupMap(map[string]string{"PLEG_REPAIR_WINDOW": window}))
+		if err != nil {
+			t.Fatalf("PLEG_REPAIR_WINDOW=%s: %v", window, err)
+		}
+		if got := c.bridgeOptions(nil, nil).RepairWindow; got != want {
+			t.Errorf("PLEG_REPAIR_WINDOW=%s: bridge.Options.RepairWindow = %v, want %v", window, got, want)
+		}
+	}
+}
+
 // FuzzLoadConfig sets the variables to arbitrary values: loading never
 // panics, and every error it reports names a PLEG_ variable. The fuzzed
 // string holds the values one per line, in field order, for as many
