@@ -35,9 +35,11 @@ const (
 	// the servers' restart.
 	DefaultRepairWindow = 5 * time.Minute
 	// DefaultRepairMaxBytes bounds the acknowledged events kept for the
-	// repair: at about 600 bytes an event, some 100,000 events, five
-	// minutes of a node churning 300 transitions a second.
-	DefaultRepairMaxBytes = 64 << 20
+	// repair: at about 600 bytes an event, some 28,000 events, five
+	// minutes of a node making 90 transitions a second (a busy node makes
+	// 6, a drained one 6 for 30 s). They are held in memory too, at about
+	// twice that, so the bound is also the repair's memory.
+	DefaultRepairMaxBytes = 16 << 20
 	// MinRepairWindow is the shortest repair window accepted: nats-server's
 	// default sync_interval. A shorter one cannot cover what its lazy
 	// flush can lose.
