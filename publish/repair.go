@@ -66,15 +66,25 @@ import (
 // order; the reconnect that comes first with a server that restarts
 // avoids that.
 //
-// A check that fails (NATS away, the consumer refused by permissions) is
-// logged once at Warn, publishing goes on, and it is tried again with the
-// publish backoff, at most repairAttempts times until the next trigger.
+// A check that fails is logged once at Warn and tried again with the
+// publish backoff. While publishing fails too (the servers are still
+// recovering their streams after a power loss), the hold stays, for a
+// minute at most (repairHoldMax); while publishing works (the check's
+// consumer refused by permissions, say), publishing goes on, and the check
+// is tried repairAttempts times until the next trigger.
 // A stream created anew under the same name (another creation time) is a
 // new history (history.go), which a restart starts: the check leaves it
 // alone and says so.
 
-// repairAttempts bounds the tries of one check that keeps failing.
+// repairAttempts bounds the tries of one check that keeps failing while
+// publishing works (the consumer refused by permissions, say).
 const repairAttempts = 6
+
+// repairHoldMax bounds how long a check that keeps failing holds
+// publishing, while publishing fails too: the servers recovering their
+// streams after they all lost power take seconds to tens of seconds, and
+// what is published before the check could overtake what it puts back.
+const repairHoldMax = time.Minute
 
 // repairResultLost and the other results of a check, the values of the
 // result label of pleg_bridge_repair_checks_total.
@@ -97,6 +107,8 @@ type repairer struct {
 	// again after it.
 	reading, holding bool
 	reason, again    string
+	// holdUntil ends the hold of a check that keeps failing.
+	holdUntil time.Time
 	// answer is a read's answer waiting for the messages in flight to
 	// settle.
 	answer *repairResult
@@ -207,13 +219,18 @@ func (d *delivery) check(reason string, hold bool) {
 		}
 		return
 	}
-	kept := r.kept.Since(time.Time{}, time.Now())
+	now := time.Now()
+	kept := r.kept.Since(time.Time{}, now)
 	if len(kept) == 0 {
+		r.holding = false
 		return
 	}
 	r.reading, r.reason, r.failures = true, reason, 0
 	r.retrying = false
 	r.retry.Stop()
+	if hold && !r.holding {
+		r.holdUntil = now.Add(repairHoldMax)
+	}
 	r.holding = hold && !d.draining
 	r.launch(kept, reason)
 }
@@ -251,7 +268,10 @@ func (d *delivery) repairAnswered(res repairResult) {
 	r := d.rep
 	r.reading = false
 	if res.err != nil {
-		r.holding = false
+		// Publishing waits on while it fails too (the servers are not
+		// back), for repairHoldMax at most: a check that fails while
+		// publishing works (permissions) does not hold it.
+		r.holding = r.holding && time.Now().Before(r.holdUntil) && (!d.stalledAt.IsZero() || d.nc.IsReconnecting())
 		d.metrics.repairChecks.WithLabelValues(repairError).Inc()
 		r.failures++
 		if r.failures == 1 {
@@ -267,7 +287,7 @@ func (d *delivery) repairAnswered(res repairResult) {
 			d.check(reason, false)
 			return
 		}
-		if r.failures < repairAttempts {
+		if r.holding || r.failures < repairAttempts {
 			r.retry.Reset(RetryDelay(d.opts.RetryBackoffMin, d.opts.RetryBackoffMax, r.failures))
 			r.retrying, r.reason = true, res.reason
 		}
@@ -286,7 +306,7 @@ func (d *delivery) retryCheck() {
 	r := d.rep
 	r.retrying = false
 	failures := r.failures
-	d.check(r.reason, false)
+	d.check(r.reason, r.holding)
 	r.failures = failures
 }
 
