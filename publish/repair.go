@@ -297,7 +297,10 @@ func (d *delivery) repairAnswered(res repairResult) {
 		d.log.Info("checked that the stream still holds the acknowledged events, after failed attempts", "failed_attempts", r.failures)
 	}
 	r.failures = 0
-	r.answer = &res
+	// Nothing more is published until the answer is applied: the
+	// messages in flight settle, and the heads of the pods' queues may
+	// change then.
+	r.answer, r.holding = &res, true
 	d.applyRepair()
 }
 
