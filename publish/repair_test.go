@@ -4,9 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
@@ -194,4 +196,66 @@ func TestTheRepairLeavesWhatTheStreamsLimitsRemoved(t *testing.T) {
 	f.send(t, after...)
 	f.waitAcks(t, len(after))
 	checkPerPodOrder(t, fetchAll(t, js, len(after)), after)
+}
+
+// TestACheckRefusedByPermissionsIsReportedOnceAndPublishingGoesOn: a node
+// whose credentials may publish but not read the stream back cannot check
+// what it kept; it says so once at Warn, and its events are published all
+// the same.
+func TestACheckRefusedByPermissionsIsReportedOnceAndPublishingGoesOn(t *testing.T) {
+	t.Parallel()
+	s := publishtest.NewAuthServer(t, &server.Options{
+		Users: []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "node", Password: "node", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{
+					"pleg.node-1.>", "$JS.API.INFO", "$JS.API.STREAM.INFO.PLEG", "$JS.API.STREAM.NAMES",
+				}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+			}},
+		},
+	})
+	_, admin := publishtest.Connect(t, s.ClientURL(), nats.UserInfo("admin", "admin"))
+	ensureStream(t, admin)
+	_, js := publishtest.Connect(t, s.ClientURL(), nats.UserInfo("node", "node"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	kept := openRetaining(t)
+	opts := publish.Options{Stream: "PLEG", Retained: kept, AckTimeout: 300 * time.Millisecond,
+		RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}
+
+	first := newFixtureOn(t, js, opts)
+	stop := first.run(t)
+	sent := churn(4, 2, 0)
+	first.send(t, sent...)
+	first.waitAcks(t, len(sent))
+	stop()
+
+	// The next run checks what the first kept, and is refused.
+	second := newFixtureOn(t, js, opts)
+	second.run(t)
+	after := churn(4, 1, 100)
+	second.send(t, after...)
+	second.waitAcks(t, len(after))
+	checkPerPodOrder(t, fetchAll(t, admin, len(sent)+len(after)), append(sent, after...))
+	r := second.waitLog(t, "cannot check that the stream still holds the acknowledged events")
+	if r.Level != slog.LevelWarn {
+		t.Errorf("the refusal logged at %v, want WARN", r.Level)
+	}
+	if got := metricstest.Value(t, second.reg, "pleg_bridge_repair_checks_total", map[string]string{"result": "error"}); got < 1 {
+		t.Errorf("pleg_bridge_repair_checks_total{result=\"error\"} = %v, want at least 1", got)
+	}
+	// The next tries fail too, and are not reported again at Warn.
+	deadline := time.After(waitTimeout)
+	for retries := 0; retries < 3; {
+		select {
+		case r := <-second.logs:
+			switch {
+			case strings.HasPrefix(r.Message, "check that the stream still holds the acknowledged events, will try again"):
+				retries++
+			case strings.HasPrefix(r.Message, "cannot check") && r.Level == slog.LevelWarn:
+				t.Fatal("the refusal was reported at Warn more than once")
+			}
+		case <-deadline:
+			t.Fatalf("the check was not tried again within %s", waitTimeout)
+		}
+	}
 }
