@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"sync"
@@ -15,11 +16,11 @@ const (
 	// the end of that window, after a reconnect, still falls inside it.
 	DefaultRepeatWindow = 10 * time.Minute
 	// DefaultRepeatIDs bounds how many ids are remembered: 1,048,576, at
-	// about 60 bytes each (64 MB at most). That holds the default window
-	// at 1,700 events/s (3.4 times a busy fleet of 1,000 nodes, 500
-	// events/s) and the bridge's 5-minute repair window at 3,500 events/s
-	// (a busy fleet of 5,000 nodes makes 2,500). A reader of one node or
-	// one namespace stays far below it.
+	// 77 bytes each (81 MB at most; BenchmarkRecentIDsFull). That holds
+	// the default window at 1,700 events/s (3.4 times a busy fleet of
+	// 1,000 nodes, 500 events/s) and the bridge's 5-minute repair window
+	// at 3,500 events/s (a busy fleet of 5,000 nodes makes 2,500). A
+	// reader of one node or one namespace stays far below it.
 	DefaultRepeatIDs = 1 << 20
 )
 
@@ -33,9 +34,12 @@ const (
 // to OnRepeat.
 //
 // The ids of delivered events are kept for Window of the stream's storage
-// time, at most MaxIDs of them (the oldest go first), in memory, about 60
-// bytes an id. A repeat of an event older than that is delivered again, as
-// it would be without the check. The zero value uses the defaults.
+// time, at most MaxIDs of them (the oldest go first), in memory: 77 bytes
+// an id, which a reader keeps at the size of its busiest window (Go's maps
+// do not shrink), so 23 MB for the default window at 500 events/s. A
+// repeat of an event older than that is delivered again, as it would be
+// without the check. Checking costs a SHA-256 of the id and a map lookup,
+// about a microsecond an event. The zero value uses the defaults.
 type RepeatOptions struct {
 	// Off turns the check off: every message the stream holds is
 	// delivered, repeats included (to audit the stream itself, say).
@@ -84,6 +88,16 @@ func (o RepeatOptions) repeat(r *recentIDs, e Event, stored time.Time) bool {
 	return ok
 }
 
+// workStreamWindow is the duplicate window of a durable group's work
+// stream: the repeat window, or none (the server's default for a stream
+// with a source) with Off.
+func (o RepeatOptions) workStreamWindow() time.Duration {
+	if o.Off {
+		return 0
+	}
+	return cmp.Or(o.Window, DefaultRepeatWindow)
+}
+
 // validate reports what is wrong with the options, naming them.
 func (o RepeatOptions) validate() error {
 	if o.Window < 0 {
@@ -100,14 +114,11 @@ func (o RepeatOptions) newRecent() *recentIDs {
 	if o.Off {
 		return nil
 	}
-	window, maxIDs := o.Window, o.MaxIDs
-	if window == 0 {
-		window = DefaultRepeatWindow
+	return &recentIDs{
+		window: cmp.Or(o.Window, DefaultRepeatWindow),
+		max:    cmp.Or(o.MaxIDs, DefaultRepeatIDs),
+		first:  make(map[idKey]uint64),
 	}
-	if maxIDs == 0 {
-		maxIDs = DefaultRepeatIDs
-	}
-	return &recentIDs{window: window, max: maxIDs, first: make(map[idKey]uint64)}
 }
 
 // idKey is an id's SHA-256, cut to 128 bits: a fixed size whatever the

@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -154,11 +155,11 @@ func TestReplayDeliversAnEventTheStreamHoldsTwiceOnce(t *testing.T) {
 	})
 }
 
-func TestConsumeAcknowledgesARepeatWithoutCallingTheHandler(t *testing.T) {
+func TestConsumeGroupDoesNotReceiveARepeatWhicheverMemberHandledTheFirst(t *testing.T) {
 	t.Parallel()
 	url, js := shortWindowStream(t)
 	// Events of one pod, so of one partition: the handler is given the
-	// event after the repeat only once the repeat was acknowledged.
+	// event after the repeat only once the repeat is out of the way.
 	fs := podEvents(1, 4)
 	repeats, reported := repeatsOf()
 	opts := consumer.DurableOptions{Name: "repeats", DeliverAll: true, OnDeadLetter: ignoreDeadLetters, Repeats: repeats}
@@ -168,7 +169,49 @@ func TestConsumeAcknowledgesARepeatWithoutCallingTheHandler(t *testing.T) {
 	if diff := cmp.Diff(first, receive(t, calls, 3)); diff != "" {
 		t.Fatalf("handler got (-want +got):\n%s", diff)
 	}
+	if err := m.stop(t); err != nil {
+		t.Fatalf("Consume after cancel = %v, want nil", err)
+	}
 
+	// Another member, which has handled nothing: the work stream's
+	// duplicate window keeps the repeat from the group.
+	other := startMember(t, url, opts, handled(calls, nil))
+	republish(t, js, fs[1])
+	last := publishAsBridge(t, js, fs[3])
+	if diff := cmp.Diff(last, receive(t, calls, 1)); diff != "" {
+		t.Errorf("after the repeat the other member's handler got (-want +got):\n%s", diff)
+	}
+	if err := other.stop(t); err != nil {
+		t.Errorf("Consume after cancel = %v, want nil", err)
+	}
+	checkRepeats(t, reported) // the server dropped it: no member saw it
+	checkDrained(t, js, opts)
+}
+
+func TestConsumeMemberAcknowledgesARepeatOfAnEventItHandled(t *testing.T) {
+	t.Parallel()
+	url, js := shortWindowStream(t)
+	fs := podEvents(1, 4)
+	repeats, reported := repeatsOf()
+	opts := consumer.DurableOptions{Name: "repeats", DeliverAll: true, OnDeadLetter: ignoreDeadLetters, Repeats: repeats}
+
+	// The group is made without a duplicate window on its work stream, as
+	// groups were before it had one (and as Repeats.Off makes them), so
+	// the repeat reaches the member.
+	off := opts
+	off.Repeats = consumer.RepeatOptions{Off: true}
+	maker := startMember(t, url, off, func(context.Context, consumer.Event) error { return nil })
+	publishtest.WaitStream(t, js, opts.WorkStream())
+	if err := maker.stop(t); err != nil {
+		t.Fatalf("Consume after cancel = %v, want nil", err)
+	}
+
+	first := publishAsBridge(t, js, fs[:3]...)
+	calls := make(chan consumer.Event)
+	m := startMember(t, url, opts, handled(calls, nil))
+	if diff := cmp.Diff(first, receive(t, calls, 3)); diff != "" {
+		t.Fatalf("handler got (-want +got):\n%s", diff)
+	}
 	again := republish(t, js, fs[1])
 	last := publishAsBridge(t, js, fs[3])
 	if diff := cmp.Diff(last, receive(t, calls, 1)); diff != "" {
