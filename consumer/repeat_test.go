@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
@@ -222,4 +223,51 @@ func TestConsumeMemberAcknowledgesARepeatOfAnEventItHandled(t *testing.T) {
 	}
 	checkRepeats(t, reported, consumer.Repeat{Event: again, FirstSequence: first[1].Sequence})
 	checkDrained(t, js, opts)
+}
+
+func TestWatchStateDropsAnUpdateThatRepeatsTheContainersLastEvent(t *testing.T) {
+	t.Parallel()
+	_, url := publishtest.NewServer(t)
+	_, js := publishtest.Connect(t, url)
+	n1 := newStateNode(t, js, "node-1")
+	a, b := key("node-1", "shop", "web-0", "u1", "a"), key("node-1", "shop", "web-0", "u1", "b")
+	n1.record(generator.ContainerStarted, "shop", "web-0", "u1", "a")
+	waitKeys(t, js, a)
+
+	repeats, reported := repeatsOf()
+	w := watchState(t, js, consumer.StateOptions{Repeats: repeats})
+	for i, want := range []string{"listed " + a + " ContainerStarted", "synced", "updated " + a + " ContainerDied"} {
+		if i == 2 {
+			n1.record(generator.ContainerDied, "shop", "web-0", "u1", "a")
+		}
+		if got := w.next(t); got != want {
+			t.Fatalf("change %q, want %q", got, want)
+		}
+	}
+
+	// a's Died written again, as a bridge repairs a bucket that lost it.
+	kv, err := js.KeyValue(t.Context(), testBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	died, err := kv.Get(t.Context(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := kv.Put(t.Context(), a, died.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1.record(generator.ContainerStarted, "shop", "web-0", "u1", "b")
+	if got, want := w.next(t), "updated "+b+" ContainerStarted"; got != want {
+		t.Errorf("after the repeat, change %q, want %q", got, want)
+	}
+	if len(reported) != 1 {
+		t.Fatalf("%d repeats reported, want 1", len(reported))
+	}
+	r := <-reported
+	if r.Event.LifecycleType() != "ContainerDied" || r.Event.Sequence != rev || r.FirstSequence != died.Revision() {
+		t.Errorf("repeat reported: %s at revision %d, first %d; want ContainerDied at %d, first %d",
+			r.Event.LifecycleType(), r.Event.Sequence, r.FirstSequence, rev, died.Revision())
+	}
 }
