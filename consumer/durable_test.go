@@ -569,6 +569,8 @@ func TestConsumeRefusesBadOptions(t *testing.T) {
 		{name: "DeliverAll and StartTime contradict each other", change: func(o *consumer.DurableOptions) {
 			o.DeliverAll, o.StartTime = true, time.Now()
 		}, wantErr: "DeliverAll and StartTime"},
+		{name: "a negative repeat window is named", change: func(o *consumer.DurableOptions) { o.Repeats.Window = -time.Minute }, wantErr: "Repeats.Window -1m0s"},
+		{name: "a negative repeat bound is named", change: func(o *consumer.DurableOptions) { o.Repeats.MaxIDs = -1 }, wantErr: "Repeats.MaxIDs -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -101,10 +101,10 @@ func (o RepeatOptions) workStreamWindow() time.Duration {
 // validate reports what is wrong with the options, naming them.
 func (o RepeatOptions) validate() error {
 	if o.Window < 0 {
-		return fmt.Errorf("repeat window %s is negative", o.Window)
+		return fmt.Errorf("option Repeats.Window %s is negative", o.Window)
 	}
 	if o.MaxIDs < 0 {
-		return fmt.Errorf("repeat max ids %d is negative", o.MaxIDs)
+		return fmt.Errorf("option Repeats.MaxIDs %d is negative", o.MaxIDs)
 	}
 	return nil
 }
