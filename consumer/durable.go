@@ -149,14 +149,23 @@ type DurableOptions struct {
 	// goroutines, so it must be safe for concurrent use. It may be called
 	// twice for the same event if the member crashes right after it.
 	OnDeadLetter func(DeadLetter)
-	// Repeats say how an event this member handled before, which the
-	// event stream holds again at a later sequence with the same id (the
-	// bridges published it again after the servers lost it), is recognised:
-	// it is then acknowledged without calling the handler, and reported to
-	// Repeats.OnRepeat. Each member keeps the ids of the events it handled
-	// in memory (see RepeatOptions), so a repeat that another member, or
-	// this one after a restart, is given is handled again. The zero value
-	// drops repeats within DefaultRepeatWindow.
+	// Repeats say how an event the group handled before, which the event
+	// stream holds again at a later sequence with the same id (the bridges
+	// published it again after the servers lost it), is kept from the
+	// handler. Twice: the work stream, when the first member creates it,
+	// gets Repeats.Window as its duplicate window, so that the server does
+	// not copy the repeat into the group at all (it checks the message's
+	// Nats-Msg-Id, the CloudEvent id); and each member keeps the ids of the
+	// events it handled in memory (RepeatOptions) and acknowledges a repeat
+	// of one of them without calling the handler, reporting it to
+	// Repeats.OnRepeat. What neither catches is handled again, as
+	// at-least-once delivery allows: a repeat more than the window after
+	// the first copy, or one that arrives after the work stream's servers
+	// restarted (they rebuild the window from the messages they hold, and
+	// an acknowledged event is gone) and reaches a member that did not
+	// handle the first copy, or was restarted since. The zero value drops
+	// repeats within DefaultRepeatWindow; Off creates the work stream
+	// without a window, as groups were made before.
 	Repeats RepeatOptions
 }
 
