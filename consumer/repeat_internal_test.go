@@ -55,22 +55,26 @@ func TestRecentIDs(t *testing.T) {
 			return append(s, step{id: "0", seq: 71, repeat: true, first: 1}, step{id: "69", seq: 72, repeat: true, first: 70})
 		}(),
 	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := RepeatOptions{Window: tc.window, MaxIDs: tc.max}.newRecent()
-			for i, s := range tc.steps {
-				at := t0.Add(time.Duration(s.at) * time.Second)
-				first, repeat := r.repeatOf(s.id, s.seq, at)
-				if repeat != s.repeat || first != s.first && s.repeat {
-					t.Fatalf("step %d (%s at %d, %ds): repeatOf = %d, %v; want %d, %v", i, s.id, s.seq, s.at, first, repeat, s.first, s.repeat)
+		// As Subscribe checks and records at once, and as a durable
+		// group's member checks, then records once the handler is done.
+		for _, record := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s (record at check %v)", tc.name, record), func(t *testing.T) {
+				r := RepeatOptions{Window: tc.window, MaxIDs: tc.max}.newRecent()
+				for i, s := range tc.steps {
+					at := t0.Add(time.Duration(s.at) * time.Second)
+					first, repeat := r.check(s.id, s.seq, at, record)
+					if repeat != s.repeat || first != s.first && s.repeat {
+						t.Fatalf("step %d (%s at %d, %ds): check = %d, %v; want %d, %v", i, s.id, s.seq, s.at, first, repeat, s.first, s.repeat)
+					}
+					if !repeat && !record {
+						r.add(s.id, s.seq, at)
+					}
+					if n := r.size(); n > tc.max {
+						t.Fatalf("step %d: holds %d ids, more than max %d", i, n, tc.max)
+					}
 				}
-				if !repeat {
-					r.add(s.id, s.seq, at)
-				}
-				if n := r.size(); n > tc.max {
-					t.Fatalf("step %d: holds %d ids, more than max %d", i, n, tc.max)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 
@@ -78,7 +82,7 @@ func TestRepeatsOffChecksNothing(t *testing.T) {
 	t.Parallel()
 	r := RepeatOptions{Off: true}.newRecent()
 	r.add("a", 1, t0)
-	if _, repeat := r.repeatOf("a", 2, t0); repeat {
+	if _, repeat := r.check("a", 2, t0, true); repeat {
 		t.Error("with Off, an id delivered before is taken for a repeat")
 	}
 }
@@ -115,7 +119,7 @@ func BenchmarkRecentIDsFull(b *testing.B) {
 }
 
 // BenchmarkRecentIDsCheck is the cost of checking and recording one event
-// in a set that holds a window's worth.
+// in a set that holds a window's worth, as Subscribe and Replay do.
 func BenchmarkRecentIDsCheck(b *testing.B) {
 	r := RepeatOptions{MaxIDs: 1 << 16}.newRecent()
 	ids := make([]string, 1<<17)
@@ -126,9 +130,7 @@ func BenchmarkRecentIDsCheck(b *testing.B) {
 	for b.Loop() {
 		id := ids[i%len(ids)]
 		at := t0.Add(time.Duration(i) * time.Millisecond)
-		if _, repeat := r.repeatOf(id, uint64(i+1), at); !repeat {
-			r.add(id, uint64(i+1), at)
-		}
+		r.check(id, uint64(i+1), at, true)
 		i++
 	}
 }
