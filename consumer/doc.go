@@ -57,6 +57,20 @@
 // event stream's sequence) and Event.ID let the handler skip what it has
 // done before.
 //
+// # Repeats
+//
+// NATS servers acknowledge a write before it is on disk, so a power loss or
+// an OS crash can lose events they acknowledged; the bridges keep what was
+// acknowledged for a while and publish again what the stream lost, with
+// the same CloudEvent id. A reader that read such an event before it was
+// lost then finds it again at a later sequence. Subscribe, Replay, Consume
+// and WatchState drop such a repeat by its id (RepeatOptions): the first
+// three keep the ids they delivered for a window of the stream's storage
+// time, bounded in count, in memory; a group's work stream also has that
+// window as its duplicate window, so that the server keeps a repeat from
+// the whole group; WatchState keeps each followed container's last event
+// id.
+//
 // It owns the subscriber's view of the wire contract (subjects and
 // CloudEvents, as the README's Subjects and Events sections describe them);
 // the encoding side lives in publish and the shared wire details (token

@@ -149,6 +149,24 @@ type DurableOptions struct {
 	// goroutines, so it must be safe for concurrent use. It may be called
 	// twice for the same event if the member crashes right after it.
 	OnDeadLetter func(DeadLetter)
+	// Repeats say how an event the group handled before, which the event
+	// stream holds again at a later sequence with the same id (the bridges
+	// published it again after the servers lost it), is kept from the
+	// handler. Twice: the work stream, when the first member creates it,
+	// gets Repeats.Window as its duplicate window, so that the server does
+	// not copy the repeat into the group at all (it checks the message's
+	// Nats-Msg-Id, the CloudEvent id); and each member keeps the ids of the
+	// events it handled in memory (RepeatOptions) and acknowledges a repeat
+	// of one of them without calling the handler, reporting it to
+	// Repeats.OnRepeat. What neither catches is handled again, as
+	// at-least-once delivery allows: a repeat more than the window after
+	// the first copy, or one that arrives after the work stream's servers
+	// restarted (they rebuild the window from the messages they hold, and
+	// an acknowledged event is gone) and reaches a member that did not
+	// handle the first copy, or was restarted since. The zero value drops
+	// repeats within DefaultRepeatWindow; Off creates the work stream
+	// without a window, as groups were made before.
+	Repeats RepeatOptions
 }
 
 // WorkStream returns the name of the group's work stream:
@@ -186,6 +204,9 @@ func (o DurableOptions) withDefaults() (DurableOptions, error) {
 	}
 	if o.DeadLetterSubject == "" && o.OnDeadLetter == nil {
 		errs = append(errs, errors.New("neither DeadLetterSubject nor OnDeadLetter is set: dead letters would be lost"))
+	}
+	if err := o.Repeats.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := partitionTransform(o.subjectPrefix(), o.Filter, max(o.Partitions, 1)); err != nil {
 		errs = append(errs, err)
@@ -241,7 +262,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts DurableOptions, f
 		}
 		return fmt.Errorf("consume: %w", err)
 	}
-	m := &member{js: js, opts: o, fn: fn}
+	m := &member{js: js, opts: o, fn: fn, recent: o.Repeats.newRecent()}
 	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
@@ -288,6 +309,11 @@ type member struct {
 	js   jetstream.JetStream
 	opts DurableOptions
 	fn   Handler
+	// recent holds the ids of the events this member handled, shared by
+	// its partitions: a pod's events, and so an event and its repeat, are
+	// always in the same partition, but partitions come and go between
+	// members.
+	recent *recentIDs
 }
 
 // consumePartition handles the events of partition k, one at a time, until
@@ -355,9 +381,21 @@ func (m *member) process(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.DoubleAck(actx)
 		return
 	}
+	if m.opts.Repeats.repeat(m.recent, e, meta.Timestamp) {
+		// Handled before, at another sequence of the event stream: done
+		// with.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+		defer cancel()
+		_ = msg.DoubleAck(actx)
+		return
+	}
 	err = m.call(ctx, msg, e)
 	switch {
 	case err == nil:
+		// Recorded before the acknowledgement: if that is lost, the event
+		// comes back at the same sequence, a redelivery the handler is
+		// given again, not a repeat.
+		m.recent.add(e.ID, e.Sequence, meta.Timestamp)
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 		defer cancel()
 		_ = msg.DoubleAck(actx)

@@ -55,6 +55,17 @@ func podEvents(pods, perPod int) []fixture {
 	return fs
 }
 
+// inRound gives the fixtures container IDs of their own for round r, so
+// that events published in rounds are different transitions, with ids of
+// their own, as a bridge's always are (Consume drops an event whose id it
+// handled before: RepeatOptions).
+func inRound(fs []fixture, r int) []fixture {
+	for i := range fs {
+		fs[i].containerID += "-r" + strconv.Itoa(r)
+	}
+	return fs
+}
+
 // member runs Consume in a goroutine with its own connection.
 type member struct {
 	nc     *nats.Conn
@@ -186,7 +197,7 @@ func TestConsumeResumesWhereACrashedMemberStopped(t *testing.T) {
 	}
 
 	// Events go on while no member runs.
-	after := publishEvents(t, js, podEvents(1, 2)...)
+	after := publishEvents(t, js, inRound(podEvents(1, 2), 1)...)
 
 	restarted := startMember(t, url, opts, handled(calls, nil))
 	want := append(before[3:], after...)
@@ -482,7 +493,7 @@ func TestConsumeSplitsTheLoadAndKeepsEachPodsOrder(t *testing.T) {
 	const rounds, maxRounds = 3, 50
 	published := 0
 	for r := 0; ; r++ {
-		published += len(publishEvents(t, js, podEvents(10, 2)...))
+		published += len(publishEvents(t, js, inRound(podEvents(10, 2), r)...))
 		receive(t, fresh, 20)
 		mu.Lock()
 		both := byMember["a"] > 0 && byMember["b"] > 0
@@ -558,6 +569,8 @@ func TestConsumeRefusesBadOptions(t *testing.T) {
 		{name: "DeliverAll and StartTime contradict each other", change: func(o *consumer.DurableOptions) {
 			o.DeliverAll, o.StartTime = true, time.Now()
 		}, wantErr: "DeliverAll and StartTime"},
+		{name: "a negative repeat window is named", change: func(o *consumer.DurableOptions) { o.Repeats.Window = -time.Minute }, wantErr: "Repeats.Window -1m0s"},
+		{name: "a negative repeat bound is named", change: func(o *consumer.DurableOptions) { o.Repeats.MaxIDs = -1 }, wantErr: "Repeats.MaxIDs -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -204,6 +204,12 @@ func createWorkStream(ctx context.Context, js jetstream.JetStream, o DurableOpti
 		Retention: jetstream.WorkQueuePolicy,
 		Storage:   jetstream.FileStorage,
 		Replicas:  o.Replicas,
+		// The server drops a sourced message whose Nats-Msg-Id (the
+		// CloudEvent id) it copied within this window: a repeat a bridge
+		// published after the servers lost the event never reaches the
+		// group, whichever member handled the first copy. A stream with a
+		// source has no window unless it is set.
+		Duplicates: o.Repeats.workStreamWindow(),
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return js.Stream(ctx, o.WorkStream())

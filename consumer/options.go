@@ -60,6 +60,11 @@ type Options struct {
 	// is not a pleg-bridge event; the message is skipped either way. It is
 	// called from the goroutine that called Subscribe or Replay.
 	OnError func(error)
+	// Repeats say how an event delivered before, which the stream holds
+	// again at a later sequence with the same id (the bridges published it
+	// again after the servers lost it), is recognised and dropped. The
+	// zero value drops repeats within DefaultRepeatWindow.
+	Repeats RepeatOptions
 }
 
 // LegacyMode says whether Subscribe and Replay read the events of the
@@ -119,6 +124,9 @@ func (o Options) consumerConfig(ctx context.Context, stream streamLookup, delive
 	}
 	if o.StartSeq != 0 && (o.DeliverAll || !o.StartTime.IsZero()) {
 		return jetstream.OrderedConsumerConfig{}, errors.New("option StartSeq cannot be combined with StartTime or DeliverAll")
+	}
+	if err := o.Repeats.validate(); err != nil {
+		return jetstream.OrderedConsumerConfig{}, err
 	}
 	if !o.EndTime.IsZero() && o.EndTime.Before(o.StartTime) {
 		return jetstream.OrderedConsumerConfig{}, fmt.Errorf("end time %s is before start time %s",

@@ -20,6 +20,13 @@ import (
 // decode is skipped and reported to opts.OnError. opts.DeliverAll has no
 // effect.
 //
+// History is judged as Subscribe judges live events: an event the stream
+// holds twice with the same id (published again by its bridge after the
+// servers lost it, where a copy of the first survived) is delivered once,
+// at its first sequence, if the second was stored within opts.Repeats'
+// window of the first. A Replay that starts between the two delivers the
+// second.
+//
 // Messages removed by the stream's limits while Replay runs are not
 // delivered; if the last pending one is removed before it is read, Replay
 // waits for the next matching message or for ctx.
@@ -48,6 +55,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, opts Options, fn func(E
 	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
 		return nil
 	}
+	recent := opts.Repeats.newRecent()
 	return readMessages(ctx, cons, opts.stream(), func(msg jetstream.Msg) (bool, error) {
 		meta, err := msg.Metadata()
 		if err != nil {
@@ -56,7 +64,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, opts Options, fn func(E
 		if meta.Sequence.Stream > last || (!opts.EndTime.IsZero() && meta.Timestamp.After(opts.EndTime)) {
 			return true, nil
 		}
-		if e, ok := opts.decode(msg); ok {
+		if e, ok := opts.decode(msg); ok && !opts.Repeats.drop(recent, e, meta.Timestamp) {
 			if err := fn(e); err != nil {
 				return true, err
 			}

@@ -154,6 +154,7 @@ func TestReplayErrors(t *testing.T) {
 		{name: "a missing stream is named", ctx: t.Context(), opts: consumer.Options{Stream: "NOPE"}, wantErr: "NOPE"},
 		{name: "a bad prefix is named", ctx: t.Context(), opts: consumer.Options{SubjectPrefix: "a..b"}, wantErr: "subject prefix"},
 		{name: "a canceled context ends it with the context's error", ctx: canceled, wantErr: context.Canceled.Error()},
+		{name: "a negative repeat window is named", ctx: t.Context(), opts: consumer.Options{Repeats: consumer.RepeatOptions{Window: -time.Minute}}, wantErr: "Repeats.Window -1m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,6 +25,15 @@ type StateOptions struct {
 	// way. It is called from the goroutine that called ListState or
 	// WatchState.
 	OnError func(error)
+	// Repeats say whether WatchState drops an update that carries the
+	// event the container's last change carried already (the same
+	// CloudEvent id), as a bridge writes it again after the servers lost
+	// it: Off delivers it, OnRepeat is called with each one dropped (the
+	// Event's Sequence and FirstSequence are the entries' revisions).
+	// Window and MaxIDs do not apply: the watcher keeps the last event id
+	// of each container it follows until the container is removed, about
+	// 80 bytes a container.
+	Repeats RepeatOptions
 }
 
 // StateFilter selects containers by node, namespace and pod. An empty
@@ -102,7 +111,10 @@ type StateChange struct {
 // follows their changes, and calls fn for each, from the goroutine that
 // called it: first one StateListed change per container, then one
 // StateSynced, then StateUpdated and StateRemoved changes as the bridges
-// write them. A container's changes come in the order of its events.
+// write them. A container's changes come in the order of its events. An
+// update that carries the event the container's last change carried (a
+// bridge wrote it again after the servers lost it) is dropped, unless
+// opts.Repeats.Off.
 //
 // It reads the bridges' state bucket with a key-value watcher, whose key
 // filter the server applies, so a node's or a namespace's containers cost
@@ -137,6 +149,10 @@ func watchState(ctx context.Context, js jetstream.JetStream, opts StateOptions, 
 	}
 	defer w.Stop()
 	synced := false
+	var seen map[idKey]lastChange
+	if !opts.Repeats.Off {
+		seen = make(map[idKey]lastChange)
+	}
 	for {
 		var e jetstream.KeyValueEntry
 		select {
@@ -159,7 +175,7 @@ func watchState(ctx context.Context, js jetstream.JetStream, opts StateOptions, 
 			continue
 		}
 		ch, ok := opts.change(e, synced)
-		if !ok {
+		if !ok || opts.repeat(seen, ch) {
 			continue
 		}
 		if err := fn(ch); err != nil {
@@ -196,6 +212,41 @@ func (o StateOptions) change(e jetstream.KeyValueEntry, synced bool) (StateChang
 		op = StateListed
 	}
 	return StateChange{Op: op, Container: c}, true
+}
+
+// lastChange is what WatchState delivered last for a container: its
+// event's id and the entry's revision.
+type lastChange struct {
+	id       idKey
+	revision uint64
+}
+
+// repeat reports whether ch repeats the last change delivered for its
+// container, reporting it to Repeats.OnRepeat if so; else it records ch in
+// seen (nil with Repeats.Off: nothing is a repeat). A removal is always
+// delivered: a second one of a container already removed tells a reader
+// nothing new but costs it nothing either, and keeping the removed
+// containers would grow without bound.
+func (o StateOptions) repeat(seen map[idKey]lastChange, ch StateChange) bool {
+	if seen == nil {
+		return false
+	}
+	k := keyOf(ch.Container.Key)
+	if ch.Op == StateRemoved {
+		delete(seen, k)
+		return false
+	}
+	id := keyOf(ch.Container.Event.ID)
+	if last, ok := seen[k]; ok && last.id == id {
+		if o.Repeats.OnRepeat != nil {
+			e := ch.Container.Event
+			e.Sequence = ch.Container.Revision
+			o.Repeats.OnRepeat(Repeat{Event: e, FirstSequence: last.revision})
+		}
+		return true
+	}
+	seen[k] = lastChange{id: id, revision: ch.Container.Revision}
+	return false
 }
 
 func (o StateOptions) reportError(e jetstream.KeyValueEntry, err error) {

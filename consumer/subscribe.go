@@ -25,8 +25,10 @@ const consumerDeleteTimeout = 2 * time.Second
 // error, which it returns unchanged. A message that does not decode is
 // skipped and reported to opts.OnError. It uses an ordered consumer, which
 // the nats.go library recreates after a reconnect or a gap, so no event is
-// skipped or delivered twice while Subscribe runs. The consumer is deleted
-// on return. opts.EndTime must be zero; bounded reads are Replay's job.
+// skipped or delivered twice while Subscribe runs. An event that the stream
+// holds again at a later sequence, with the same id, is dropped within
+// opts.Repeats' window (RepeatOptions). The consumer is deleted on return.
+// opts.EndTime must be zero; bounded reads are Replay's job.
 func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn func(Event) error) error {
 	if !opts.EndTime.IsZero() {
 		return errors.New("subscribe: EndTime is for Replay only")
@@ -48,17 +50,17 @@ func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn fun
 		caughtUp()
 		caughtUp = nil
 	}
+	recent := opts.Repeats.newRecent()
 	err = readMessages(ctx, cons, opts.stream(), func(msg jetstream.Msg) (bool, error) {
-		if e, ok := opts.decode(msg); ok {
+		meta, merr := msg.Metadata()
+		if e, ok := opts.decode(msg); ok && (merr != nil || !opts.Repeats.drop(recent, e, meta.Timestamp)) {
 			if err := fn(e); err != nil {
 				return true, err
 			}
 		}
-		if caughtUp != nil {
-			if meta, err := msg.Metadata(); err == nil && meta.NumPending == 0 {
-				caughtUp()
-				caughtUp = nil
-			}
+		if caughtUp != nil && merr == nil && meta.NumPending == 0 {
+			caughtUp()
+			caughtUp = nil
 		}
 		return false, nil
 	})

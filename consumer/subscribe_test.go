@@ -277,6 +277,8 @@ func TestSubscribeRefusesBadOptions(t *testing.T) {
 		{name: "StartSeq and DeliverAll contradict each other", opts: consumer.Options{StartSeq: 3, DeliverAll: true}, wantErr: "StartSeq"},
 		{name: "an unknown type is named", opts: consumer.Options{Filter: consumer.Filter{Type: "Boom"}}, wantErr: `"Boom"`},
 		{name: "a missing stream is named", opts: consumer.Options{Stream: "NOPE"}, wantErr: "NOPE", wantIs: jetstream.ErrStreamNotFound},
+		{name: "a negative repeat window is named", opts: consumer.Options{Repeats: consumer.RepeatOptions{Window: -time.Minute}}, wantErr: "Repeats.Window -1m0s"},
+		{name: "a negative repeat bound is named", opts: consumer.Options{Repeats: consumer.RepeatOptions{MaxIDs: -1}}, wantErr: "Repeats.MaxIDs -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

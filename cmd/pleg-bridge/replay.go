@@ -88,6 +88,7 @@ func runReplay(ctx context.Context, cmd string, sf *streamFlags, o replayOptions
 		return err
 	}
 	p := printer{w: env.stdout, json: sf.json, date: true, color: color}
+	opts.Repeats.OnRepeat = func(r consumer.Repeat) { reportRepeat(env.stderr, cmd, match, r) }
 	matched := 0
 	err = consumer.Replay(ctx, js, opts, func(e consumer.Event) error {
 		if !match.match(e) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
@@ -308,5 +310,38 @@ func TestReplayAndTailReadBothSubjectLayouts(t *testing.T) {
 	r := startTail(t, env, "--all", "-n", "default")
 	if diff := cmp.Diff(dated(webStarted, webDied), readLines(t, r.lines, 2)); diff != "" {
 		t.Errorf("tail --all -n default printed (-want +got):\n%s", diff)
+	}
+}
+
+// TestReplayPrintsAnEventTheStreamHoldsTwiceOnce checks that an event its
+// bridge published again after the servers lost it (the same CloudEvent,
+// stored after the stream forgot its id) is printed once, and that the
+// repeat is named on stderr.
+func TestReplayPrintsAnEventTheStreamHoldsTwiceOnce(t *testing.T) {
+	t.Parallel()
+	_, url := publishtest.NewServer(t)
+	nc, js := publishtest.Connect(t, url)
+	if _, err := publish.EnsureStream(t.Context(), js, publish.StreamOptions{Name: testStream, SubjectPrefix: testPrefix, DuplicateWindow: 100 * time.Millisecond}); err != nil {
+		t.Fatalf("ensure stream: %v", err)
+	}
+	env := &testEnv{url: url, nc: nc, js: js}
+	died := lifecycle(generator.ContainerDied, web, "app", 3*time.Hour+9*time.Minute+500*time.Millisecond)
+	env.publish(t, "node-1", lifecycle(generator.ContainerStarted, web, "app", 3*time.Hour+4*time.Minute+5*time.Second))
+	env.publish(t, "node-1", died)
+	publishtest.WaitOutDuplicateWindow(t, js, testStream)
+	env.publish(t, "node-1", died)
+	s, err := js.Stream(t.Context(), testStream)
+	if err != nil {
+		t.Fatalf("look up stream: %v", err)
+	}
+
+	stdout, stderr := replayOutput(t, env, "--pod", "default/web-0")
+	if diff := cmp.Diff(dated(webStarted, webDied), stdout); diff != "" {
+		t.Errorf("replay printed (-want +got):\n%s", diff)
+	}
+	want := []string{fmt.Sprintf("pleg-bridge replay: skipped ContainerDied default/web-0/app at stream sequence %d, a repeat of sequence 2 (published again by its bridge after the NATS servers lost it)",
+		s.CachedInfo().State.LastSeq)}
+	if diff := cmp.Diff(want, stderr); diff != "" {
+		t.Errorf("replay said on stderr (-want +got):\n%s", diff)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -141,6 +142,10 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 			}
 		}
 	}
+	opts.Repeats.OnRepeat = func(r consumer.Repeat) {
+		last = r.Event.Sequence
+		reportRepeat(env.stderr, cmd, match, r)
+	}
 	err = consumer.Subscribe(ctx, js, opts, func(e consumer.Event) error {
 		last = e.Sequence
 		if !match.match(e) {
@@ -159,6 +164,17 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 		fmt.Fprintf(env.stderr, "%s: stopped after stream sequence %d; --from-seq %d continues from there\n", cmd, last, last+1)
 	}
 	return nil
+}
+
+// reportRepeat says on stderr that an event which match selects was not
+// printed again: the stream holds it a second time, which happens when the
+// NATS servers lost it after it was read and its bridge published it again.
+func reportRepeat(w io.Writer, cmd string, match eventFilter, r consumer.Repeat) {
+	if !match.match(r.Event) {
+		return
+	}
+	fmt.Fprintf(w, "%s: skipped %s %s at stream sequence %d, a repeat of sequence %d (published again by its bridge after the NATS servers lost it)\n",
+		cmd, r.Event.LifecycleType(), r.Event.Subject, r.Event.Sequence, r.FirstSequence)
 }
 
 // unknownHint returns a line for stderr when the state bucket knows no

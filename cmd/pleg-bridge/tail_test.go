@@ -628,3 +628,51 @@ func TestAMissingStreamsErrorHidesTheURLsToken(t *testing.T) {
 		t.Errorf("replay --stream NOPE with a token in the URL = %v, want the error with the token hidden (nats://xxxxx@...)", err)
 	}
 }
+
+// TestTailPrintsAnEventTheStreamHoldsAgainOnce checks that an event tail
+// printed, which its bridge published again after the servers lost it
+// (the same CloudEvent, stored after the stream forgot its id), is not
+// printed again, that stderr names the repeat, and that --from-seq
+// continues after it.
+func TestTailPrintsAnEventTheStreamHoldsAgainOnce(t *testing.T) {
+	t.Parallel()
+	_, url := publishtest.NewServer(t)
+	nc, js := publishtest.Connect(t, url)
+	if _, err := publish.EnsureStream(t.Context(), js, publish.StreamOptions{Name: testStream, SubjectPrefix: testPrefix, DuplicateWindow: 100 * time.Millisecond}); err != nil {
+		t.Fatalf("ensure stream: %v", err)
+	}
+	env := &testEnv{url: url, nc: nc, js: js}
+	died := lifecycle(generator.ContainerDied, web, "app", 3*time.Hour+9*time.Minute+500*time.Millisecond)
+	env.publish(t, "node-1", lifecycle(generator.ContainerStarted, web, "app", 3*time.Hour+4*time.Minute+5*time.Second))
+	env.publish(t, "node-1", died)
+
+	tail := startTail(t, env, "--all", "--pod", "default/web-0")
+	if diff := cmp.Diff(dated(webStarted, webDied), readLines(t, tail.lines, 2)); diff != "" {
+		t.Fatalf("tail printed (-want +got):\n%s", diff)
+	}
+	publishtest.WaitOutDuplicateWindow(t, js, testStream)
+	env.publish(t, "node-1", died)
+	s, err := js.Stream(t.Context(), testStream)
+	if err != nil {
+		t.Fatalf("look up stream: %v", err)
+	}
+	repeat := s.CachedInfo().State.LastSeq
+	skipped := fmt.Sprintf("pleg-bridge tail: skipped ContainerDied default/web-0/app at stream sequence %d, a repeat of sequence 2 (published again by its bridge after the NATS servers lost it)", repeat)
+	for l := readLines(t, tail.errs, 1)[0]; l != skipped; l = readLines(t, tail.errs, 1)[0] {
+		if strings.Contains(l, "skipped") {
+			t.Fatalf("tail said %q, want %q", l, skipped)
+		}
+	}
+	if err := tail.stop(t); err != nil {
+		t.Errorf("tail after cancel = %v, want nil", err)
+	}
+	stopped := fmt.Sprintf("pleg-bridge tail: stopped after stream sequence %d; --from-seq %d continues from there", repeat, repeat+1)
+	if diff := cmp.Diff([]string{stopped}, readLines(t, tail.errs, 1)); diff != "" {
+		t.Errorf("tail's last words (-want +got):\n%s", diff)
+	}
+	select {
+	case l := <-tail.lines:
+		t.Errorf("tail printed %q after the repeat", l)
+	default:
+	}
+}
