@@ -121,7 +121,9 @@ func TestManyClustersReachTheHubWholeThroughALinkCut(t *testing.T) {
 	events := make(chan consumer.Event)
 	var run errgroup.Group
 	run.Go(func() error {
-		return consumer.Subscribe(readCtx, hubJS, consumer.Options{Stream: hubStream, DeliverAll: true}, func(e consumer.Event) error {
+		// Repeats off: the hub's duplicates are what this test looks for,
+		// not what a reader should drop.
+		return consumer.Subscribe(readCtx, hubJS, consumer.Options{Stream: hubStream, DeliverAll: true, Repeats: consumer.RepeatOptions{Off: true}}, func(e consumer.Event) error {
 			select {
 			case events <- e:
 				return nil
@@ -273,7 +275,7 @@ func TestManyClustersReachTheHubWholeThroughALinkCut(t *testing.T) {
 	hubPods := podOrder(got)
 	for _, c := range clusters {
 		var own []consumer.Event
-		if err := consumer.Replay(ctx, c.js, consumer.Options{Stream: streamName}, func(e consumer.Event) error {
+		if err := consumer.Replay(ctx, c.js, consumer.Options{Stream: streamName, Repeats: consumer.RepeatOptions{Off: true}}, func(e consumer.Event) error {
 			own = append(own, e)
 			return nil
 		}); err != nil {
