@@ -26,8 +26,11 @@ func newCredsCommand(env commandEnv) *cobra.Command {
 subject token (node-1.example.com: node-1_example_com). The scoped signing key
 gives it its permissions: publish under <prefix>.<node>.>, write the node's
 keys of the state bucket, the JetStream calls the bridge makes, and replies on
-_INBOX_<node> only; the bridge must run with PLEG_NATS_INBOX_PREFIX=_INBOX_{node}.
-Setting up the key once is described in deploy/nats/README.md.
+_INBOX_<node> only, and no right to create or change the stream or the
+bucket. A bridge that finds its node's credentials (PLEG_NATS_CREDS, the user
+named by PLEG_NODE_NAME's token) sets PLEG_NATS_INBOX_PREFIX=_INBOX_{node} and
+PLEG_STREAM_MANAGE=false itself; creds says so on stderr. Setting up the key
+once is described in deploy/nats/README.md; --init makes the whole account.
 
 With --reader, the credentials are a reader's, limited to the namespaces of
 --namespace, minted with the readers' scoped signing key (role pleg-reader):
@@ -159,8 +162,11 @@ func runCreds(cmd string, o credsOptions, stdout, stderr io.Writer) error {
 	} else {
 		err = writeSecretFile(o.out, creds)
 	}
-	if err != nil || !o.reader {
+	if err != nil {
 		return err
+	}
+	if !o.reader {
+		return nodeSettings(cmd, o.node, stderr)
 	}
 	inbox, err := natsauth.ReaderInboxPrefix(creds)
 	if err != nil {
@@ -168,6 +174,16 @@ func runCreds(cmd string, o credsOptions, stdout, stderr io.Writer) error {
 	}
 	_, err = fmt.Fprintf(stderr, "%s: the reader of %s receives replies on %s only: connect with --inbox-prefix %s (PLEG_NATS_INBOX_PREFIX; nats --inbox-prefix; nats.CustomInboxPrefix)\n",
 		cmd, strings.Join(o.namespaces, ", "), inbox, inbox)
+	return err
+}
+
+// nodeSettings writes on stderr what node's bridge needs beside its
+// credentials, and that it sets both itself when it finds them.
+func nodeSettings(cmd, node string, stderr io.Writer) error {
+	_, err := fmt.Fprintf(stderr, "%s: node %s's bridge receives replies on %s only and may not create or change the stream or the state bucket: "+
+		"with these credentials and PLEG_NODE_NAME=%s it sets PLEG_NATS_INBOX_PREFIX=_INBOX_{node} and PLEG_STREAM_MANAGE=false itself "+
+		"(other clients: --inbox-prefix %s). Create the stream and the bucket once with an administrator's credentials (deploy/nats/README.md).\n",
+		cmd, node, natsauth.InboxPrefix(node), node, natsauth.InboxPrefix(node))
 	return err
 }
 
