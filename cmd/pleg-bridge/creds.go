@@ -42,13 +42,22 @@ that an operator made for those namespaces. The reader receives replies on
 _INBOX_<its public key> only: creds says which on stderr, to give to
 --inbox-prefix.
 
---account-jwt (the account's JWT, e.g. from nsc describe account --raw) lets
+--init DIR makes the account once, without nsc: a new operator, a system
+account and the account PLEG with JetStream and both scoped signing keys
+(templates for PLEG_SUBJECT_PREFIX, PLEG_STREAM and PLEG_STATE_BUCKET of the
+environment, or the defaults), an administrator's credentials, and
+resolver.conf, which nats-server's configuration includes to trust the
+operator and resolve the accounts. DIR must not hold these files already.
+
+--account-jwt (the account's JWT, from creds --init or nsc describe account --raw) lets
 creds check that the key is one of the account's scoped signing keys, of the
 role asked for: a key without a scope would give the user every permission of
 the account. With --account (a public key) nothing proves the key belongs to
 that account or is scoped: creds refuses only the account's own identity key
 and says on stderr what it did not check.`,
-		Example: `  pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1.example.com --out node-1.creds
+		Example: `  pleg-bridge creds --init ./pleg-nats      # once: operator, accounts, signing keys, resolver.conf; no nsc
+  pleg-bridge creds --signing-key pleg-nats/pleg-node.nk --account-jwt pleg-nats/pleg.jwt --node node-1.example.com --out node-1.creds
+  pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1.example.com --out node-1.creds
   pleg-bridge creds --signing-key /etc/pleg-signer/seed --account ACCOUNTPUBLICKEY --out /run/pleg/nats.creds   # node from PLEG_NODE_NAME
   pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1 --expiry 720h
   pleg-bridge creds --reader --namespace shop,payments --signing-key pleg-reader.nk --account-jwt pleg.jwt --out shop.creds
@@ -56,10 +65,19 @@ and says on stderr what it did not check.`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			o.nodeSet = c.Flags().Changed("node")
+			if c.Flags().Changed("init") {
+				if err := o.checkInit(c.CommandPath(), c.Flags().NFlag()); err != nil {
+					return err
+				}
+				return runCredsInit(c.CommandPath(), o.init, natsauth.Names{
+					SubjectPrefix: env.getenv("PLEG_SUBJECT_PREFIX"), Stream: env.getenv("PLEG_STREAM"), StateBucket: env.getenv("PLEG_STATE_BUCKET"),
+				}, env.stdout)
+			}
 			return runCreds(c.CommandPath(), o, env.stdout, env.stderr)
 		},
 	}
 	f := c.Flags()
+	f.StringVar(&o.init, "init", "", "make a new operator, system account and account with both scoped signing keys, without nsc, and write their keys, JWTs and the servers' resolver.conf to this directory")
 	f.StringVar(&o.signingKey, "signing-key", "", "file holding the seed (SA...) of the account's scoped signing key (role pleg-node, or pleg-reader with --reader)")
 	f.StringVar(&o.account, "account", "", "public key (A...) of the account the signing key belongs to, taken on trust (--account-jwt checks the key)")
 	f.StringVar(&o.accountJWT, "account-jwt", "", "file holding the account's JWT: names the account and proves the key is scoped (instead of --account)")
@@ -75,6 +93,7 @@ and says on stderr what it did not check.`,
 // credsOptions are the flags of creds.
 type credsOptions struct {
 	signingKey, account, accountJWT, node, out string
+	init                                       string // --init: the directory
 	nodeSet                                    bool // --node given on the command line
 	reader                                     bool
 	namespaces, groups                         []string
@@ -118,6 +137,18 @@ func (o credsOptions) check(cmd string) error {
 		return usageErrorf(cmd, "give one of --account and --account-jwt")
 	case o.expiry < 0:
 		return usageErrorf(cmd, "--expiry=%s must not be negative", o.expiry)
+	}
+	return nil
+}
+
+// checkInit reports a usage error if --init comes with another flag
+// (nflags counts the flags given, --init included).
+func (o credsOptions) checkInit(cmd string, nflags int) error {
+	switch {
+	case o.init == "":
+		return usageErrorf(cmd, "--init needs a directory")
+	case nflags > 1:
+		return usageErrorf(cmd, "--init makes the account and its keys, and takes no other flag; mint credentials with a second creds command")
 	}
 	return nil
 }
