@@ -94,7 +94,7 @@ and says on stderr what it did not check.`,
 type credsOptions struct {
 	signingKey, account, accountJWT, node, out string
 	init                                       string // --init: the directory
-	nodeSet                                    bool // --node given on the command line
+	nodeSet                                    bool   // --node given on the command line
 	reader                                     bool
 	namespaces, groups                         []string
 	expiry                                     time.Duration
