@@ -16,14 +16,29 @@ import (
 )
 
 // withNodeCredentials returns opts with the settings a node's own
-// credentials need, when opts.NATS.Creds holds them (nodeUser): replies on
+// credentials need, when opts.NATS.Creds holds them (scopedUser, named by
+// the node's token): replies on
 // the node's inbox prefix (natsauth.InboxPrefix) unless opts name one, and
 // the stream and the state bucket left to the operator (Stream.Manage
 // false), since such a user may not create or change either. It logs what
-// it changed. Other credentials, and a file that cannot be read (the
-// connection reports that), leave opts as they are.
+// it changed, and warns of a scoped user named for another node (one
+// node's credentials given to every node). Other credentials, and a file
+// that cannot be read (the connection reports that), leave opts as they
+// are.
 func withNodeCredentials(opts Options) Options {
-	if opts.NATS.Creds == "" || !nodeUser(opts.NATS.Creds, opts.Node) {
+	if opts.NATS.Creds == "" {
+		return opts
+	}
+	user, scoped := scopedUser(opts.NATS.Creds)
+	own, err := natsauth.UserName(opts.Node)
+	if !scoped || err != nil {
+		return opts
+	}
+	if user != own {
+		// One Secret for every node of a DaemonSet: fine for a shared
+		// user, not for a node's own credentials.
+		opts.Logger.Warn("the NATS credentials are of a user issued by a signing key and named for another node: if pleg-bridge creds --node made them, they are that node's, and the server refuses this node's events; each node needs its own (deploy/nats/README.md, \"Wiring the DaemonSet\")",
+			"creds", opts.NATS.Creds, "creds_user", user, "node", opts.Node, "node_user", own)
 		return opts
 	}
 	var set []any
@@ -42,26 +57,26 @@ func withNodeCredentials(opts Options) Options {
 	return opts
 }
 
-// nodeUser reports whether the credentials file path holds a user of node
-// issued by an account's scoped signing key, as natsauth.Mint (pleg-bridge
-// creds --node) and `nsc add user -K pleg-node` make them: named by the
-// node's subject token, issued for an account by another key, and without
-// permissions of its own (the key's template gives them).
-func nodeUser(path, node string) bool {
+// scopedUser returns the name of the user in the credentials file path,
+// and whether it is issued as natsauth.Mint (pleg-bridge creds --node) and
+// `nsc add user -K pleg-node` issue a node's user: by a signing key of its
+// account (not the account's own key), without permissions of its own (the
+// key's template gives them). A node's user is named by the node's subject
+// token (natsauth.UserName).
+func scopedUser(path string) (name string, scoped bool) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return false
+		return "", false
 	}
 	token, err := jwt.ParseDecoratedJWT(b)
 	if err != nil {
-		return false
+		return "", false
 	}
 	uc, err := jwt.DecodeUserClaims(token)
 	if err != nil {
-		return false
+		return "", false
 	}
-	name, err := natsauth.UserName(node)
-	return err == nil && uc.Name == name && uc.IssuerAccount != "" && uc.HasEmptyPermissions()
+	return uc.Name, uc.IssuerAccount != "" && uc.HasEmptyPermissions()
 }
 
 // refusals remembers what the NATS server refused the bridge that one of

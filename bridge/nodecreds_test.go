@@ -140,11 +140,12 @@ func TestNodeCredentialsAloneMakeTheBridgeReady(t *testing.T) {
 	f.logs.waitLog(t, "this node's own user", "inbox_prefix=_INBOX_node-1_example_com", "stream_manage=false")
 
 	// Credentials of a user that is not the node's leave the settings
-	// alone.
-	opts := Options{Node: "node-2", NATS: NATSOptions{Creds: f.srv.Mint(t, "node-1")}, Stream: StreamOptions{Manage: true}, Logger: slog.New(slog.DiscardHandler)}
+	// alone; another node's are warned of.
+	opts := Options{Node: "node-2", NATS: NATSOptions{Creds: f.srv.Mint(t, "node-1")}, Stream: StreamOptions{Manage: true}, Logger: slog.New(f.logs)}
 	if got := withNodeCredentials(opts); got.NATS.InboxPrefix != "" || !got.Stream.Manage {
 		t.Errorf("node-1's credentials on node-2 set inbox %q and manage %v", got.NATS.InboxPrefix, got.Stream.Manage)
 	}
+	f.logs.waitLog(t, "WARN", "named for another node", "creds_user=node-1", "node_user=node-2")
 	opts.NATS.Creds = f.srv.AdminCreds // a user with permissions of its own
 	if got := withNodeCredentials(opts); got.NATS.InboxPrefix != "" || !got.Stream.Manage {
 		t.Errorf("the administrator's credentials set inbox %q and manage %v", got.NATS.InboxPrefix, got.Stream.Manage)
