@@ -163,13 +163,15 @@ type pipeline struct {
 	gen        *generator.Generator
 	pub        *publish.Publisher
 	state      *statebucket.Writer // nil without Options.StateBucket
+	refused    *refusals           // what NATS refused that a setting fixes
 }
 
 // build opens the durable store, makes the runtime client, connects NATS
 // and builds the generator and the publisher over them. On error it closes
 // what it opened.
 func build(opts Options) (_ *pipeline, err error) {
-	p := &pipeline{opts: opts, reg: opts.Registry}
+	opts = withNodeCredentials(opts)
+	p := &pipeline{opts: opts, reg: opts.Registry, refused: newRefusals(opts)}
 	defer func() {
 		if err != nil {
 			p.close()
@@ -227,7 +229,7 @@ func build(opts Options) (_ *pipeline, err error) {
 	if err := p.reg.Register(connected); err != nil {
 		return nil, fmt.Errorf("register NATS metrics: %w", err)
 	}
-	if p.nc, err = connectNATS(url, "pleg-bridge "+opts.Node, opts.NATS, connected, log); err != nil {
+	if p.nc, err = connectNATS(url, "pleg-bridge "+opts.Node, opts.NATS, p.refused, connected, log); err != nil {
 		return nil, err
 	}
 	// Stream setup and readiness; the publisher makes its own context for
@@ -446,7 +448,7 @@ func (p *pipeline) runComponents(ctx context.Context) error {
 	})
 	if p.opts.Stream.Manage {
 		eg.Go(func() error {
-			if err := ensureStream(gctx, p.js, p.opts); err != nil && gctx.Err() == nil {
+			if err := ensureStream(gctx, p.js, p.opts, p.refused.advice); err != nil && gctx.Err() == nil {
 				return fmt.Errorf("set up stream %s: %w", p.opts.Stream.Name, err)
 			}
 			return nil

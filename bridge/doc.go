@@ -9,8 +9,9 @@
 // it, the benchmark through Hooks, so that it measures the production
 // pipeline, ack path included.
 //
-// bridge imports cri, generator, publish, statebucket, durable, natsembed and
-// schemas, NATS and Prometheus. Nothing but cmd/pleg-bridge and the
+// bridge imports cri, generator, publish, statebucket, durable, natsembed,
+// natsauth (to know a node's own credentials) and schemas, NATS and
+// Prometheus. Nothing but cmd/pleg-bridge and the
 // benchmark imports it, and it must not import cmd, crisim or any test
 // helper package.
 package bridge

@@ -2,11 +2,13 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -39,7 +41,10 @@ func (p *pipeline) handler() http.Handler {
 }
 
 // ready says why the bridge is not ready: NATS disconnected, the stream
-// unreachable, or no relist done yet.
+// unreachable, or no relist done yet. An unreachable stream comes with the
+// setting that fixes what the server refused the bridge, if it refused
+// something a setting fixes (refusals), or with the way to create the
+// stream when the bridge leaves that to the operator.
 func (p *pipeline) ready(ctx context.Context) error {
 	if s := p.nc.Status(); s != nats.CONNECTED {
 		return fmt.Errorf("NATS is %s", s)
@@ -47,6 +52,13 @@ func (p *pipeline) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyStreamTimeout)
 	defer cancel()
 	if _, err := p.js.Stream(ctx, p.opts.Stream.Name); err != nil {
+		fix := p.refused.advice()
+		if fix == "" && errors.Is(err, jetstream.ErrStreamNotFound) && !p.opts.Stream.Manage {
+			fix = "the bridge leaves the stream to the operator (PLEG_STREAM_MANAGE=false): create it once (deploy/nats/README.md, \"Creating the stream yourself\")"
+		}
+		if fix != "" {
+			return fmt.Errorf("stream %s is not reachable: %v: %s", p.opts.Stream.Name, err, fix)
+		}
 		return fmt.Errorf("stream %s is not reachable: %v", p.opts.Stream.Name, err)
 	}
 	if !p.gen.Synced() {

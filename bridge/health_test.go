@@ -40,7 +40,7 @@ func newHealthFixture(t *testing.T) *healthFixture {
 	}
 	t.Cleanup(p.close)
 	// What Run does first; the tests exercise the endpoint without Run.
-	if err := ensureStream(t.Context(), p.js, opts); err != nil {
+	if err := ensureStream(t.Context(), p.js, opts, nil); err != nil {
 		t.Fatal(err)
 	}
 	return &healthFixture{p: p, model: model, nats: srv}

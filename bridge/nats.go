@@ -49,13 +49,15 @@ func startEmbedded(listen, dataDir string, logger *slog.Logger) (*server.Server,
 // connectNATS connects to url with the credentials and TLS of opts, as
 // client name, and keeps reconnecting forever: NATS being away is normal,
 // and events wait in the outbox and the spool meanwhile. connected is set
-// to 1 while the connection is up and 0 while it is not.
+// to 1 while the connection is up and 0 while it is not. What the server
+// refuses that a setting fixes is logged at Error with the setting, and
+// kept in refused (which may be nil) for /readyz and the retries' logs.
 //
 // A server that cannot be reached is logged at Warn once, with the reason
 // (connection refused, a name that does not resolve, an authorization
 // violation) and the URL without its credentials, then at Debug for every
 // further attempt until the connection is up again.
-func connectNATS(url, name string, opts NATSOptions, connected prometheus.Gauge, logger *slog.Logger) (*nats.Conn, error) {
+func connectNATS(url, name string, opts NATSOptions, refused *refusals, connected prometheus.Gauge, logger *slog.Logger) (*nats.Conn, error) {
 	log := logger.With("component", "nats")
 	redacted := RedactURLs(url)
 	var failing atomic.Bool // a failed attempt was logged at Warn; the next success says so
@@ -75,6 +77,7 @@ func connectNATS(url, name string, opts NATSOptions, connected prometheus.Gauge,
 		nats.ReconnectHandler(func(nc *nats.Conn) { up(nc, "reconnected to NATS") }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			connected.Set(0)
+			refused.reset()
 			if err != nil {
 				log.Warn("disconnected from NATS, will reconnect", "err", err)
 			}
@@ -92,7 +95,11 @@ func connectNATS(url, name string, opts NATSOptions, connected prometheus.Gauge,
 			log.Warn("cannot connect to NATS, retrying in the background; events wait in the outbox and the spool meanwhile",
 				"url", redacted, "err", err, "retry_every", natsReconnectWait)
 		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Warn("NATS error", "err", err) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if !refused.logRefusal(err, log) {
+				log.Warn("NATS error", "err", err)
+			}
+		}),
 	}
 	auth, err := opts.ClientOptions(log)
 	if err != nil {

@@ -50,7 +50,7 @@ func TestTokenFileIsReadAgainAtReconnect(t *testing.T) {
 	s := publishtest.RunServer(t, opts)
 
 	logs := &lockedBuffer{}
-	nc, err := connectNATS(s.ClientURL(), "pleg-bridge node-1", NATSOptions{TokenFile: tokenFile}, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}), slog.New(slog.NewTextHandler(logs, nil)))
+	nc, err := connectNATS(s.ClientURL(), "pleg-bridge node-1", NATSOptions{TokenFile: tokenFile}, nil, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}), slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,7 +92,7 @@ func TestNATSRefusingConnectionsIsLoggedWithTheReasonOnce(t *testing.T) {
 
 	h := newRecordingHandler()
 	g := newNATSConnectedGauge()
-	nc, err := connectNATS("nats://bridge:s3cret@"+addr, "pleg-bridge node-1", NATSOptions{}, g, slog.New(h))
+	nc, err := connectNATS("nats://bridge:s3cret@"+addr, "pleg-bridge node-1", NATSOptions{}, nil, g, slog.New(h))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestNATSConnectedGaugeFollowsTheConnection(t *testing.T) {
 			"# TYPE pleg_bridge_nats_connected gauge\npleg_bridge_nats_connected " + v + "\n"
 	}
 	h := newRecordingHandler()
-	nc, err := connectNATS(s.ClientURL(), "pleg-bridge node-1", NATSOptions{}, g, slog.New(h))
+	nc, err := connectNATS(s.ClientURL(), "pleg-bridge node-1", NATSOptions{}, nil, g, slog.New(h))
 	if err != nil {
 		t.Fatal(err)
 	}

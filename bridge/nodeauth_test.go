@@ -61,8 +61,9 @@ func readSubjects(t *testing.T, js jetstream.JetStream, stream string, n int) []
 
 // TestBridgeRunsWithItsNodesMintedCredentials runs the production wiring
 // against a server in operator mode with credentials minted for
-// node-1.example.com from the scoped signing key, the stream and the state
-// bucket created by the operator (PLEG_STREAM_MANAGE=false). Every
+// node-1.example.com from the scoped signing key and no other setting, the
+// stream and the state bucket created by the operator: the bridge takes
+// the node's inbox prefix and leaves the stream and the bucket alone. Every
 // JetStream call of the bridge must get through the node's permissions,
 // replies on _INBOX_node-1_example_com: the events and the state keys
 // arrive, the state writer reads its keys back, and a restart reads back
@@ -106,8 +107,6 @@ func TestBridgeRunsWithItsNodesMintedCredentials(t *testing.T) {
 	opts := testOptions(endpoint, srv.URL, t.TempDir())
 	opts.Node = node
 	opts.NATS.Creds = srv.Mint(t, node)
-	opts.NATS.InboxPrefix = "_INBOX_{node}"
-	opts.Stream.Manage = false
 	opts.StateBucket = schemas.DefaultStateBucket
 	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
 

@@ -28,11 +28,13 @@ const (
 // paper over (see publish.EnsureStream), or ctx.Err() when ctx ends. It
 // blocks until then.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, opts Options) error {
-	return ensureStream(ctx, js, opts.withDefaults())
+	return ensureStream(ctx, js, opts.withDefaults(), nil)
 }
 
-// ensureStream is EnsureStream with the defaults applied.
-func ensureStream(ctx context.Context, js jetstream.JetStream, opts Options) error {
+// ensureStream is EnsureStream with the defaults applied. Each retry's log
+// line carries advice(), if advice is set and says something: the setting
+// that fixes what the server refused.
+func ensureStream(ctx context.Context, js jetstream.JetStream, opts Options, advice func() string) error {
 	sopts := publish.StreamOptions{
 		Name: opts.Stream.Name, SubjectPrefix: opts.SubjectPrefix, Replicas: opts.Stream.Replicas,
 		MaxAge: opts.Stream.MaxAge, DuplicateWindow: opts.Stream.DuplicateWindow, Version: opts.Version, Logger: opts.Logger,
@@ -74,7 +76,13 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, opts Options) err
 		if !unreachable(err) {
 			return err
 		}
-		opts.Logger.Warn("cannot reach JetStream to set up the stream, retrying", "stream", sopts.Name, "err", err, "retry_in", delay)
+		attrs := []any{"stream", sopts.Name, "err", err, "retry_in", delay}
+		if advice != nil {
+			if fix := advice(); fix != "" {
+				attrs = append(attrs, "fix", fix)
+			}
+		}
+		opts.Logger.Warn("cannot reach JetStream to set up the stream, retrying", attrs...)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():

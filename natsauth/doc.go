@@ -17,6 +17,11 @@
 // durable groups whose work streams it may consume), and the template
 // expands {{tag(namespace)}} into one consumer filter per namespace.
 //
+// NewAccount makes the whole set-up without nsc: an operator, a system
+// account and the account with both scoped keys, as JWTs, and the part of
+// a nats-server configuration that trusts and resolves them
+// (Account.ServerConfig); pleg-bridge creds --init writes it out.
+//
 // natsauth imports schemas, consumer (to validate namespace names),
 // nats-io/jwt and nats-io/nkeys only. The pleg-bridge creds
 // command and the tests use it.

@@ -54,8 +54,9 @@ func (n Names) withDefaults() Names {
 // (the publisher's reconcile after a restart, on the stream; the state
 // writer's watch of its keys, on the bucket's stream), their next-message
 // requests, deletion and flow control, and the last message of one of its
-// own subjects (the check before a late retry); and receive replies on its
-// own inbox prefix only.
+// own subjects (the check before a late retry); receive replies on its
+// own inbox prefix only; and hear of its stream's leader elections
+// (leaderElectedAdvisory).
 //
 // It may not create, change, purge or delete the stream or the bucket: a
 // node that may update the stream can shorten its max age and so delete
@@ -88,8 +89,21 @@ func NodeTemplate(names Names) jwt.Permissions {
 		"$JS.API.CONSUMER.DELETE."+kv+".*",
 		"$JS.FC."+kv+".>",
 	)
-	p.Sub.Allow.Add(inboxPrefix + nameTemplate + ".>")
+	p.Sub.Allow.Add(
+		inboxPrefix+nameTemplate+".>",
+		// The bridge listens for its stream's leader elections to check,
+		// after a new leader took over, that what was acknowledged is still
+		// stored (and republishes what is not). The advisory says only
+		// which server leads the stream, nothing of any node's events.
+		leaderElectedAdvisory(n.Stream),
+	)
 	return p
+}
+
+// leaderElectedAdvisory returns the subject on which JetStream announces a
+// new leader of stream: what NodeTemplate lets a node subscribe to.
+func leaderElectedAdvisory(stream string) string {
+	return "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED." + stream
 }
 
 // UserName returns the user name of node's credentials: its subject token

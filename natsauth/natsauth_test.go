@@ -197,8 +197,20 @@ func TestNodeCredentialsReachOnlyTheirNode(t *testing.T) {
 	} {
 		a.refused(t, "publish", s)
 	}
-	for _, s := range []string{"_INBOX.>", "_INBOX_" + tokB + ".>", "_INBOX_node-1.>", "pleg.>", "$KV.PLEG_STATE.>", ">"} {
+	for _, s := range []string{"_INBOX.>", "_INBOX_" + tokB + ".>", "_INBOX_node-1.>", "pleg.>", "$KV.PLEG_STATE.>", ">",
+		"$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.KV_PLEG_STATE", "$JS.EVENT.ADVISORY.>"} {
 		a.refused(t, "subscribe", s)
+	}
+	// The stream's leader elections, which the bridge listens for.
+	adv := connect(t, srv.URL, srv.Mint(t, nodeA), nats.CustomInboxPrefix(natsauth.InboxPrefix(nodeA)))
+	if _, err := adv.nc.SubscribeSync("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.PLEG"); err != nil {
+		t.Fatal(err)
+	}
+	if err := adv.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := adv.nc.LastError(); err != nil {
+		t.Errorf("node A may not hear of the stream's leader elections: %v", err)
 	}
 
 	// With the default inbox prefix, no reply reaches the node.

@@ -26,8 +26,11 @@ func newCredsCommand(env commandEnv) *cobra.Command {
 subject token (node-1.example.com: node-1_example_com). The scoped signing key
 gives it its permissions: publish under <prefix>.<node>.>, write the node's
 keys of the state bucket, the JetStream calls the bridge makes, and replies on
-_INBOX_<node> only; the bridge must run with PLEG_NATS_INBOX_PREFIX=_INBOX_{node}.
-Setting up the key once is described in deploy/nats/README.md.
+_INBOX_<node> only, and no right to create or change the stream or the
+bucket. A bridge that finds its node's credentials (PLEG_NATS_CREDS, the user
+named by PLEG_NODE_NAME's token) sets PLEG_NATS_INBOX_PREFIX=_INBOX_{node} and
+PLEG_STREAM_MANAGE=false itself; creds says so on stderr. Setting up the key
+once is described in deploy/nats/README.md; --init makes the whole account.
 
 With --reader, the credentials are a reader's, limited to the namespaces of
 --namespace, minted with the readers' scoped signing key (role pleg-reader):
@@ -39,13 +42,22 @@ that an operator made for those namespaces. The reader receives replies on
 _INBOX_<its public key> only: creds says which on stderr, to give to
 --inbox-prefix.
 
---account-jwt (the account's JWT, e.g. from nsc describe account --raw) lets
+--init DIR makes the account once, without nsc: a new operator, a system
+account and the account PLEG with JetStream and both scoped signing keys
+(templates for PLEG_SUBJECT_PREFIX, PLEG_STREAM and PLEG_STATE_BUCKET of the
+environment, or the defaults), an administrator's credentials, and
+resolver.conf, which nats-server's configuration includes to trust the
+operator and resolve the accounts. DIR must not hold these files already.
+
+--account-jwt (the account's JWT, from creds --init or nsc describe account --raw) lets
 creds check that the key is one of the account's scoped signing keys, of the
 role asked for: a key without a scope would give the user every permission of
 the account. With --account (a public key) nothing proves the key belongs to
 that account or is scoped: creds refuses only the account's own identity key
 and says on stderr what it did not check.`,
-		Example: `  pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1.example.com --out node-1.creds
+		Example: `  pleg-bridge creds --init ./pleg-nats      # once: operator, accounts, signing keys, resolver.conf; no nsc
+  pleg-bridge creds --signing-key pleg-nats/pleg-node.nk --account-jwt pleg-nats/pleg.jwt --node node-1.example.com --out node-1.creds
+  pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1.example.com --out node-1.creds
   pleg-bridge creds --signing-key /etc/pleg-signer/seed --account ACCOUNTPUBLICKEY --out /run/pleg/nats.creds   # node from PLEG_NODE_NAME
   pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1 --expiry 720h
   pleg-bridge creds --reader --namespace shop,payments --signing-key pleg-reader.nk --account-jwt pleg.jwt --out shop.creds
@@ -53,10 +65,19 @@ and says on stderr what it did not check.`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			o.nodeSet = c.Flags().Changed("node")
+			if c.Flags().Changed("init") {
+				if err := o.checkInit(c.CommandPath(), c.Flags().NFlag()); err != nil {
+					return err
+				}
+				return runCredsInit(c.CommandPath(), o.init, natsauth.Names{
+					SubjectPrefix: env.getenv("PLEG_SUBJECT_PREFIX"), Stream: env.getenv("PLEG_STREAM"), StateBucket: env.getenv("PLEG_STATE_BUCKET"),
+				}, env.stdout)
+			}
 			return runCreds(c.CommandPath(), o, env.stdout, env.stderr)
 		},
 	}
 	f := c.Flags()
+	f.StringVar(&o.init, "init", "", "make a new operator, system account and account with both scoped signing keys, without nsc, and write their keys, JWTs and the servers' resolver.conf to this directory")
 	f.StringVar(&o.signingKey, "signing-key", "", "file holding the seed (SA...) of the account's scoped signing key (role pleg-node, or pleg-reader with --reader)")
 	f.StringVar(&o.account, "account", "", "public key (A...) of the account the signing key belongs to, taken on trust (--account-jwt checks the key)")
 	f.StringVar(&o.accountJWT, "account-jwt", "", "file holding the account's JWT: names the account and proves the key is scoped (instead of --account)")
@@ -72,7 +93,8 @@ and says on stderr what it did not check.`,
 // credsOptions are the flags of creds.
 type credsOptions struct {
 	signingKey, account, accountJWT, node, out string
-	nodeSet                                    bool // --node given on the command line
+	init                                       string // --init: the directory
+	nodeSet                                    bool   // --node given on the command line
 	reader                                     bool
 	namespaces, groups                         []string
 	expiry                                     time.Duration
@@ -119,6 +141,18 @@ func (o credsOptions) check(cmd string) error {
 	return nil
 }
 
+// checkInit reports a usage error if --init comes with another flag
+// (nflags counts the flags given, --init included).
+func (o credsOptions) checkInit(cmd string, nflags int) error {
+	switch {
+	case o.init == "":
+		return usageErrorf(cmd, "--init needs a directory")
+	case nflags > 1:
+		return usageErrorf(cmd, "--init makes the account and its keys, and takes no other flag; mint credentials with a second creds command")
+	}
+	return nil
+}
+
 // runCreds mints the credentials of o.node, or of a reader of
 // o.namespaces, and writes them to o.out. What it cannot check (the key
 // against an account given by --account alone) it says on stderr, and so
@@ -159,8 +193,11 @@ func runCreds(cmd string, o credsOptions, stdout, stderr io.Writer) error {
 	} else {
 		err = writeSecretFile(o.out, creds)
 	}
-	if err != nil || !o.reader {
+	if err != nil {
 		return err
+	}
+	if !o.reader {
+		return nodeSettings(cmd, o.node, stderr)
 	}
 	inbox, err := natsauth.ReaderInboxPrefix(creds)
 	if err != nil {
@@ -168,6 +205,16 @@ func runCreds(cmd string, o credsOptions, stdout, stderr io.Writer) error {
 	}
 	_, err = fmt.Fprintf(stderr, "%s: the reader of %s receives replies on %s only: connect with --inbox-prefix %s (PLEG_NATS_INBOX_PREFIX; nats --inbox-prefix; nats.CustomInboxPrefix)\n",
 		cmd, strings.Join(o.namespaces, ", "), inbox, inbox)
+	return err
+}
+
+// nodeSettings writes on stderr what node's bridge needs beside its
+// credentials, and that it sets both itself when it finds them.
+func nodeSettings(cmd, node string, stderr io.Writer) error {
+	_, err := fmt.Fprintf(stderr, "%s: node %s's bridge receives replies on %s only and may not create or change the stream or the state bucket: "+
+		"with these credentials and PLEG_NODE_NAME=%s it sets PLEG_NATS_INBOX_PREFIX=_INBOX_{node} and PLEG_STREAM_MANAGE=false itself "+
+		"(other clients: --inbox-prefix %s). Create the stream and the bucket once with an administrator's credentials (deploy/nats/README.md).\n",
+		cmd, node, natsauth.InboxPrefix(node), node, natsauth.InboxPrefix(node))
 	return err
 }
 

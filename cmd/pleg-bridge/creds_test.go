@@ -151,7 +151,7 @@ func TestCredsRefusesWhatWouldMintTheWrongUser(t *testing.T) {
 // TestCredsSaysWhatItDidNotCheck: with --account alone, nothing says the
 // signing key belongs to the account; creds says so on stderr, naming the
 // key, the account and --account-jwt. With --account-jwt it checked, and
-// says nothing.
+// says only what the node's bridge needs beside the file.
 func TestCredsSaysWhatItDidNotCheck(t *testing.T) {
 	t.Parallel()
 	srv := natsauthtest.Start(t, natsauth.Names{})
@@ -183,8 +183,14 @@ func TestCredsSaysWhatItDidNotCheck(t *testing.T) {
 	if err := run(t.Context(), args, envFrom(t, nil), io.Discard, &stderr); err != nil {
 		t.Fatalf("creds: %v", err)
 	}
-	if stderr.Len() != 0 {
+	if strings.Contains(stderr.String(), "warning") {
 		t.Errorf("creds --account-jwt, which checks the key, warned: %q", stderr.String())
+	}
+	// What the node's bridge needs beside the file, as for a reader.
+	for _, want := range []string{"_INBOX_n only", "PLEG_NATS_INBOX_PREFIX=_INBOX_{node}", "PLEG_STREAM_MANAGE=false"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("creds --node says %q, want %q", stderr.String(), want)
+		}
 	}
 }
 

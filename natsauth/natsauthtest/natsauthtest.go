@@ -40,78 +40,52 @@ type Server struct {
 	AdminCreds string
 }
 
-// Start runs the server until the test ends: an operator, a system account
-// and the account PLEG with JetStream and two scoped signing keys, of role
+// Start runs the server until the test ends, with natsauth.NewAccount's
+// operator, system account and account PLEG: JetStream and two scoped
+// signing keys, of role
 // natsauth.Role and template natsauth.NodeTemplate(names) and of role
 // natsauth.ReaderRole and template natsauth.ReaderTemplate(names), all
 // resolved from memory. It fails the test if anything does not start.
 func Start(t testing.TB, names natsauth.Names) *Server {
 	t.Helper()
 	dir := t.TempDir()
-	operator := newKey(t, nkeys.CreateOperator)
-	opPub := pub(t, operator)
-	opClaims := jwt.NewOperatorClaims(opPub)
-	opClaims.Name = "test-operator"
-	opJWT := encode(t, opClaims, operator)
-	opDecoded, err := jwt.DecodeOperatorClaims(opJWT)
+	a, err := natsauth.NewAccount(natsauth.AccountOptions{Names: names, Operator: "test-operator"})
 	if err != nil {
 		t.Fatal(err)
 	}
-
+	opClaims, err := jwt.DecodeOperatorClaims(a.OperatorJWT)
+	if err != nil {
+		t.Fatal(err)
+	}
 	resolver := &server.MemAccResolver{}
-	sys := newKey(t, nkeys.CreateAccount)
-	sysClaims := jwt.NewAccountClaims(pub(t, sys))
-	sysClaims.Name = "SYS"
-	if err := resolver.Store(pub(t, sys), encode(t, sysClaims, operator)); err != nil {
-		t.Fatal(err)
+	for kp, token := range map[nkeys.KeyPair]string{a.System: a.SystemJWT, a.Account: a.AccountJWT} {
+		if err := resolver.Store(pub(t, kp), token); err != nil {
+			t.Fatal(err)
+		}
 	}
-
-	account := newKey(t, nkeys.CreateAccount)
-	accClaims := jwt.NewAccountClaims(pub(t, account))
-	accClaims.Name = "PLEG"
-	accClaims.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-	signer := addScopedSigner(t, accClaims, natsauth.Role, natsauth.NodeTemplate(names))
-	readerSigner := addScopedSigner(t, accClaims, natsauth.ReaderRole, natsauth.ReaderTemplate(names))
-	accJWT := encode(t, accClaims, operator)
-	if err := resolver.Store(pub(t, account), accJWT); err != nil {
-		t.Fatal(err)
-	}
-
 	opts := &server.Options{
 		Host: "127.0.0.1", Port: -1,
 		JetStream: true, StoreDir: filepath.Join(dir, "js"),
-		TrustedOperators: []*jwt.OperatorClaims{opDecoded},
+		TrustedOperators: []*jwt.OperatorClaims{opClaims},
 		AccountResolver:  resolver,
-		SystemAccount:    pub(t, sys),
+		SystemAccount:    pub(t, a.System),
 	}
 	s := publishtest.RunServer(t, opts)
 
 	srv := &Server{
-		URL: s.ClientURL(), Account: pub(t, account), SigningKey: signer,
+		URL: s.ClientURL(), Account: pub(t, a.Account), SigningKey: a.NodeSigner,
 		SigningKeyFile:       filepath.Join(dir, "pleg-node.nk"),
-		ReaderSigningKey:     readerSigner,
+		ReaderSigningKey:     a.ReaderSigner,
 		ReaderSigningKeyFile: filepath.Join(dir, "pleg-reader.nk"),
 		AccountJWTFile:       filepath.Join(dir, "pleg.jwt"),
+		AdminCreds:           filepath.Join(dir, "admin.creds"),
 	}
-	if err := os.WriteFile(srv.AccountJWTFile, []byte(accJWT+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(srv.AccountJWTFile, []byte(a.AccountJWT+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	writeSeed(t, signer, srv.SigningKeyFile)
-	writeSeed(t, readerSigner, srv.ReaderSigningKeyFile)
-
-	admin := newKey(t, nkeys.CreateUser)
-	adminClaims := jwt.NewUserClaims(pub(t, admin))
-	adminClaims.Name = "admin"
-	adminSeed, err := admin.Seed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, err := jwt.FormatUserConfig(encode(t, adminClaims, account), adminSeed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.AdminCreds = filepath.Join(dir, "admin.creds")
-	if err := os.WriteFile(srv.AdminCreds, creds, 0o600); err != nil {
+	writeSeed(t, a.NodeSigner, srv.SigningKeyFile)
+	writeSeed(t, a.ReaderSigner, srv.ReaderSigningKeyFile)
+	if err := os.WriteFile(srv.AdminCreds, a.AdminCreds, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return srv
@@ -152,19 +126,6 @@ func (s *Server) MintReader(t testing.TB, namespaces, groups []string) (creds, i
 	return creds, inbox
 }
 
-// addScopedSigner adds a new scoped signing key of role, whose users get
-// the permissions template, to claims, and returns the key.
-func addScopedSigner(t testing.TB, claims *jwt.AccountClaims, role string, template jwt.Permissions) nkeys.KeyPair {
-	t.Helper()
-	signer := newKey(t, nkeys.CreateAccount)
-	scope := jwt.NewUserScope()
-	scope.Key = pub(t, signer)
-	scope.Role = role
-	scope.Template.Permissions = template
-	claims.SigningKeys.AddScopedSigner(scope)
-	return signer
-}
-
 // writeSeed writes the seed of kp, and a newline, to the file path, as an
 // operator gives a key to pleg-bridge creds.
 func writeSeed(t testing.TB, kp nkeys.KeyPair, path string) {
@@ -178,15 +139,6 @@ func writeSeed(t testing.TB, kp nkeys.KeyPair, path string) {
 	}
 }
 
-func newKey(t testing.TB, create func() (nkeys.KeyPair, error)) nkeys.KeyPair {
-	t.Helper()
-	kp, err := create()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kp
-}
-
 func pub(t testing.TB, kp nkeys.KeyPair) string {
 	t.Helper()
 	p, err := kp.PublicKey()
@@ -194,13 +146,4 @@ func pub(t testing.TB, kp nkeys.KeyPair) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func encode(t testing.TB, c jwt.Claims, kp nkeys.KeyPair) string {
-	t.Helper()
-	s, err := c.Encode(kp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }

@@ -108,16 +108,17 @@ func imageRepoTag(t *testing.T, image string) (string, string) {
 
 // kustomizeInstaller applies an overlay of deploy/kubernetes, as it is,
 // without the Prometheus Operator's component: the image, pull policy
-// Never (it is imported, not pulled), and the socket path in its three
-// places (JSON patches that check what they replace). The namespace and the
-// Secret (a credentials file) come first, as docs/deployment.md says.
-// Neither apply may print a warning.
+// Never (it is imported, not pulled), and the node's socket path in the
+// hostPath only, as docs/deployment.md says (JSON patches that check what
+// they replace). The namespace and the Secret (the node's own credentials,
+// made by pleg-bridge creds, and no other NATS setting) come first, as
+// docs/deployment.md says. Neither apply may print a warning.
 func kustomizeInstaller() installer {
 	var overlay string
 	return installer{
 		name:           "kubectl apply -k",
 		churnNamespace: "churn-kustomize",
-		auth:           authCreds,
+		auth:           authNodeCreds,
 		install: func(t *testing.T, nats *hostNATS) {
 			overlay = t.TempDir()
 			base, err := filepath.Rel(overlay, filepath.Join(suite.repo, "deploy", "kubernetes"))
@@ -138,13 +139,9 @@ patches:
   - target: {kind: DaemonSet, name: pleg-bridge}
     patch: |
       - {op: replace, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never}
-      - {op: test, path: /spec/template/spec/containers/0/env/1/name, value: PLEG_CRI_ENDPOINT}
-      - {op: replace, path: /spec/template/spec/containers/0/env/1/value, value: "unix://%s"}
-      - {op: test, path: /spec/template/spec/containers/0/volumeMounts/0/name, value: cri-socket}
-      - {op: replace, path: /spec/template/spec/containers/0/volumeMounts/0/mountPath, value: %q}
       - {op: test, path: /spec/template/spec/volumes/0/name, value: cri-socket}
       - {op: replace, path: /spec/template/spec/volumes/0/hostPath/path, value: %q}
-`, base, repo, tag, sock, sock, sock)
+`, base, repo, tag, sock)
 			if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -296,7 +293,15 @@ func checkRunsAsWritten(t *testing.T, pod corev1.Pod) {
 			options[f[1]] = strings.Split(f[3], ",")
 		}
 	}
-	for _, path := range []string{"/", suite.socket, "/etc/pleg-bridge/nats"} {
+	// The socket where the container sees it: the node's path (the chart)
+	// or the base's, whose hostPath alone points at the node's (kustomize).
+	socket := ""
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		if m.Name == "cri-socket" {
+			socket = m.MountPath
+		}
+	}
+	for _, path := range []string{"/", socket, "/etc/pleg-bridge/nats"} {
 		if !slices.Contains(options[path], "ro") {
 			t.Errorf("%s is mounted %v in the bridge's container, want read-only", path, options[path])
 		}

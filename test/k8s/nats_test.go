@@ -7,9 +7,12 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
@@ -29,6 +32,12 @@ const (
 	// authNKey is a static configuration with an NKey user, as
 	// deploy/nats/accounts.conf has: the user has an NKey seed.
 	authNKey
+	// authNodeCreds is operator mode set up by the project alone, as
+	// deploy/nats/README.md ("NATS as a process") and docs/deployment.md
+	// say: pleg-bridge creds --init, nats-server.conf with its
+	// resolver.conf, the stream and the bucket of one replica made by the
+	// administrator, and the node's own credentials from creds --node.
+	authNodeCreds
 )
 
 // hostNATS is a NATS server on the node, outside the cluster, as a user's
@@ -81,7 +90,13 @@ func startHostNATS(t *testing.T, auth natsAuth) *hostNATS {
 	opts := &server.Options{Host: suite.nodeIP, Port: -1, JetStream: true, StoreDir: filepath.Join(t.TempDir(), "js")}
 	h := &hostNATS{}
 	var connect nats.Option
+	var streamFile = "stream.json"
 	switch auth {
+	case authNodeCreds:
+		var admin string
+		opts, admin, h.Creds = projectNATS(t)
+		connect = nats.UserCredentials(admin)
+		streamFile = "stream-1.json"
 	case authNKey:
 		user, userPub := key(nkeys.CreateUser)
 		seed, err := user.Seed()
@@ -121,7 +136,7 @@ func startHostNATS(t *testing.T, auth natsAuth) *hostNATS {
 	if h.js, err = jetstream.New(nc); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(suite.repo, "deploy", "nats", "stream.json"))
+	b, err := os.ReadFile(filepath.Join(suite.repo, "deploy", "nats", streamFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,13 +144,69 @@ func startHostNATS(t *testing.T, auth natsAuth) *hostNATS {
 	dec.DisallowUnknownFields()
 	var cfg jetstream.StreamConfig
 	if err := dec.Decode(&cfg); err != nil {
-		t.Fatalf("deploy/nats/stream.json: %v", err)
+		t.Fatalf("deploy/nats/%s: %v", streamFile, err)
 	}
 	cfg.Replicas = 1
 	if _, err := h.js.CreateStream(t.Context(), cfg); err != nil {
-		t.Fatalf("create the stream of deploy/nats/stream.json: %v", err)
+		t.Fatalf("create the stream of deploy/nats/%s: %v", streamFile, err)
+	}
+	if auth == authNodeCreds {
+		// nats kv add PLEG_STATE --history 1 --replicas 1 --storage file
+		// --marker-ttl 24h: a node's user may not create it.
+		if _, err := h.js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{
+			Bucket: "PLEG_STATE", History: 1, Replicas: 1, Storage: jetstream.FileStorage, LimitMarkerTTL: 24 * time.Hour,
+		}); err != nil {
+			t.Fatalf("create the state bucket as deploy/nats/README.md does: %v", err)
+		}
 	}
 	return h
+}
+
+// projectNATS sets up NATS as deploy/nats/README.md's "NATS as a process"
+// says for one server, with the project's own commands: pleg-bridge creds
+// --init writes the account, nats-server.conf is read beside its
+// resolver.conf (its listen address, ports and store moved to the node's
+// IP, a free port and a temporary directory), and pleg-bridge creds --node
+// mints the node's credentials as docs/deployment.md does, for the node
+// kubectl names. It returns the server's options, the administrator's
+// credentials file and the node's credentials.
+func projectNATS(t *testing.T) (opts *server.Options, admin string, creds []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pleg-bridge")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/pleg-bridge")
+	build.Dir = suite.repo
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/pleg-bridge: %v\n%s", err, out)
+	}
+	account := filepath.Join(dir, "pleg-nats")
+	if out, err := exec.Command(bin, "creds", "--init", account).CombinedOutput(); err != nil {
+		t.Fatalf("pleg-bridge creds --init: %v\n%s", err, out)
+	}
+	// cp pleg-nats/resolver.conf deploy/nats/: the same, the other way
+	// round, so that the checkout stays as it is.
+	conf, err := os.ReadFile(filepath.Join(suite.repo, "deploy", "nats", "nats-server.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(account, "nats-server.conf"), conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if opts, err = server.ProcessConfigFile(filepath.Join(account, "nats-server.conf")); err != nil {
+		t.Fatalf("nats-server -c deploy/nats/nats-server.conf: %v", err)
+	}
+	opts.Host, opts.Port, opts.HTTPPort, opts.StoreDir = suite.nodeIP, -1, 0, filepath.Join(dir, "js")
+
+	node := strings.TrimSpace(string(kubectl(t, nil, "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}")))
+	out := filepath.Join(dir, "pleg-bridge.creds")
+	if b, err := exec.Command(bin, "creds", "--signing-key", filepath.Join(account, "pleg-node.nk"), "--account-jwt", filepath.Join(account, "pleg.jwt"),
+		"--node", node, "--out", out).CombinedOutput(); err != nil {
+		t.Fatalf("pleg-bridge creds --node %s: %v\n%s", node, err, b)
+	}
+	if creds, err = os.ReadFile(out); err != nil {
+		t.Fatal(err)
+	}
+	return opts, filepath.Join(account, "admin.creds"), creds
 }
 
 // operatorMode sets opts up for operator (JWT) mode: an operator, a system
