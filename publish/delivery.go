@@ -194,6 +194,8 @@ func (d *delivery) run(ctx context.Context) error {
 			d.check("the stream's leader was elected", true)
 		case <-d.rep.retryC():
 			d.retryCheck()
+		case <-d.rep.holdC():
+			// The quick hold is over: dispatch looks again.
 		case now := <-d.retries.C():
 			d.ready = d.retries.due(d.ready, now)
 		case now := <-d.stallC(stallCheck):
@@ -257,12 +259,12 @@ func (d *delivery) takeIn() {
 // is room in flight. It returns an error only when the connection is
 // closed for good.
 func (d *delivery) dispatch() error {
-	if d.reconciling || d.carry != nil || d.rep.holds() {
+	if d.reconciling || d.carry != nil || d.repairHolds() {
 		return nil
 	}
 	if len(d.ready) > 0 {
 		d.noticeReconnect()
-		if d.rep.holds() {
+		if d.repairHolds() {
 			return nil
 		}
 	}

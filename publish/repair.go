@@ -57,14 +57,17 @@ import (
 // pleg_bridge_repair_checks_total counts the checks by result.
 //
 // While the first read after a reconnect or an election is on its way,
-// nothing is published, so that no later event of a pod reaches the
-// stream before an earlier one the check puts back (a read takes a few
-// milliseconds; it is cut short after AckTimeout). A pod with a message in
-// flight when the answer comes takes the lost events after that message
-// settles. An ack that shows the sequence going backwards was stored after
-// the loss: events of its pod that were lost before it follow it, out of
-// order; the reconnect that comes first with a server that restarts
-// avoids that.
+// nothing is published for repairQuickHold (half a second; a check of a
+// healthy stream takes milliseconds), and after that only while publishing
+// fails too (servers still recovering), for a minute at most: so no later
+// event of a pod reaches the stream before an earlier one the check puts
+// back. A check slower than that while publishing works (a consumer
+// created while the cluster's meta leader changes, say) lets publishing
+// go on. Once an answer is in, nothing is published until the messages in
+// flight settle and the lost events are in their queues. An ack that
+// shows the sequence going backwards was stored after the loss: events of
+// its pod that were lost before it follow it, out of order; the reconnect
+// that comes first with a server that restarts avoids that.
 //
 // A check that fails is logged once at Warn and tried again with the
 // publish backoff. While publishing fails too (the servers are still
@@ -80,11 +83,17 @@ import (
 // publishing works (the consumer refused by permissions, say).
 const repairAttempts = 6
 
-// repairHoldMax bounds how long a check that keeps failing holds
-// publishing, while publishing fails too: the servers recovering their
-// streams after they all lost power take seconds to tens of seconds, and
-// what is published before the check could overtake what it puts back.
-const repairHoldMax = time.Minute
+// repairQuickHold is how long a check holds publishing in any case: a
+// check of a healthy stream takes milliseconds. Past it, publishing waits
+// on only while it fails too, for repairHoldMax at most: the servers
+// recovering their streams after they all lost power take seconds to tens
+// of seconds, and what is published before the check could overtake what
+// it puts back. A check that is slow while publishing works (a consumer
+// created while the cluster's meta leader changes) does not hold it.
+const (
+	repairQuickHold = 500 * time.Millisecond
+	repairHoldMax   = time.Minute
+)
 
 // repairResultLost and the other results of a check, the values of the
 // result label of pleg_bridge_repair_checks_total.
@@ -107,8 +116,10 @@ type repairer struct {
 	// again after it.
 	reading, holding bool
 	reason, again    string
-	// holdUntil ends the hold of a check that keeps failing.
-	holdUntil time.Time
+	// heldSince is when the hold started; holdTimer fires when its quick
+	// part (repairQuickHold) is over, to wake the delivery.
+	heldSince time.Time
+	holdTimer *time.Timer
 	// answer is a read's answer waiting for the messages in flight to
 	// settle.
 	answer *repairResult
@@ -153,10 +164,11 @@ func newRepairer(kept *durable.Retained, nc *nats.Conn, stream string, launch fu
 	}
 	r := &repairer{
 		kept: kept, launch: launch, results: make(chan repairResult, 1),
-		retry: time.NewTimer(time.Hour), queued: map[string]struct{}{},
+		retry: time.NewTimer(time.Hour), holdTimer: time.NewTimer(time.Hour), queued: map[string]struct{}{},
 		reconnects: nc.Stats().Reconnects,
 	}
 	r.retry.Stop()
+	r.holdTimer.Stop()
 	if stream == "" {
 		stream = "*"
 	}
@@ -174,6 +186,7 @@ func (r *repairer) close() {
 		return
 	}
 	r.retry.Stop()
+	r.holdTimer.Stop()
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
 	}
@@ -203,8 +216,37 @@ func (r *repairer) resultC() <-chan repairResult {
 	return r.results
 }
 
-// holds reports whether publishing waits for a check.
-func (r *repairer) holds() bool { return r != nil && r.holding }
+// holdC returns the channel that fires when the quick part of a hold is
+// over, or nil.
+func (r *repairer) holdC() <-chan time.Time {
+	if r == nil || !r.holding {
+		return nil
+	}
+	return r.holdTimer.C
+}
+
+// repairHolds reports whether publishing waits for a check: an answer that
+// is not applied yet, or a check on its way for repairQuickHold, and for
+// up to repairHoldMax while publishing fails too.
+func (d *delivery) repairHolds() bool {
+	r := d.rep
+	if r == nil {
+		return false
+	}
+	if r.answer != nil {
+		return true
+	}
+	if !r.holding {
+		return false
+	}
+	held := time.Since(r.heldSince)
+	if held < repairQuickHold || held < repairHoldMax && (!d.stalledAt.IsZero() || d.nc.IsReconnecting()) {
+		return true
+	}
+	r.holding = false
+	d.log.Debug("publishing goes on while the check of the acknowledged events is on its way", "held_for", held, "reason", r.reason)
+	return false
+}
 
 // check starts a check for reason, holding publishing until it answers
 // when hold; a check on its way takes reason as the next.
@@ -228,8 +270,9 @@ func (d *delivery) check(reason string, hold bool) {
 	r.reading, r.reason, r.failures = true, reason, 0
 	r.retrying = false
 	r.retry.Stop()
-	if hold && !r.holding {
-		r.holdUntil = now.Add(repairHoldMax)
+	if hold && !r.holding && !d.draining {
+		r.heldSince = now
+		r.holdTimer.Reset(repairQuickHold)
 	}
 	r.holding = hold && !d.draining
 	r.launch(kept, reason)
@@ -268,10 +311,7 @@ func (d *delivery) repairAnswered(res repairResult) {
 	r := d.rep
 	r.reading = false
 	if res.err != nil {
-		// Publishing waits on while it fails too (the servers are not
-		// back), for repairHoldMax at most: a check that fails while
-		// publishing works (permissions) does not hold it.
-		r.holding = r.holding && time.Now().Before(r.holdUntil) && (!d.stalledAt.IsZero() || d.nc.IsReconnecting())
+		// A hold goes on (repairHolds says how long) with the next try.
 		d.metrics.repairChecks.WithLabelValues(repairError).Inc()
 		r.failures++
 		if r.failures == 1 {
@@ -300,7 +340,7 @@ func (d *delivery) repairAnswered(res repairResult) {
 	// Nothing more is published until the answer is applied: the
 	// messages in flight settle, and the heads of the pods' queues may
 	// change then.
-	r.answer, r.holding = &res, true
+	r.answer, r.holding = &res, false
 	d.applyRepair()
 }
 
@@ -322,7 +362,7 @@ func (d *delivery) applyRepair() {
 		return
 	}
 	res := *r.answer
-	r.answer, r.holding = nil, false
+	r.answer = nil
 	defer func() {
 		if r.again != "" {
 			reason := r.again
@@ -405,10 +445,10 @@ func (d *delivery) repairedOne(e *outboxEvent) {
 
 // readKept reads the ids of this node's messages that the stream holds
 // from the lowest sequence of kept to its last, and returns the kept
-// events it lacks. Bounded by twice AckTimeout.
+// events it lacks. Bounded by AckTimeout.
 func (p *Publisher) readKept(ctx context.Context, kept []durable.RetainedEvent) (repairResult, error) {
 	res := repairResult{kept: len(kept)}
-	rctx, cancel := context.WithTimeout(ctx, 2*p.opts.AckTimeout)
+	rctx, cancel := context.WithTimeout(ctx, p.opts.AckTimeout)
 	defer cancel()
 	filter := p.enc.nodeSubjects()
 	stream, err := lookUpStream(rctx, p.js, p.opts.Stream, filter)
