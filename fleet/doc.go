@@ -1,7 +1,7 @@
 // Package fleet runs many nodes' bridges against one NATS JetStream
 // cluster and accounts for every transition, to measure what a fleet
 // costs the servers and to prove that faults at fleet scale lose nothing
-// (issue 24, docs/capacity.md).
+// (docs/capacity.md, docs/measurements.md).
 //
 // Run owns a whole fleet run: N simulated nodes, each a crisim runtime
 // served on a unix socket by the harness itself (a node's containerd

@@ -31,7 +31,7 @@ injected on a schedule; at the end every transition is accounted for per
 fault window (missing, duplicated, out of order), with the servers' peak
 memory and CPU, the stream's subjects and bytes, the state bucket's keys
 and the time each fault took to drain. It exits non-zero on any loss.
-docs/capacity.md says what the figures mean. Faults:
+docs/measurements.md says what the figures mean. Faults:
   %s`, strings.Join(fleet.AllFaults, ", ")),
 		Example: `  pleg-bridge fleet --nodes 50 --duration 30s --faults server-restart    # the CI run
   pleg-bridge fleet --nodes 200 --duration 5m --outage 60s

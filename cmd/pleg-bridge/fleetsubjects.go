@@ -35,8 +35,8 @@ again) and its resident memory sampled for --settle. The same is done for
 an empty stream, the baseline. It prints one table: per layout and
 duplicate window, the distinct subjects, the RSS after the restart (the
 lowest sample), per subject and per pod over the baseline, and the peak RSS
-during the ingest, as ranges over --runs runs. docs/capacity.md says what
-the figures mean. Layouts:
+during the ingest, as ranges over --runs runs. docs/measurements.md says
+what the figures mean. Layouts:
   legacy          pleg.<node>.<uid>.<type>      (before the namespace token)
   current         pleg.<node>.<ns>.<uid>.<type> (DESIGN.md §4)
   pod             pleg.<node>.<ns>.<uid>        (one subject per pod)
