@@ -280,6 +280,12 @@ func (c *Cluster) WaitMetaLeader() (int, error) {
 	}
 }
 
+// StoreDir returns the store directory of server i: what a test that
+// rolls a server's store back copies while the server is stopped.
+func (c *Cluster) StoreDir(i int) string {
+	return filepath.Join(c.opts.DataDir, c.serverName(i))
+}
+
 // Stop shuts server i down and waits until it stopped. To its clients and
 // its peers that is a crash: connections and routes drop, nothing is
 // handed over. Stopping a stopped server does nothing.

@@ -98,6 +98,46 @@ func (n *natsSetup) startAll() error {
 	return nil
 }
 
+// indexes returns the servers' indexes.
+func (n *natsSetup) indexes() []int {
+	out := make([]int, len(n.urls))
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// storeDir returns server i's store directory.
+func (n *natsSetup) storeDir(i int) string {
+	if n.cluster != nil {
+		return n.cluster.StoreDir(i)
+	}
+	return n.singleOpts.DataDir
+}
+
+// stop stops server i, as a crash looks to clients.
+func (n *natsSetup) stop(i int) {
+	if n.cluster != nil {
+		n.cluster.Stop(i)
+		return
+	}
+	n.single.Shutdown()
+	n.single.WaitForShutdown()
+}
+
+// start starts the servers is again, on their ports and stores; a
+// cluster's together, since one waits for a quorum.
+func (n *natsSetup) start(is ...int) error {
+	if n.cluster == nil {
+		return n.startAll()
+	}
+	var eg errgroup.Group
+	for _, i := range is {
+		eg.Go(func() error { return n.cluster.Restart(i) })
+	}
+	return eg.Wait()
+}
+
 // shutdown stops NATS for good.
 func (n *natsSetup) shutdown() {
 	if n.cluster != nil {

@@ -50,13 +50,32 @@ const (
 	// target away, as when its pod is deleted, until PlegBridgeAbsent
 	// fires; then both come back. With Prometheus only.
 	FaultBridgeGone = "bridge-gone"
+	// FaultPowerLoss copies every server's store, and Rollback later stops
+	// every server and starts it again with that copy: what the servers
+	// acknowledged in between is lost, as in a power loss with nothing
+	// flushed for that long (machine.go).
+	FaultPowerLoss = "power-loss"
+	// FaultOSCrash does the same to the stream leader alone, while another
+	// server is down around its return. Cluster only.
+	FaultOSCrash = "os-crash"
+	// FaultCorruptReplica truncates, or flips a byte of, the newest block of
+	// the stream on a stopped server that does not lead, starts it again,
+	// and (in a cluster) stops the leader for FaultLength so that another
+	// may lead.
+	FaultCorruptReplica = "corrupt-replica"
 )
 
 // AllFaults lists every fault in schedule order.
 var AllFaults = []string{
 	FaultNATSRestart, FaultNATSOutage, FaultLeaderKill, FaultMetaLeaderChange,
 	FaultBridgeKill, FaultBridgeGone, FaultOutageBridgeKill, FaultRuntimeRestart,
-	FaultStreamDrop, FaultStreamRefused,
+	FaultStreamDrop, FaultStreamRefused, FaultPowerLoss, FaultOSCrash, FaultCorruptReplica,
+}
+
+// machineFault is whether fault makes the servers lose what they
+// acknowledged (machine.go).
+func machineFault(fault string) bool {
+	return fault == FaultPowerLoss || fault == FaultOSCrash || fault == FaultCorruptReplica
 }
 
 // AlertingFaults are the faults a soak with Prometheus runs by default:
@@ -66,14 +85,14 @@ var AlertingFaults = []string{
 }
 
 func clusterOnly(fault string) bool {
-	return fault == FaultLeaderKill || fault == FaultMetaLeaderChange
+	return fault == FaultLeaderKill || fault == FaultMetaLeaderChange || fault == FaultOSCrash
 }
 
 // defaultFault is whether "all" faults include fault without Prometheus:
 // the faults added for alerts are not, so that a soak without Prometheus
 // runs as it did before them.
 func defaultFault(fault string) bool {
-	return fault != FaultBridgeGone && fault != FaultStreamRefused
+	return fault != FaultBridgeGone && fault != FaultStreamRefused && !machineFault(fault)
 }
 
 // Options configures a soak. The zero value of a field means its default.
@@ -131,6 +150,12 @@ type Options struct {
 	// SettleTimeout bounds the wait, after the churn stopped, for the
 	// stream to hold every transition. Default 1m.
 	SettleTimeout time.Duration
+	// Rollback is how far back the machine faults roll a server's store:
+	// what it acknowledged in the last Rollback is lost. Default 30s.
+	Rollback time.Duration
+	// NoRepair runs the bridge without its repair of what the servers
+	// lost (PLEG_REPAIR_WINDOW=0), to show the loss the repair prevents.
+	NoRepair bool
 
 	// Prometheus runs a real Prometheus server and Alertmanager beside the
 	// bridge (PrometheusBinary, AlertmanagerBinary): Prometheus scrapes the
@@ -169,6 +194,7 @@ const (
 	DefaultOutboxSize       = 64
 	DefaultMaxInFlight      = 16
 	DefaultFaultLength      = 3 * time.Second
+	DefaultRollback         = 30 * time.Second
 	DefaultSettleTimeout    = time.Minute
 )
 
@@ -198,6 +224,7 @@ func (opts Options) withDefaults() (Options, error) {
 	opts.MaxInFlight = orDefault(opts.MaxInFlight, DefaultMaxInFlight)
 	opts.FaultLength = orDefault(opts.FaultLength, DefaultFaultLength)
 	opts.SettleTimeout = orDefault(opts.SettleTimeout, DefaultSettleTimeout)
+	opts.Rollback = orDefault(opts.Rollback, DefaultRollback)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -235,6 +262,9 @@ func (opts Options) withDefaults() (Options, error) {
 	if opts.MaxInFlight < 1 || opts.OutboxSize < opts.MaxInFlight {
 		bad("--outbox=%d, --max-in-flight=%d: want 1 <= max-in-flight <= outbox", opts.OutboxSize, opts.MaxInFlight)
 	}
+	if opts.Rollback < 0 {
+		bad("--rollback=%v must be positive", opts.Rollback)
+	}
 	if opts.FaultLength < 0 || opts.SettleTimeout < 0 {
 		bad("--fault-length=%v, --settle-timeout=%v must be positive", opts.FaultLength, opts.SettleTimeout)
 	}
@@ -255,6 +285,8 @@ func (opts Options) withDefaults() (Options, error) {
 			bad("--faults: %s needs a NATS cluster (--cluster)", f)
 		case f == FaultBridgeGone && !opts.Prometheus:
 			bad("--faults: %s takes a scrape target away: it needs --prometheus", f)
+		case machineFault(f) && opts.Prometheus:
+			bad("--faults: %s has no alerts of the soak's to check: run it without --prometheus", f)
 		case f == FaultStreamRefused && opts.Containerd17:
 			bad("--faults: %s refuses CRI's event stream, which the bridge does not use on containerd 1.7 (--containerd-1.7)", f)
 		case seen[f]:
@@ -365,6 +397,20 @@ func (opts Options) faultBudget(fault string) time.Duration {
 		d = opts.FaultLength
 	case FaultBridgeGone:
 		d = opts.FaultLength + 2*time.Second
+	case FaultPowerLoss, FaultOSCrash:
+		// The copy's restart, the rollback, the restart with the copy.
+		d = opts.Rollback + 2*time.Second
+		if fault == FaultOSCrash {
+			d += opts.FaultLength
+		}
+		if opts.Cluster {
+			d += 2 * clusterRestart
+		}
+	case FaultCorruptReplica:
+		d = 2 * time.Second
+		if opts.Cluster {
+			d += 2*opts.FaultLength + 2*clusterRestart
+		}
 	}
 	if opts.Prometheus {
 		d = max(d, opts.alertBudget(fault))

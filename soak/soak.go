@@ -219,6 +219,9 @@ func (s *soak) bridgeEnv(listen string) []string {
 			// Small enough for a NATS outage to fill it.
 			"PLEG_SPOOL_MAX_BYTES="+strconv.Itoa(soakSpoolBytes))
 	}
+	if o.NoRepair {
+		env = append(env, "PLEG_REPAIR_WINDOW=0")
+	}
 	return append(env, o.BridgeEnv...)
 }
 
@@ -430,6 +433,9 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 			}
 		}
 		return fmt.Sprintf("dropped the CRI event streams %d times in %v (%d streams ended)", drops, o.FaultLength, streams), nil
+
+	case FaultPowerLoss, FaultOSCrash, FaultCorruptReplica:
+		return s.injectMachineFault(ctx, fault)
 	}
 	return "", fmt.Errorf("unknown fault %q", fault)
 }

@@ -91,6 +91,8 @@ takes fewer --faults (its error says which fit). Faults:
 	f.IntVar(&o.OutboxSize, "outbox", soak.DefaultOutboxSize, fmt.Sprintf("the bridge's PLEG_OUTBOX_SIZE (%d with --prometheus)", soak.AlertingOutboxSize))
 	f.IntVar(&o.MaxInFlight, "max-in-flight", soak.DefaultMaxInFlight, "the bridge's PLEG_PUBLISH_MAX_IN_FLIGHT")
 	f.DurationVar(&o.FaultLength, "fault-length", soak.DefaultFaultLength, "how long a killed part stays down, and how long stream drops go on")
+	f.DurationVar(&o.Rollback, "rollback", soak.DefaultRollback, "how far back power-loss and os-crash roll a server's store: what it acknowledged in that time is lost")
+	f.BoolVar(&o.NoRepair, "no-repair", false, "run the bridge without its repair of what the servers lost (PLEG_REPAIR_WINDOW=0), to see the loss it prevents")
 	f.DurationVar(&o.SettleTimeout, "settle-timeout", soak.DefaultSettleTimeout, "how long to wait at the end for the stream to hold every transition")
 	f.Func("bridge-env", "`NAME=VALUE` added to the bridge's environment, after the soak's own (repeatable)", func(s string) error {
 		if !strings.Contains(s, "=") {
