@@ -116,6 +116,9 @@ type repairer struct {
 	// again after it.
 	reading, holding bool
 	reason, again    string
+	// againHolds is whether a trigger that came during the read would
+	// have held publishing: the next check does.
+	againHolds bool
 	// heldSince is when the hold started; holdTimer fires when its quick
 	// part (repairQuickHold) is over, to wake the delivery.
 	heldSince time.Time
@@ -259,6 +262,7 @@ func (d *delivery) check(reason string, hold bool) {
 		if r.again == "" {
 			r.again = reason
 		}
+		r.againHolds = r.againHolds || hold
 		return
 	}
 	now := time.Now()
@@ -322,9 +326,7 @@ func (d *delivery) repairAnswered(res repairResult) {
 				"attempt", r.failures, "err", res.err)
 		}
 		if r.again != "" {
-			reason := r.again
-			r.again = ""
-			d.check(reason, false)
+			d.checkAgain()
 			return
 		}
 		if r.holding || r.failures < repairAttempts {
@@ -342,6 +344,16 @@ func (d *delivery) repairAnswered(res repairResult) {
 	// change then.
 	r.answer, r.holding = &res, false
 	d.applyRepair()
+}
+
+// checkAgain starts the check that a trigger during the last read asked
+// for, holding publishing if that trigger would have, or if the last
+// check still holds it.
+func (d *delivery) checkAgain() {
+	r := d.rep
+	reason, hold := r.again, r.againHolds || r.holding
+	r.again, r.againHolds = "", false
+	d.check(reason, hold)
 }
 
 // retryCheck tries a failed check again.
@@ -365,9 +377,7 @@ func (d *delivery) applyRepair() {
 	r.answer = nil
 	defer func() {
 		if r.again != "" {
-			reason := r.again
-			r.again = ""
-			d.check(reason, false)
+			d.checkAgain()
 		}
 	}()
 	own := r.stream

@@ -42,9 +42,7 @@ import (
 // the copies, by server, and how long the servers were down.
 func (s *soak) snapshotStores(is []int) (map[int]string, time.Duration, error) {
 	down := time.Now()
-	for _, i := range is {
-		s.nats.stop(i)
-	}
+	s.nats.stopTogether(is)
 	snaps := map[int]string{}
 	for _, i := range is {
 		snap, err := os.MkdirTemp(s.opts.Dir, "rollback-")
@@ -118,9 +116,7 @@ func (s *soak) injectMachineFault(ctx context.Context, fault string) (string, er
 			return "", err
 		}
 		before, _ := s.streamLast(ctx)
-		for _, i := range all {
-			s.nats.stop(i)
-		}
+		s.nats.stopTogether(all)
 		if err := s.rollBack(snaps); err != nil {
 			return "", err
 		}

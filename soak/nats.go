@@ -125,6 +125,17 @@ func (n *natsSetup) stop(i int) {
 	n.single.WaitForShutdown()
 }
 
+// stopTogether stops the servers is at the same moment, as a power loss
+// does: one stopped before the others would leave them a quorum that
+// stores what it lacks.
+func (n *natsSetup) stopTogether(is []int) {
+	var eg errgroup.Group
+	for _, i := range is {
+		eg.Go(func() error { n.stop(i); return nil })
+	}
+	_ = eg.Wait()
+}
+
 // start starts the servers is again, on their ports and stores; a
 // cluster's together, since one waits for a quorum.
 func (n *natsSetup) start(is ...int) error {
