@@ -33,7 +33,7 @@ func newBridgeGroups(o Options, ns *nodes, urls []string, dir string) ([]*bridge
 	for g := 0; g*per < len(ns.list); g++ {
 		spec := &bridgesSpec{
 			URLs: strings.Join(urls, ","), Stream: streamName, Replicas: replicas, MaxAge: streamMaxAge,
-			DuplicateWindow: duplicateWindow, StateBucket: stateBucket, LogLevel: o.BridgeLogLevel,
+			DuplicateWindow: duplicateWindow, StateBucket: stateBucket, LogLevel: o.BridgeLogLevel, NoRepair: o.NoRepair,
 		}
 		group := &bridgeGroup{}
 		for i := g * per; i < min((g+1)*per, len(ns.list)); i++ {

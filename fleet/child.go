@@ -67,6 +67,8 @@ type serverSpec struct {
 	ClusterPort int
 	Routes      []string // every server's route URL, its own included
 	StoreDir    string
+	// SyncInterval is JetStream's sync_interval (Options.SyncInterval).
+	SyncInterval string
 }
 
 // bridgesSpec is a group of bridges run by one process.
@@ -79,6 +81,8 @@ type bridgesSpec struct {
 	StateBucket     string
 	LogLevel        slog.Level
 	Nodes           []nodeSpec
+	// NoRepair turns the bridges' repair off (Options.NoRepair).
+	NoRepair bool
 }
 
 // nodeSpec is one simulated node's bridge.
@@ -148,8 +152,14 @@ func runServer(ctx context.Context, spec serverSpec, lines <-chan string, stdout
 		}
 		routes = append(routes, u)
 	}
+	syncEvery, syncAlways, err := syncInterval(spec.SyncInterval)
+	if err != nil {
+		return fmt.Errorf("server %s: sync interval: %w", spec.Name, err)
+	}
 	s, err := server.NewServer(&server.Options{
-		ServerName: spec.Name,
+		SyncInterval: syncEvery,
+		SyncAlways:   syncAlways,
+		ServerName:   spec.Name,
 		Host:       "127.0.0.1",
 		Port:       spec.ClientPort,
 		JetStream:  true,
@@ -288,6 +298,7 @@ func nodeBridgeOptions(spec bridgesSpec, n nodeSpec, reg *prometheus.Registry, l
 		StateBucket:   spec.StateBucket,
 		DataDir:       n.DataDir,
 		SpoolMaxBytes: bridge.DefaultSpoolMaxBytes,
+		RepairWindow:  map[bool]time.Duration{true: -1}[spec.NoRepair],
 		Registry:      reg,
 		Logger:        logger,
 	}

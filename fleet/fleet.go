@@ -88,7 +88,7 @@ type fleet struct {
 func (f *fleet) run(ctx context.Context) (Report, error) {
 	o := f.opts
 	var err error
-	if f.servers, err = newServers(serversCount, filepath.Join(o.Dir, "nats"), o.ChildCommand); err != nil {
+	if f.servers, err = newServers(serversCount, filepath.Join(o.Dir, "nats"), o.ChildCommand, o.SyncInterval); err != nil {
 		return Report{}, err
 	}
 	f.prog.Printf("starting %d NATS servers (processes), stores and logs in %s", serversCount, filepath.Join(o.Dir, "nats"))
@@ -335,6 +335,9 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 
 	case FaultNodeDrain:
 		return f.drain(ctx)
+
+	case FaultPowerLoss, FaultOSCrash, FaultCorruptReplica:
+		return f.machineFault(ctx, fault)
 	}
 	return FaultRecord{}, fmt.Errorf("unknown fault %q", fault)
 }

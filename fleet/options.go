@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/soak"
 )
 
 // Faults a fleet run can inject, in the order a schedule runs them.
@@ -44,10 +46,24 @@ const (
 	// the other nodes, in turn. The drained nodes' own churn goes on (it
 	// stands for their DaemonSet pods).
 	FaultNodeDrain = "node-drain"
+	// FaultPowerLoss pauses every server (SIGSTOP) at once, copies their
+	// stores, resumes them, and Rollback later kills them (SIGKILL) and
+	// starts them with those copies: what they acknowledged in between is
+	// lost, as in a power loss with nothing flushed (soak.FaultPowerLoss).
+	FaultPowerLoss = soak.FaultPowerLoss
+	// FaultOSCrash does the same to the stream's leader alone, while
+	// another server is paused (SIGSTOP) from before its crash until
+	// FaultLength after its return.
+	FaultOSCrash = soak.FaultOSCrash
+	// FaultCorruptReplica kills a server that does not lead the stream,
+	// truncates or flips a byte of its newest block, starts it again, and
+	// restarts the leader so that another may lead.
+	FaultCorruptReplica = soak.FaultCorruptReplica
 )
 
 // AllFaults lists every fault in schedule order.
-var AllFaults = []string{FaultRollingDeploy, FaultNodeDrain, FaultServerRestart, FaultLeaderKill, FaultClusterDown, FaultBridgeKill, FaultAllBridgeKill}
+var AllFaults = []string{FaultRollingDeploy, FaultNodeDrain, FaultServerRestart, FaultLeaderKill, FaultClusterDown, FaultBridgeKill, FaultAllBridgeKill,
+	FaultPowerLoss, FaultOSCrash, FaultCorruptReplica}
 
 // Options configures a fleet run. The zero value of a field means its
 // default. Errors about them name the pleg-bridge fleet command's flags,
@@ -99,6 +115,15 @@ type Options struct {
 	// FaultLength is how long killed bridge processes stay down. Default
 	// 2s.
 	FaultLength time.Duration
+	// Rollback is how far back FaultPowerLoss and FaultOSCrash roll a
+	// server's store. Default 30s.
+	Rollback time.Duration
+	// NoRepair runs the bridges without their repair of what the servers
+	// lost (bridge.Options.RepairWindow -1), to show the loss it prevents.
+	NoRepair bool
+	// SyncInterval is the servers' JetStream sync_interval: "always", or a
+	// duration; empty keeps nats-server's default (2 minutes).
+	SyncInterval string
 	// DrainTimeout bounds the wait, after each fault is repaired, for
 	// every node to have nothing pending. Default 2m.
 	DrainTimeout time.Duration
@@ -142,6 +167,7 @@ const (
 	DefaultDrainNodes       = 1
 	DefaultDrainSpan        = 30 * time.Second
 	DefaultFaultLength      = 2 * time.Second
+	DefaultRollback         = 30 * time.Second
 	DefaultDrainTimeout     = 2 * time.Minute
 	DefaultSettleTimeout    = 2 * time.Minute
 )
@@ -180,6 +206,7 @@ func (opts Options) withDefaults() (Options, error) {
 	opts.DrainNodes = orDefault(opts.DrainNodes, DefaultDrainNodes)
 	opts.DrainSpan = orDefault(opts.DrainSpan, DefaultDrainSpan)
 	opts.FaultLength = orDefault(opts.FaultLength, DefaultFaultLength)
+	opts.Rollback = orDefault(opts.Rollback, DefaultRollback)
 	opts.DrainTimeout = orDefault(opts.DrainTimeout, DefaultDrainTimeout)
 	opts.SettleTimeout = orDefault(opts.SettleTimeout, DefaultSettleTimeout)
 	if opts.Logger == nil {
@@ -216,7 +243,7 @@ func (opts Options) withDefaults() (Options, error) {
 		bad("--drain-nodes=%d: want 1 to --nodes (%d)", opts.DrainNodes, opts.Nodes)
 	}
 	for name, d := range map[string]time.Duration{"--duration": opts.Duration, "--lifetime": opts.Lifetime, "--outage": opts.Outage, "--rollout-span": opts.RolloutSpan, "--drain-span": opts.DrainSpan,
-		"--fault-length": opts.FaultLength, "--drain-timeout": opts.DrainTimeout, "--settle-timeout": opts.SettleTimeout} {
+		"--fault-length": opts.FaultLength, "--drain-timeout": opts.DrainTimeout, "--settle-timeout": opts.SettleTimeout, "--rollback": opts.Rollback} {
 		if d < 0 {
 			bad("%s=%v must be positive", name, d)
 		}
@@ -225,6 +252,9 @@ func (opts Options) withDefaults() (Options, error) {
 		bad("--dir is empty")
 	} else if len(opts.Dir) > maxDirLen {
 		bad("--dir=%q is %d bytes long; the runtimes' unix sockets need it within %d", opts.Dir, len(opts.Dir), maxDirLen)
+	}
+	if _, _, err := syncInterval(opts.SyncInterval); err != nil {
+		bad("--sync-interval=%q: %v", opts.SyncInterval, err)
 	}
 	if len(opts.ChildCommand) == 0 {
 		bad("the command that runs a fleet child is not set")
@@ -258,4 +288,20 @@ func orDefault[T comparable](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// syncInterval reads a sync_interval setting: "always", a duration, or
+// empty for nats-server's default.
+func syncInterval(v string) (time.Duration, bool, error) {
+	switch v {
+	case "":
+		return 0, false, nil
+	case "always":
+		return 0, true, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, false, fmt.Errorf("want always or a positive duration (like 10s)")
+	}
+	return d, false, nil
 }

@@ -27,7 +27,7 @@ type servers struct {
 
 // newServers chooses the ports of n servers and describes them; none runs
 // yet. dir holds their stores and logs.
-func newServers(n int, dir string, command []string) (*servers, error) {
+func newServers(n int, dir string, command []string, syncInterval string) (*servers, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create the servers' directory: %w", err)
 	}
@@ -44,7 +44,7 @@ func newServers(n int, dir string, command []string) (*servers, error) {
 		name := fmt.Sprintf("%s-%d", clusterName, i)
 		spec := &serverSpec{
 			Name: name, Cluster: clusterName, ClientPort: ports[i], ClusterPort: ports[n+i],
-			Routes: routes, StoreDir: filepath.Join(dir, name),
+			Routes: routes, StoreDir: filepath.Join(dir, name), SyncInterval: syncInterval,
 		}
 		p, err := newProcess(name, command, childSpec{Role: roleServer, Server: spec}, filepath.Join(dir, name+".log"))
 		if err != nil {

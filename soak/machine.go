@@ -37,20 +37,17 @@ import (
 // start (the servers are down for the copy, which clients see as a
 // restart).
 
-// snapshotStores stops the servers is, copies their stores into a new
-// directory under the run directory, and starts them again. It returns
+// snapshotStores stops the servers is, copies their stores into new
+// directories under the run directory, and starts them again. It returns
 // the copies, by server, and how long the servers were down.
 func (s *soak) snapshotStores(is []int) (map[int]string, time.Duration, error) {
 	down := time.Now()
 	s.nats.stopTogether(is)
 	snaps := map[int]string{}
 	for _, i := range is {
-		snap, err := os.MkdirTemp(s.opts.Dir, "rollback-")
+		snap, err := CopyStore(s.nats.storeDir(i), s.opts.Dir)
 		if err != nil {
-			return nil, 0, fmt.Errorf("make a directory for the copy of server %d's store: %w", i, err)
-		}
-		if err := os.CopyFS(snap, os.DirFS(s.nats.storeDir(i))); err != nil {
-			return nil, 0, fmt.Errorf("copy server %d's store: %w", i, err)
+			return nil, 0, err
 		}
 		snaps[i] = snap
 	}
@@ -61,19 +58,41 @@ func (s *soak) snapshotStores(is []int) (map[int]string, time.Duration, error) {
 }
 
 // rollBack puts the copies of snaps back as the stores of their servers,
-// which are stopped, and removes the copies.
+// which are stopped.
 func (s *soak) rollBack(snaps map[int]string) error {
 	for i, snap := range snaps {
-		dir := s.nats.storeDir(i)
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("remove server %d's store: %w", i, err)
+		if err := RestoreStore(s.nats.storeDir(i), snap); err != nil {
+			return err
 		}
-		if err := os.CopyFS(dir, os.DirFS(snap)); err != nil {
-			return fmt.Errorf("put back server %d's store: %w", i, err)
-		}
-		if err := os.RemoveAll(snap); err != nil {
-			return fmt.Errorf("remove the copy of server %d's store: %w", i, err)
-		}
+	}
+	return nil
+}
+
+// CopyStore copies a stopped (or paused) server's store dir into a new
+// directory under parent and returns it. The fleet harness's machine
+// faults use it too.
+func CopyStore(dir, parent string) (string, error) {
+	snap, err := os.MkdirTemp(parent, "rollback-")
+	if err != nil {
+		return "", fmt.Errorf("make a directory for the copy of %s: %w", dir, err)
+	}
+	if err := os.CopyFS(snap, os.DirFS(dir)); err != nil {
+		return "", fmt.Errorf("copy the store %s: %w", dir, err)
+	}
+	return snap, nil
+}
+
+// RestoreStore puts the copy snap back as the store dir of a stopped
+// server, and removes the copy.
+func RestoreStore(dir, snap string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove the store %s: %w", dir, err)
+	}
+	if err := os.CopyFS(dir, os.DirFS(snap)); err != nil {
+		return fmt.Errorf("put the copy back as the store %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(snap); err != nil {
+		return fmt.Errorf("remove the copy %s: %w", snap, err)
 	}
 	return nil
 }
@@ -170,7 +189,7 @@ func (s *soak) injectMachineFault(ctx context.Context, fault string) (string, er
 		}
 		before, msgsBefore := s.streamLast(ctx)
 		s.nats.stop(i)
-		what, err := corruptNewestBlock(s.nats.storeDir(i), streamName, s.rng())
+		what, err := CorruptNewestBlock(s.nats.storeDir(i), streamName, s.rng())
 		if err != nil {
 			return "", err
 		}
@@ -208,10 +227,10 @@ func (s *soak) rng() *rand.Rand {
 	return rand.New(rand.NewPCG(s.opts.Seed, uint64(len(s.faults))))
 }
 
-// corruptNewestBlock truncates the newest message block of stream under
-// storeDir to half its size, or flips a byte in its second half (chosen by
-// rng), and says which.
-func corruptNewestBlock(storeDir, stream string, rng *rand.Rand) (string, error) {
+// CorruptNewestBlock truncates the newest message block of stream under
+// storeDir, a stopped server's store, to half its size, or flips a byte in
+// its second half (chosen by rng), and says which.
+func CorruptNewestBlock(storeDir, stream string, rng *rand.Rand) (string, error) {
 	var newest string
 	var newestInfo fs.FileInfo
 	err := filepath.WalkDir(storeDir, func(path string, d fs.DirEntry, err error) error {
