@@ -69,6 +69,8 @@ const (
 	triggerUnconfirmed = "unconfirmed" // no look showed it: left to the periodic relist
 	triggerListed      = "listed"      // its ID, not cached, waits for a full relist with others
 	triggerUnresolved  = "unresolved"  // CRI never listed its ID: left to the periodic relist
+	triggerDied        = "died"        // a task exit of a container held running: its Died merged at once (exits.go)
+	triggerOOM         = "oom"         // an OOM kill, kept for the container's exit (exits.go)
 )
 
 // expectation is what one container or sandbox should show, after one of
@@ -90,7 +92,10 @@ type triggerOptions struct {
 	// targeted takes the targeted relists the events ask for.
 	targeted *targetedQueue
 	// relist asks for a full relist soon.
-	relist  func()
+	relist func()
+	// exits takes the batches of the task exits reported at once to the
+	// merge goroutine (exits.go); nil leaves exits to CRI.
+	exits   chan<- *batch
 	logger  *slog.Logger
 	results *prometheus.CounterVec
 }
@@ -117,6 +122,10 @@ type triggerSet struct {
 	// listing holds the IDs the cache did not hold that wait for a full
 	// relist begun after they were taken, by ID (see resolveAll).
 	listing map[string]*awaited // guarded by mu
+
+	// oom holds the containers a /tasks/oom named, until their exit, with
+	// when it came; the trigger goroutine's own (exits.go).
+	oom map[string]time.Time
 }
 
 // unresolved is an event whose ID the cache does not hold: tries attempts
@@ -195,6 +204,11 @@ func (t *triggerSet) take(ctx context.Context, ev TaskEvent, tries int, unknown 
 		t.results.WithLabelValues(triggerExec).Inc()
 		return unknown
 	}
+	if ev.Topic == TopicTaskOOM {
+		t.results.WithLabelValues(triggerOOM).Inc()
+		t.sawOOM(ev)
+		return unknown
+	}
 	want, ok := wantOf(ev.Topic)
 	if !ok {
 		return unknown // cri.DecodeEnvelope lets no other topic through
@@ -204,6 +218,10 @@ func (t *triggerSet) take(ctx context.Context, ev TaskEvent, tries int, unknown 
 	case found && state >= want:
 		t.results.WithLabelValues(triggerKnown).Inc()
 	case found:
+		if ev.Topic == TopicTaskExit && state == stateRunning {
+			// Reported at once; the expectation has CRI check it.
+			t.died(ctx, ev, scope)
+		}
 		t.expect(ctx, ev, want, scope)
 	case want == stateGone:
 		// Never seen: nothing was reported, so there is nothing to remove.
@@ -530,5 +548,7 @@ func reached(cache *statecache.Cache[*podRecord], podUID, id string, want cstate
 	if rec == nil {
 		return want >= stateExited
 	}
-	return rec.state >= want
+	// An exit reported from containerd's task event is reached once CRI
+	// showed it too (exits.go).
+	return rec.state > want || (rec.state == want && !rec.unverified)
 }
