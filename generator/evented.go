@@ -139,6 +139,10 @@ type supervisorOptions struct {
 	rt Runtime
 	// tasks is containerd's event service, nil where there is none.
 	tasks TaskEventSource
+	// taskExits says whether containerd's task exits report deaths at
+	// once (not Options.ExitsFromCRI), for the log line that says which
+	// path exits take.
+	taskExits bool
 	// failureLimit, backoffMin, backoffMax and healthyAfter are
 	// Options.StreamFailureLimit and its neighbours.
 	failureLimit                         int
@@ -219,12 +223,12 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 			src, why = sourceNone, why+"; but no connection to containerd's event service was given"
 		}
 		if src == sourceNone {
-			s.logger.Info(string(mode)+" mode: relisting only, no event stream", "reason", why)
+			s.logger.Info(string(mode)+" mode: relisting only, no event stream", "reason", why, "exits", exitsFromCRI)
 			s.mode.set(ModeGeneric, why)
 			return nil
 		}
 		s.source.Store(int32(src))
-		s.logger.Info("following the runtime's events", "source", src.String(), "reason", why)
+		s.logger.Info("following the runtime's events", "source", src.String(), "reason", why, "exits", s.exitsPath(src))
 	}
 	s.sm = s.metrics.sourceMetrics(s.eventSource())
 	s.metrics.eventSource.WithLabelValues(s.eventSource().String()).Set(1)
@@ -286,6 +290,20 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 		s.backingOff.Store(false)
 		s.openReplay()
 	}
+}
+
+// How exits are detected, as the start-up's log line says it.
+const (
+	exitsFromCRI  = "cri"                  // CRI's listings, statuses or event stream
+	exitsFromTask = "containerd-task-exit" // containerd's /tasks/exit, checked against CRI after
+)
+
+// exitsPath says how exits are detected with events from src.
+func (s *streamSupervisor) exitsPath(src eventSource) string {
+	if src == sourceContainerd && s.taskExits {
+		return exitsFromTask
+	}
+	return exitsFromCRI
 }
 
 // eventSource is where events come from.

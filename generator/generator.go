@@ -276,6 +276,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 	g.stream = &streamSupervisor{supervisorOptions: supervisorOptions{
 		rt:           rt,
 		tasks:        opts.TaskEvents,
+		taskExits:    !opts.ExitsFromCRI,
 		failureLimit: opts.StreamFailureLimit,
 		backoffMin:   opts.StreamBackoffMin,
 		backoffMax:   opts.StreamBackoffMax,
