@@ -95,6 +95,24 @@ func (t *triggerSet) sawOOM(ev TaskEvent) {
 	t.oom[ev.ID] = time.Now()
 }
 
+// takeExit takes a task exit or OOM kill followed beside a CRI stream: an
+// exit of a container the cache holds running is reported at once (died),
+// and nothing else is done; the stream reports the rest, and its STOPPED
+// event carries the status that checks the exit. Only the trigger
+// goroutine calls it.
+func (t *triggerSet) takeExit(ctx context.Context, ev TaskEvent) {
+	switch {
+	case ev.Topic == TopicTaskOOM:
+		t.results.WithLabelValues(triggerOOM).Inc()
+		t.sawOOM(ev)
+	case ev.Topic != TopicTaskExit || ev.ExecID != "":
+	default:
+		if scope, state, found := locate(t.cache, ev.ID); found && state == stateRunning {
+			t.died(ctx, ev, scope)
+		}
+	}
+}
+
 // died hands the merge ev, a task exit of a container (or sandbox) in
 // scope that the cache held running, as its exited sighting, and says
 // whether it did. Only the trigger goroutine calls it.

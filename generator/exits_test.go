@@ -14,6 +14,8 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/generator/generatortest"
 	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -320,7 +322,8 @@ func TestTheModeLineSaysWhichPathExitsTake(t *testing.T) {
 		{"containerd 1.7", crisim.Containerd17Options(), generator.Options{}, "exits=containerd-task-exit"},
 		{"containerd 1.7, exits from CRI", crisim.Containerd17Options(), generator.Options{ExitsFromCRI: true}, "exits=cri"},
 		{"containerd 2.4, containerd-events", crisim.Options{}, generator.Options{Mode: generator.ModeContainerdEvents}, "exits=containerd-task-exit"},
-		{"containerd 2.4, CRI stream", crisim.Options{}, generator.Options{}, "exits=cri"},
+		{"containerd 2.4, CRI stream", crisim.Options{}, generator.Options{}, "exits=containerd-task-exit"},
+		{"containerd 2.4, CRI stream, exits from CRI", crisim.Options{}, generator.Options{ExitsFromCRI: true}, "exits=cri"},
 		{"CRI-O", crisim.Options{RuntimeName: "cri-o", RuntimeVersion: "1.31.0"}, generator.Options{}, "exits=cri"},
 		{"CRI-O, containerd-events", crisim.Options{RuntimeName: "cri-o", RuntimeVersion: "1.31.0"}, generator.Options{Mode: generator.ModeContainerdEvents}, "exits=cri"},
 	} {
@@ -361,4 +364,60 @@ func TestTheModeLineSaysWhichPathExitsTake(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestTaskExitsBesideTheStreamAskForNoRelistDuringItsReplay: on containerd
+// 2.x the CRI stream is followed, with containerd's task exits beside it.
+// While the stream is down, an exit of a container the cache holds running
+// is reported at once from its task exit; the exits of the pods that come
+// and go meanwhile, which the cache does not know, ask for nothing (a
+// relist merged before the stream's replay would lose their starts), and
+// the replay reports them whole.
+func TestTaskExitsBesideTheStreamAskForNoRelistDuringItsReplay(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{
+			Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour,
+			StreamBackoffMin: 5 * time.Second, StreamBackoffMax: 5 * time.Second, StreamFailureLimit: 10,
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.gen.Run(ctx) }()
+		advance(time.Second)
+		if f.rt.OpenStreams() != 1 || f.rt.OpenTaskStreams() != 1 {
+			t.Fatalf("%d CRI streams and %d task subscriptions open, want 1 and 1", f.rt.OpenStreams(), f.rt.OpenTaskStreams())
+		}
+		m := f.rt.Model()
+		sb0, c0 := runningPod(t, f)
+		advance(time.Second)
+
+		f.rt.FailNext("WatchEvents", status.Error(codes.Unavailable, "restarting"))
+		f.rt.EndStreams(codes.Unavailable)
+		advance(time.Second)
+		lists := len(f.rt.ListCalls("ListContainers"))
+		must(0, m.StopContainer(c0, 7, "Error", ""))
+		died := f.rec.Wait(t, 3, time.Second)[2]
+		if got := generatortest.Line(died); got != "ContainerDied "+c0+" exited 7 evented" {
+			t.Errorf("while the stream is down: %s, want ContainerDied exited 7 from the task's exit", got)
+		}
+		want := replayScenario(t, m)
+		advance(time.Millisecond)
+		if n := len(f.rt.ListCalls("ListContainers")) - lists; n != 0 {
+			t.Errorf("%d listings while the stream was down, want none before its replay", n)
+		}
+		for f.rt.OpenStreams() == 0 {
+			advance(100 * time.Millisecond)
+		}
+		advance(time.Second)
+		want[sb0] = []string{"ContainerStarted"}
+		want[c0] = []string{"ContainerStarted", "ContainerDied"}
+		if diff := cmp.Diff(want, eventTypesByContainer(f.rec.Events())); diff != "" {
+			t.Errorf("events per container (-want +got):\n%s", diff)
+		}
+		noMismatches(t, f)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
 }

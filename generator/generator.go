@@ -153,6 +153,9 @@ type Generator struct {
 	// taskBuf carries containerd's events from the subscription's reader
 	// to the trigger goroutine.
 	taskBuf chan TaskEvent
+	// exitBuf carries the task exits and OOM kills followed beside a CRI
+	// stream to the trigger goroutine (streamSupervisor.watchExits).
+	exitBuf chan TaskEvent
 	// exits carries the exits the trigger goroutine reports from
 	// containerd's task exits to the merge goroutine (exits.go).
 	exits chan *batch
@@ -248,6 +251,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		streamBuf:   make(chan *runtimeapi.ContainerEventResponse, streamBufferSize),
 		taskBuf:     make(chan TaskEvent, streamBufferSize),
 		exits:       make(chan *batch, streamBufferSize),
+		exitBuf:     make(chan TaskEvent, streamBufferSize),
 		restoredDue: make(chan struct{}, 1),
 	}
 	g.targeted = newTargetedQueue(opts.TargetedRelistDelay, opts.TargetedRelistRate, opts.Metrics.targetedPending)
@@ -286,6 +290,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		relist:       g.requestRelist,
 		messages:     g.streamBuf,
 		triggers:     g.taskBuf,
+		exits:        g.exitBuf,
 		runtimeBack:  g.runtimeBack,
 		logger:       g.logger,
 		metrics:      g.metrics,
@@ -332,7 +337,7 @@ func (g *Generator) Run(ctx context.Context) error {
 	default:
 		eg.Go(func() error { return g.stream.Run(ctx, g.opts.Mode) })
 		eg.Go(func() error { return g.runTargeted(ctx) })
-		eg.Go(func() error { return g.triggers.run(ctx, g.taskBuf) })
+		eg.Go(func() error { return g.triggers.run(ctx, g.taskBuf, g.exitBuf) })
 	}
 	err := eg.Wait()
 	if errors.Is(err, context.Canceled) {

@@ -166,16 +166,20 @@ func wantOf(topic string) (cstate, bool) {
 }
 
 // run takes containerd's events from the subscription's buffer, events,
+// and the task exits followed beside a CRI stream from exits (takeExit),
 // until ctx is done, and returns nil. Resolving IDs the cache does not know asks CRI, so it runs
 // here, off the subscription's reader, which never blocks: first every
 // event already waiting is taken, then the unknown IDs among them are
 // resolved together (resolveAll).
-func (t *triggerSet) run(ctx context.Context, events <-chan TaskEvent) error {
+func (t *triggerSet) run(ctx context.Context, events, exits <-chan TaskEvent) error {
 	var unknown []unresolved
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case ev := <-exits:
+			t.takeExit(ctx, ev)
+			continue
 		case ev := <-events:
 			unknown = t.take(ctx, ev, 0, unknown)
 		case r := <-t.retries:
