@@ -31,7 +31,9 @@ import (
 // when it starts, /tasks/exit (after /tasks/oom for an OOM kill) and then
 // /tasks/delete when it stops, and /containers/delete when it is removed,
 // each naming the CRI ID. A task exit carries the exit status and time
-// the container's CRI status shows; Runtime.ExitTask publishes one ahead
+// the container's CRI status shows (none is published for a container
+// stopped with reason Unknown: containerd's CRI plugin says that of a task
+// it lost); Runtime.ExitTask publishes one ahead
 // of the CRI status, as containerd's shim does.
 
 // K8sNamespace is the containerd namespace of the CRI plugin.
@@ -111,20 +113,25 @@ func (r *Runtime) publishTasksLocked(ev *runtimeapi.ContainerEventResponse) {
 		publish(TopicTaskStart, &eventtypes.TaskStart{ContainerID: id, Pid: pidOf(id)})
 	case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
 		var code int32
-		var oom bool
+		var oom, lost bool
 		exitedAt := at
 		for _, st := range ev.GetContainersStatuses() {
 			if st.GetId() == id {
 				code = st.GetExitCode()
 				oom = st.GetReason() == "OOMKilled"
+				// containerd's CRI plugin says Unknown for a task it lost
+				// (its shim gone): no exit was published for it.
+				lost = st.GetReason() == "Unknown"
 				exitedAt = time.Unix(0, st.GetFinishedAt())
 			}
 		}
-		if c := r.containers[id]; c != nil && c.exitedAt != 0 {
-			// ExitTask published the exit already; containerd deletes
-			// the task once its CRI plugin handled it.
-			exitedAt = time.Unix(0, c.exitedAt)
-			c.exitedAt = 0
+		if c := r.containers[id]; lost || (c != nil && c.exitedAt != 0) {
+			// ExitTask published the exit already (or none came);
+			// containerd deletes the task once its CRI plugin handled it.
+			if c != nil && c.exitedAt != 0 {
+				exitedAt = time.Unix(0, c.exitedAt)
+				c.exitedAt = 0
+			}
 		} else {
 			r.publishExitLocked(exitedAt, id, code, oom)
 		}

@@ -379,6 +379,20 @@ func (s *streamSupervisor) detect(ctx context.Context, mode Mode) (eventSource, 
 	}
 }
 
+// beforeSubscribing strips the exit details from ev, a task exit, if the
+// process ended before the subscription that delivers it was opened at
+// subscribed: containerd's shim forwards the exits it could not deliver
+// while containerd was down once it is back, and the CRI plugin, which
+// recovered the container meanwhile, may report that exit otherwise (exit
+// code 255, reason Unknown, when it found the task gone). Such an exit is
+// left to CRI (exits.go reports only exits with their details).
+func beforeSubscribing(ev TaskEvent, subscribed time.Time) TaskEvent {
+	if ev.Topic == TopicTaskExit && ev.ExitedAt.Before(subscribed) {
+		ev.ExitStatus, ev.ExitedAt = 0, time.Time{}
+	}
+	return ev
+}
+
 // watchExits follows containerd's task exits and OOM kills beside the CRI
 // event stream until ctx is done, handing them to the trigger goroutine,
 // which reports the death of a container the cache holds running at once
@@ -413,6 +427,9 @@ func (s *streamSupervisor) watchExits(ctx context.Context, ask bool) {
 		err := s.tasks.WatchTaskEvents(ctx, func(ev TaskEvent, err error) {
 			if err != nil || (ev.Topic != TopicTaskExit && ev.Topic != TopicTaskOOM) {
 				return
+			}
+			if ev = beforeSubscribing(ev, start); ev.Topic == TopicTaskExit && ev.ExitedAt.IsZero() {
+				return // the stream reports it
 			}
 			select {
 			case s.exits <- ev:
@@ -530,6 +547,7 @@ func (s *streamSupervisor) watchTasks(ctx context.Context, requireEvents bool) (
 			s.relist()
 		}
 	})
+	subscribed := time.Now()
 	err := s.tasks.WatchTaskEvents(ctx, func(ev TaskEvent, err error) {
 		if err != nil {
 			s.sm.events.WithLabelValues("invalid").Inc()
@@ -537,6 +555,7 @@ func (s *streamSupervisor) watchTasks(ctx context.Context, requireEvents bool) (
 			s.relist()
 			return
 		}
+		ev = beforeSubscribing(ev, subscribed)
 		events++
 		s.eventsSinceRelist.Add(1)
 		select {

@@ -421,3 +421,43 @@ func TestTaskExitsBesideTheStreamAskForNoRelistDuringItsReplay(t *testing.T) {
 		}
 	})
 }
+
+// TestAnExitFromBeforeTheSubscriptionIsLeftToCRI: containerd's shim
+// forwards the exits it could not deliver while containerd was down once
+// it is back, and CRI, which recovered the container meanwhile, may report
+// them otherwise (255, Unknown). An exit that ended before the
+// subscription delivering it was opened is reported by CRI, on containerd
+// 1.7 (containerd's events) as on 2.4 (beside the CRI stream).
+func TestAnExitFromBeforeTheSubscriptionIsLeftToCRI(t *testing.T) {
+	t.Parallel()
+	for name, mopts := range map[string]crisim.Options{"1.7": crisim.Containerd17Options(), "2.4": crisim.Containerd24Options()} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, mopts, generator.Options{Mode: generator.ModeAuto, EventedRelistPeriod: time.Hour})
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan error, 1)
+				go func() { done <- f.gen.Run(ctx) }()
+				defer func() {
+					cancel()
+					<-done
+				}()
+				before := time.Now()
+				advance(2 * time.Second)
+				_, c := runningPod(t, f)
+				advance(10 * time.Second)
+				exit := &eventtypes.TaskExit{ContainerID: c, ID: c, ExitStatus: 7, ExitedAt: timestamppb.New(before.Add(-time.Second))}
+				must(0, f.rt.Model().InjectTaskEvent(crisim.K8sNamespace, crisim.TopicTaskExit, exit))
+				advance(time.Second)
+				if n := len(f.rec.Events()); n != 2 {
+					t.Errorf("%d events after an exit from before the subscription, want the 2 starts alone:\n%s", n, generatortest.Summary(f.rec.Events()))
+				}
+				must(0, f.rt.Model().StopContainer(c, 255, "Unknown", ""))
+				died := f.rec.Wait(t, 3, 40*time.Second)[2]
+				if *died.ExitCode != 255 || died.Reason != "Unknown" {
+					t.Errorf("Died %s reason %q, want CRI's 255 Unknown", generatortest.Line(died), died.Reason)
+				}
+				noMismatches(t, f)
+			})
+		})
+	}
+}
