@@ -151,7 +151,7 @@ func TestExitBurst(t *testing.T) {
 	exits := followTaskExits(t, c)
 	want := map[string]expected{}
 	type row struct {
-		b                    burst
+		b                          burst
 		after, before, floor, exit []time.Duration
 	}
 	var rows []row
