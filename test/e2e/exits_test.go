@@ -184,10 +184,10 @@ func TestExitBurst(t *testing.T) {
 					t.Errorf("the test's subscription to containerd's events got no /tasks/exit of %s", id)
 				}
 				if stopped != nil {
+					// containerd 2.x drops events for a subscriber it
+					// finds slow: a floor, not a check.
 					if at, ok := stopped.get(id); ok {
 						r.floor = append(r.floor, at.Sub(fin))
-					} else {
-						t.Errorf("the test's CRI stream got no STOPPED event of %s", id)
 					}
 				}
 			}
@@ -226,6 +226,9 @@ func TestExitBurst(t *testing.T) {
 		floor := "–"
 		if stopped != nil {
 			floor = percentiles(r.floor)
+			if n := len(r.after) - len(r.floor); n > 0 {
+				floor += fmt.Sprintf(" (%d not received)", n)
+			}
 		}
 		fmt.Fprintf(&sb, "| %d | %d | %s | %s | %s | %s |\n", r.b.size, len(r.after), percentiles(r.after), percentiles(r.before), floor, percentiles(r.exit))
 	}
