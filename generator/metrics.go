@@ -169,7 +169,7 @@ func newMetrics() *Metrics {
 		}),
 		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pleg_bridge_containerd_triggers_total",
-			Help: "What became of containerd's events as triggers: requested (a targeted relist), known (the cache held it), exec (an exec's exit), confirmed, relooked (not listed yet, asked again), listed (an ID not cached, left to a full relist with others), unconfirmed and unresolved (left to the periodic relist).",
+			Help: "What became of containerd's events as triggers: requested (a targeted relist), known (the cache held it), exec (an exec's exit), confirmed, relooked (not listed yet, asked again), listed (an ID not cached, left to a full relist with others), unconfirmed and unresolved (left to the periodic relist), died (a task exit of a container held running, reported at once), oom (an OOM kill, kept for the exit's reason).",
 		}, []string{"result"}),
 		eventSource: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pleg_bridge_event_source",

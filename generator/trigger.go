@@ -15,10 +15,13 @@ import (
 // containerd's events as a trigger.
 //
 // containerd's event service names a container or sandbox and what happened
-// to its task, nothing more: no pod, no CRI state. Each event therefore only
+// to its task, nothing more: no pod, no CRI state. Each event therefore
 // asks for a targeted relist of the sandbox it concerns, through the same
-// queue as the CRI stream's requests, and what is published still comes
-// from CRI listings and statuses (so an event's detectedBy is "relist").
+// queue as the CRI stream's requests, and what is published comes from CRI
+// listings and statuses (so an event's detectedBy is "relist"), but for the
+// exit of a container the cache holds running, which carries all a Died
+// needs beyond the cache and is reported at once (exits.go); its targeted
+// relists then check it against CRI.
 //
 // containerd publishes a task's events before its CRI plugin has updated the
 // container's CRI status (the plugin handles the same events, after they
