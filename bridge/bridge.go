@@ -362,6 +362,7 @@ func build(opts Options) (_ *pipeline, err error) {
 		RelistPeriod:        opts.RelistPeriod,
 		RelistThreshold:     opts.RelistThreshold,
 		EventedRelistPeriod: opts.EventedRelistPeriod,
+		ExitsFromCRI:        opts.ExitsFromCRI,
 		PodAnnotations:      opts.PodAnnotations,
 		TaskEvents:          generator.InstrumentTaskEvents(tasks, metrics),
 		// Beside rt, not found on it: Hooks.WrapRuntime's wrapper would

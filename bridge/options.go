@@ -83,6 +83,9 @@ type Options struct {
 	// RelistPeriod, RelistThreshold and EventedRelistPeriod are the
 	// generator's; zero takes its defaults.
 	RelistPeriod, RelistThreshold, EventedRelistPeriod time.Duration
+	// ExitsFromCRI is generator.Options.ExitsFromCRI: exits wait for CRI
+	// rather than being reported from containerd's task exits.
+	ExitsFromCRI bool
 
 	NATS   NATSOptions
 	Stream StreamOptions

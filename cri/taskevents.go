@@ -24,7 +24,7 @@ const criNamespace = "k8s.io"
 // comma-separated terms of each.
 var taskEventFilters = func() []string {
 	var fs []string
-	for _, topic := range []string{generator.TopicTaskStart, generator.TopicTaskExit, generator.TopicTaskDelete, generator.TopicContainerDelete} {
+	for _, topic := range []string{generator.TopicTaskStart, generator.TopicTaskExit, generator.TopicTaskDelete, generator.TopicContainerDelete, generator.TopicTaskOOM} {
 		fs = append(fs, fmt.Sprintf(`namespace==%q,topic==%q`, criNamespace, topic))
 	}
 	return fs
@@ -55,6 +55,8 @@ func DecodeEnvelope(env *containerdtypes.Envelope) (generator.TaskEvent, error) 
 		msg = &eventtypes.TaskDelete{}
 	case generator.TopicContainerDelete:
 		msg = &eventtypes.ContainerDelete{}
+	case generator.TopicTaskOOM:
+		msg = &eventtypes.TaskOOM{}
 	default:
 		return generator.TaskEvent{}, fmt.Errorf("containerd event: unexpected topic %q", ev.Topic)
 	}
@@ -77,6 +79,12 @@ func DecodeEnvelope(env *containerdtypes.Envelope) (generator.TaskEvent, error) 
 		if m.GetID() != "" && m.GetID() != m.GetContainerID() {
 			ev.ExecID = m.GetID()
 		}
+		ev.ExitStatus = m.GetExitStatus()
+		if ts := m.GetExitedAt(); ts != nil {
+			ev.ExitedAt = ts.AsTime()
+		}
+	case *eventtypes.TaskOOM:
+		ev.ID = m.GetContainerID()
 	case *eventtypes.TaskDelete:
 		ev.ID = m.GetContainerID()
 		if m.GetID() != "" && m.GetID() != m.GetContainerID() {

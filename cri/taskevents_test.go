@@ -43,8 +43,10 @@ func TestDecodeEnvelopeAgreesWithTypeurl(t *testing.T) {
 		want  generator.TaskEvent
 	}{
 		{generator.TopicTaskStart, &eventtypes.TaskStart{ContainerID: "c1", Pid: 7}, generator.TaskEvent{ID: "c1"}},
-		{generator.TopicTaskExit, &eventtypes.TaskExit{ContainerID: "c1", ID: "c1", ExitStatus: 3}, generator.TaskEvent{ID: "c1"}},
-		{generator.TopicTaskExit, &eventtypes.TaskExit{ContainerID: "c1", ID: "exec-9", ExitStatus: 3}, generator.TaskEvent{ID: "c1", ExecID: "exec-9"}},
+		{generator.TopicTaskExit, &eventtypes.TaskExit{ContainerID: "c1", ID: "c1", ExitStatus: 3, ExitedAt: timestamppb.New(time.Unix(1700000000, 123456789))},
+			generator.TaskEvent{ID: "c1", ExitStatus: 3, ExitedAt: time.Unix(1700000000, 123456789).UTC()}},
+		{generator.TopicTaskExit, &eventtypes.TaskExit{ContainerID: "c1", ID: "exec-9", ExitStatus: 3}, generator.TaskEvent{ID: "c1", ExecID: "exec-9", ExitStatus: 3}},
+		{generator.TopicTaskOOM, &eventtypes.TaskOOM{ContainerID: "c3"}, generator.TaskEvent{ID: "c3"}},
 		{generator.TopicTaskDelete, &eventtypes.TaskDelete{ContainerID: "c1", ID: "c1"}, generator.TaskEvent{ID: "c1"}},
 		{generator.TopicTaskDelete, &eventtypes.TaskDelete{ContainerID: "c1"}, generator.TaskEvent{ID: "c1"}},
 		{generator.TopicContainerDelete, &eventtypes.ContainerDelete{ID: "c2"}, generator.TaskEvent{ID: "c2"}},
@@ -73,6 +75,8 @@ func TestDecodeEnvelopeAgreesWithTypeurl(t *testing.T) {
 		case *eventtypes.TaskExit:
 			lib = m.GetContainerID()
 		case *eventtypes.TaskDelete:
+			lib = m.GetContainerID()
+		case *eventtypes.TaskOOM:
 			lib = m.GetContainerID()
 		case *eventtypes.ContainerDelete:
 			lib = m.GetID()

@@ -28,8 +28,13 @@ import (
 // subscriber that is not there yet. The model publishes, for the CRI
 // plugin's namespace k8s.io, the envelopes containerd does for what it does:
 // /containers/create when a container or sandbox is created, /tasks/start
-// when it starts, /tasks/exit and then /tasks/delete when it stops, and
-// /containers/delete when it is removed, each naming the CRI ID.
+// when it starts, /tasks/exit (after /tasks/oom for an OOM kill) and then
+// /tasks/delete when it stops, and /containers/delete when it is removed,
+// each naming the CRI ID. A task exit carries the exit status and time
+// the container's CRI status shows (none is published for a container
+// stopped with reason Unknown: containerd's CRI plugin says that of a task
+// it lost); Runtime.ExitTask publishes one ahead
+// of the CRI status, as containerd's shim does.
 
 // K8sNamespace is the containerd namespace of the CRI plugin.
 const K8sNamespace = "k8s.io"
@@ -39,6 +44,7 @@ const (
 	TopicContainerCreate = "/containers/create"
 	TopicTaskStart       = "/tasks/start"
 	TopicTaskExit        = "/tasks/exit"
+	TopicTaskOOM         = "/tasks/oom"
 	TopicTaskDelete      = "/tasks/delete"
 	TopicContainerDelete = "/containers/delete"
 )
@@ -107,17 +113,49 @@ func (r *Runtime) publishTasksLocked(ev *runtimeapi.ContainerEventResponse) {
 		publish(TopicTaskStart, &eventtypes.TaskStart{ContainerID: id, Pid: pidOf(id)})
 	case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT:
 		var code int32
+		var oom, lost bool
+		exitedAt := at
 		for _, st := range ev.GetContainersStatuses() {
 			if st.GetId() == id {
 				code = st.GetExitCode()
+				oom = st.GetReason() == "OOMKilled"
+				// containerd's CRI plugin says Unknown for a task it lost
+				// (its shim gone): no exit was published for it.
+				lost = st.GetReason() == "Unknown"
+				exitedAt = time.Unix(0, st.GetFinishedAt())
 			}
 		}
-		exited := timestamppb.New(at)
-		publish(TopicTaskExit, &eventtypes.TaskExit{ContainerID: id, ID: id, Pid: pidOf(id), ExitStatus: uint32(code), ExitedAt: exited})
-		publish(TopicTaskDelete, &eventtypes.TaskDelete{ContainerID: id, Pid: pidOf(id), ExitStatus: uint32(code), ExitedAt: exited})
+		if c := r.containers[id]; lost || (c != nil && c.exitedAt != 0) {
+			// ExitTask published the exit already (or none came);
+			// containerd deletes the task once its CRI plugin handled it.
+			if c != nil && c.exitedAt != 0 {
+				exitedAt = time.Unix(0, c.exitedAt)
+				c.exitedAt = 0
+			}
+		} else {
+			r.publishExitLocked(exitedAt, id, code, oom)
+		}
+		publish(TopicTaskDelete, &eventtypes.TaskDelete{ContainerID: id, Pid: pidOf(id), ExitStatus: uint32(code), ExitedAt: timestamppb.New(exitedAt)})
 	case runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT:
 		publish(TopicContainerDelete, &eventtypes.ContainerDelete{ID: id})
 	}
+}
+
+// publishExitLocked publishes a container's task exit at at: /tasks/oom
+// first if oom, as containerd's shim reports the kernel's OOM kill before
+// the process's end.
+func (r *Runtime) publishExitLocked(at time.Time, id string, code int32, oom bool) {
+	publish := func(topic string, msg proto.Message) {
+		env, err := envelope(at, K8sNamespace, topic, msg)
+		if err != nil {
+			panic(err) // the model's own messages always marshal
+		}
+		r.publishTaskLocked(env)
+	}
+	if oom {
+		publish(TopicTaskOOM, &eventtypes.TaskOOM{ContainerID: id})
+	}
+	publish(TopicTaskExit, &eventtypes.TaskExit{ContainerID: id, ID: id, Pid: pidOf(id), ExitStatus: uint32(code), ExitedAt: timestamppb.New(at)})
 }
 
 // publishTaskLocked hands env to every task subscriber, ending those too

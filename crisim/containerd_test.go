@@ -2,6 +2,7 @@ package crisim
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 func eventsClient(t *testing.T, socket string) eventsapi.EventsClient {
@@ -106,4 +108,74 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestATaskExitComesBeforeCRIAndAnOOMKillBeforeItsExit: ExitTask publishes
+// the exit (after /tasks/oom for an OOM kill) while CRI still shows the
+// container running; the StopContainer that follows takes the exit's time
+// as finished_at and publishes only the task's delete. A container stopped
+// OOMKilled without ExitTask gets /tasks/oom before /tasks/exit too.
+func TestATaskExitComesBeforeCRIAndAnOOMKillBeforeItsExit(t *testing.T) {
+	rt := NewRuntime(Options{})
+	sub := rt.SubscribeTasks(testContext(t))
+	sb := must(rt.RunPodSandbox(PodConfig{}))
+	c1 := must(rt.CreateContainer(sb, ContainerConfig{Name: "a"}))
+	c2 := must(rt.CreateContainer(sb, ContainerConfig{Name: "b"}))
+	must(0, rt.StartContainer(c1))
+	must(0, rt.StartContainer(c2))
+
+	exited := must(rt.ExitTask(c1, 137, true))
+	if st := must(rt.ContainerStatus(c1)); st.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("after ExitTask CRI shows %s, want still running", st.GetState())
+	}
+	if _, err := rt.ExitTask(c1, 137, true); err == nil {
+		t.Error("a second ExitTask of the same container succeeded")
+	}
+	must(0, rt.StopContainer(c1, 137, "OOMKilled", ""))
+	if st := must(rt.ContainerStatus(c1)); st.GetFinishedAt() != exited.UnixNano() || st.GetReason() != "OOMKilled" {
+		t.Errorf("CRI status finished_at %d reason %q, want the task exit's %d and OOMKilled", st.GetFinishedAt(), st.GetReason(), exited.UnixNano())
+	}
+	must(0, rt.StopContainer(c2, 137, "OOMKilled", ""))
+
+	var got []string
+	var exits []*eventtypes.TaskExit
+	for env := range sub.Events() {
+		if env.GetTopic() == TopicContainerCreate || env.GetTopic() == TopicTaskStart {
+			continue
+		}
+		id := c1
+		switch env.GetTopic() {
+		case TopicTaskExit:
+			var e eventtypes.TaskExit
+			must(0, proto.Unmarshal(env.GetEvent().GetValue(), &e))
+			exits = append(exits, &e)
+			id = e.GetContainerID()
+		case TopicTaskOOM:
+			var e eventtypes.TaskOOM
+			must(0, proto.Unmarshal(env.GetEvent().GetValue(), &e))
+			id = e.GetContainerID()
+		case TopicTaskDelete:
+			var e eventtypes.TaskDelete
+			must(0, proto.Unmarshal(env.GetEvent().GetValue(), &e))
+			id = e.GetContainerID()
+		}
+		name := map[string]string{c1: "a", c2: "b"}[id]
+		got = append(got, env.GetTopic()+" "+name)
+		if len(got) == 6 {
+			break
+		}
+	}
+	want := []string{"/tasks/oom a", "/tasks/exit a", "/tasks/delete a", "/tasks/oom b", "/tasks/exit b", "/tasks/delete b"}
+	if !slices.Equal(got, want) {
+		t.Errorf("task events %v, want %v", got, want)
+	}
+	if len(exits) == 2 {
+		if exits[0].GetExitStatus() != 137 || !exits[0].GetExitedAt().AsTime().Equal(exited) {
+			t.Errorf("ExitTask's exit: %v, want 137 at %v", exits[0], exited)
+		}
+		st := must(rt.ContainerStatus(c2))
+		if exits[1].GetExitedAt().AsTime().UnixNano() != st.GetFinishedAt() {
+			t.Errorf("StopContainer's exit at %v, CRI finished_at %d", exits[1].GetExitedAt().AsTime(), st.GetFinishedAt())
+		}
+	}
 }

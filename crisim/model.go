@@ -182,6 +182,9 @@ type containerRecord struct {
 	ctr     *runtimeapi.Container
 	status  *runtimeapi.ContainerStatus
 	nameKey string // empty for injected containers
+	// exitedAt is when ExitTask published the task's exit, in unix ns,
+	// until the container's CRI status shows it (0: none published).
+	exitedAt int64
 }
 
 // NewRuntime returns an empty Runtime.
@@ -275,9 +278,37 @@ func (r *Runtime) StopContainer(id string, exitCode int32, reason, message strin
 		return nil
 	}
 	now := time.Now().UnixNano()
-	c.exit(now, exitCode, reason, message)
+	finished := now
+	if c.exitedAt != 0 {
+		finished = c.exitedAt // the exit ExitTask published
+	}
+	c.exit(finished, exitCode, reason, message)
 	r.emitLocked(r.eventLocked(now, id, c.ctr.PodSandboxId, runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT))
 	return nil
+}
+
+// ExitTask publishes containerd's task events of a running container's
+// process ending with exitCode (/tasks/oom first if oom, then /tasks/exit,
+// exited now), without changing its CRI state: containerd's shim
+// publishes them before the CRI plugin updates the container's status,
+// which is seconds later in a burst. A later StopContainer is that update:
+// it takes this exit's time as finished_at and publishes no second exit.
+// It returns the exit's time. A container that is not running, or whose
+// exit was published already, is an error.
+func (r *Runtime) ExitTask(id string, exitCode int32, oom bool) (time.Time, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[id]
+	if !ok {
+		return time.Time{}, notFound("container", id)
+	}
+	if c.ctr.State != runtimeapi.ContainerState_CONTAINER_RUNNING || c.exitedAt != 0 {
+		return time.Time{}, fmt.Errorf("crisim: container %s: its task has exited already", id)
+	}
+	at := time.Now()
+	c.exitedAt = at.UnixNano()
+	r.publishExitLocked(at, id, exitCode, oom)
+	return at, nil
 }
 
 // RemoveContainer removes a container and emits DELETED, with no container

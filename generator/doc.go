@@ -13,6 +13,8 @@
 //     stream;
 //   - the targeted relists that stream events ask for (targeted.go): a queue
 //     that delays, coalesces and paces them, with its own lock;
+//   - containerd's events as triggers (trigger.go), and its task exits as
+//     the deaths they report, checked against CRI after (exits.go);
 //   - the modes (mode.go);
 //   - the merge of both sources into the pod-status cache (merge.go), and
 //     the reader of that cache (status.go: PodStatusNewerThan);

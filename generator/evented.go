@@ -139,6 +139,10 @@ type supervisorOptions struct {
 	rt Runtime
 	// tasks is containerd's event service, nil where there is none.
 	tasks TaskEventSource
+	// taskExits says whether containerd's task exits report deaths at
+	// once (not Options.ExitsFromCRI), for the log line that says which
+	// path exits take.
+	taskExits bool
 	// failureLimit, backoffMin, backoffMax and healthyAfter are
 	// Options.StreamFailureLimit and its neighbours.
 	failureLimit                         int
@@ -154,6 +158,12 @@ type supervisorOptions struct {
 	// containerd's events to the trigger goroutine.
 	messages chan<- *runtimeapi.ContainerEventResponse
 	triggers chan<- TaskEvent
+	// exits carries the task exits and OOM kills followed beside a CRI
+	// stream (watchExits) to the trigger goroutine, which reports the
+	// deaths of containers the cache holds running from them and nothing
+	// else: the stream reports the rest, and a relist they asked for
+	// could come before the stream's replay (see replayGate).
+	exits chan<- TaskEvent
 	// runtimeBack receives when a relist succeeded after failing: the
 	// runtime answers again, so waiting out the reconnect backoff would
 	// only delay evented mode.
@@ -185,6 +195,8 @@ type streamSupervisor struct {
 	// sm are the metrics of the source in use, set once by Run before it
 	// connects.
 	sm sourceMetrics
+	// containerd is set once detect found the runtime to be containerd.
+	containerd atomic.Bool
 	// backingOff is set while the supervisor waits out a backoff of
 	// replayHold or more, with the replay gate shut.
 	backingOff atomic.Bool
@@ -210,21 +222,35 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 	s.replay.open()
 	defer s.replay.close()
 	s.source.Store(int32(sourceCRI))
+	// Beside a CRI stream, containerd's task exits report deaths sooner
+	// than the stream does (exits.go); evented mode, which asks the
+	// runtime nothing, has watchExits ask.
+	exitsBeside := mode == ModeEvented && s.tasks != nil && s.taskExits
 	if mode == ModeAuto || mode == ModeContainerdEvents {
 		src, why, err := s.detect(ctx, mode)
 		if err != nil {
 			return nil // ctx done
 		}
+		exitsBeside = src == sourceCRI && s.tasks != nil && s.taskExits && s.containerd.Load()
 		if src == sourceContainerd && s.tasks == nil {
 			src, why = sourceNone, why+"; but no connection to containerd's event service was given"
 		}
 		if src == sourceNone {
-			s.logger.Info(string(mode)+" mode: relisting only, no event stream", "reason", why)
+			s.logger.Info(string(mode)+" mode: relisting only, no event stream", "reason", why, "exits", exitsFromCRI)
 			s.mode.set(ModeGeneric, why)
 			return nil
 		}
 		s.source.Store(int32(src))
-		s.logger.Info("following the runtime's events", "source", src.String(), "reason", why)
+		s.logger.Info("following the runtime's events", "source", src.String(), "reason", why, "exits", s.exitsPath(src))
+	}
+	if exitsBeside {
+		var wg sync.WaitGroup
+		ectx, cancel := context.WithCancel(ctx)
+		wg.Go(func() { s.watchExits(ectx, mode == ModeEvented) })
+		defer func() {
+			cancel()
+			wg.Wait()
+		}()
 	}
 	s.sm = s.metrics.sourceMetrics(s.eventSource())
 	s.metrics.eventSource.WithLabelValues(s.eventSource().String()).Set(1)
@@ -288,6 +314,20 @@ func (s *streamSupervisor) Run(ctx context.Context, mode Mode) error {
 	}
 }
 
+// How exits are detected, as the start-up's log line says it.
+const (
+	exitsFromCRI  = "cri"                  // CRI's listings, statuses or event stream
+	exitsFromTask = "containerd-task-exit" // containerd's /tasks/exit, checked against CRI after
+)
+
+// exitsPath says how exits are detected with events from src.
+func (s *streamSupervisor) exitsPath(src eventSource) string {
+	if s.tasks != nil && s.taskExits && (src == sourceContainerd || (src == sourceCRI && s.containerd.Load())) {
+		return exitsFromTask
+	}
+	return exitsFromCRI
+}
+
 // eventSource is where events come from.
 func (s *streamSupervisor) eventSource() eventSource { return eventSource(s.source.Load()) }
 
@@ -323,6 +363,7 @@ func (s *streamSupervisor) detect(ctx context.Context, mode Mode) (eventSource, 
 	for {
 		v, err := s.rt.Version(ctx)
 		if err == nil {
+			s.containerd.Store(isContainerd(v))
 			src, why := chooseSource(mode, v)
 			return src, why, nil
 		}
@@ -333,6 +374,83 @@ func (s *streamSupervisor) detect(ctx context.Context, mode Mode) (eventSource, 
 		s.logger.Debug("cannot read runtime version to choose a mode, relisting meanwhile", "err", err)
 		if err := sleep(ctx, jitter(delay)); err != nil {
 			return sourceNone, "", err
+		}
+		delay = min(delay*2, s.backoffMax)
+	}
+}
+
+// beforeSubscribing strips the exit details from ev, a task exit, if the
+// process ended before the subscription that delivers it was opened at
+// subscribed: containerd's shim forwards the exits it could not deliver
+// while containerd was down once it is back, and the CRI plugin, which
+// recovered the container meanwhile, may report that exit otherwise (exit
+// code 255, reason Unknown, when it found the task gone). Such an exit is
+// left to CRI (exits.go reports only exits with their details).
+func beforeSubscribing(ev TaskEvent, subscribed time.Time) TaskEvent {
+	if ev.Topic == TopicTaskExit && ev.ExitedAt.Before(subscribed) {
+		ev.ExitStatus, ev.ExitedAt = 0, time.Time{}
+	}
+	return ev
+}
+
+// watchExits follows containerd's task exits and OOM kills beside the CRI
+// event stream until ctx is done, handing them to the trigger goroutine,
+// which reports the death of a container the cache holds running at once
+// (exits.go); everything else is the stream's, so the subscription's other
+// events are dropped, and so is an exit the buffer has no room for (the
+// stream reports it). ask says whether the runtime's Version must
+// first show containerd (evented mode did not ask it). A socket without
+// containerd's event service, or one that refuses it, ends it: exits then
+// come from CRI alone, as the log says.
+func (s *streamSupervisor) watchExits(ctx context.Context, ask bool) {
+	if ask {
+		v, err := s.rt.Version(ctx)
+		for delay := s.backoffMin; err != nil && ctx.Err() == nil; delay = min(delay*2, s.backoffMax) {
+			if sleep(ctx, jitter(delay)) != nil {
+				return
+			}
+			v, err = s.rt.Version(ctx)
+		}
+		if err != nil {
+			return // ctx done
+		}
+		if !isContainerd(v) {
+			s.logger.Info("exits come from CRI: the runtime is not containerd", "runtime", v.GetRuntimeName(), "exits", exitsFromCRI)
+			return
+		}
+		s.containerd.Store(true)
+		s.logger.Info("containerd's task exits report deaths beside the CRI event stream", "exits", exitsFromTask)
+	}
+	delay := s.backoffMin
+	for {
+		start := time.Now()
+		err := s.tasks.WatchTaskEvents(ctx, func(ev TaskEvent, err error) {
+			if err != nil || (ev.Topic != TopicTaskExit && ev.Topic != TopicTaskOOM) {
+				return
+			}
+			if ev = beforeSubscribing(ev, start); ev.Topic == TopicTaskExit && ev.ExitedAt.IsZero() {
+				return // the stream reports it
+			}
+			select {
+			case s.exits <- ev:
+			default:
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if c := status.Code(err); c == codes.Unimplemented || c == codes.PermissionDenied {
+			s.containerd.Store(false)
+			s.logger.Info("containerd's event service is out of reach: exits come from CRI", "err", err, "exits", exitsFromCRI)
+			return
+		}
+		s.logger.Debug("containerd task exit subscription ended, resubscribing", "err", err)
+		if time.Since(start) >= reconnectAtOnceAfter {
+			delay = s.backoffMin
+			continue
+		}
+		if sleep(ctx, jitter(delay)) != nil {
+			return
 		}
 		delay = min(delay*2, s.backoffMax)
 	}
@@ -429,6 +547,7 @@ func (s *streamSupervisor) watchTasks(ctx context.Context, requireEvents bool) (
 			s.relist()
 		}
 	})
+	subscribed := time.Now()
 	err := s.tasks.WatchTaskEvents(ctx, func(ev TaskEvent, err error) {
 		if err != nil {
 			s.sm.events.WithLabelValues("invalid").Inc()
@@ -436,6 +555,7 @@ func (s *streamSupervisor) watchTasks(ctx context.Context, requireEvents bool) (
 			s.relist()
 			return
 		}
+		ev = beforeSubscribing(ev, subscribed)
 		events++
 		s.eventsSinceRelist.Add(1)
 		select {

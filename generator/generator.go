@@ -87,6 +87,12 @@ type Options struct {
 	// mode and auto mode on containerd 1.x (the CRI client serves it on
 	// the CRI socket). Nil: none; those modes then relist only.
 	TaskEvents TaskEventSource
+	// ExitsFromCRI leaves containers' exits to CRI, as the other
+	// transitions are: a task exit from containerd's event service then
+	// only asks for a targeted relist. By default, the exit of a container
+	// the cache holds running is reported from the task exit itself, at
+	// once, and checked against CRI after (exits.go).
+	ExitsFromCRI bool
 	// Listings are the listings of the client the Runtime lists through
 	// (the CRI client), given apart from the Runtime so that a decorator
 	// around it cannot hide them. With them, a full relist that lists
@@ -147,6 +153,12 @@ type Generator struct {
 	// taskBuf carries containerd's events from the subscription's reader
 	// to the trigger goroutine.
 	taskBuf chan TaskEvent
+	// exitBuf carries the task exits and OOM kills followed beside a CRI
+	// stream to the trigger goroutine (streamSupervisor.watchExits).
+	exitBuf chan TaskEvent
+	// exits carries the exits the trigger goroutine reports from
+	// containerd's task exits to the merge goroutine (exits.go).
+	exits chan *batch
 	// restoredDue (capacity 1) tells the merge goroutine to take in what
 	// Restore was given.
 	restoredDue chan struct{}
@@ -238,13 +250,19 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		runtimeBack: make(chan struct{}, 1),
 		streamBuf:   make(chan *runtimeapi.ContainerEventResponse, streamBufferSize),
 		taskBuf:     make(chan TaskEvent, streamBufferSize),
+		exits:       make(chan *batch, streamBufferSize),
+		exitBuf:     make(chan TaskEvent, streamBufferSize),
 		restoredDue: make(chan struct{}, 1),
 	}
 	g.targeted = newTargetedQueue(opts.TargetedRelistDelay, opts.TargetedRelistRate, opts.Metrics.targetedPending)
-	g.triggers = newTriggerSet(triggerOptions{
+	topts := triggerOptions{
 		cache: g.cache, rt: rt, targeted: g.targeted, relist: g.requestRelist,
 		logger: g.logger, results: opts.Metrics.triggers,
-	})
+	}
+	if !opts.ExitsFromCRI {
+		topts.exits = g.exits
+	}
+	g.triggers = newTriggerSet(topts)
 	// requestRelist: a new mode re-times the relist loop for its period.
 	g.mode = newActiveMode(g.metrics.mode, g.logger, g.requestRelist)
 	g.replay = newReplayGate()
@@ -262,6 +280,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 	g.stream = &streamSupervisor{supervisorOptions: supervisorOptions{
 		rt:           rt,
 		tasks:        opts.TaskEvents,
+		taskExits:    !opts.ExitsFromCRI,
 		failureLimit: opts.StreamFailureLimit,
 		backoffMin:   opts.StreamBackoffMin,
 		backoffMax:   opts.StreamBackoffMax,
@@ -271,6 +290,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		relist:       g.requestRelist,
 		messages:     g.streamBuf,
 		triggers:     g.taskBuf,
+		exits:        g.exitBuf,
 		runtimeBack:  g.runtimeBack,
 		logger:       g.logger,
 		metrics:      g.metrics,
@@ -317,7 +337,7 @@ func (g *Generator) Run(ctx context.Context) error {
 	default:
 		eg.Go(func() error { return g.stream.Run(ctx, g.opts.Mode) })
 		eg.Go(func() error { return g.runTargeted(ctx) })
-		eg.Go(func() error { return g.triggers.run(ctx, g.taskBuf) })
+		eg.Go(func() error { return g.triggers.run(ctx, g.taskBuf, g.exitBuf) })
 	}
 	err := eg.Wait()
 	if errors.Is(err, context.Canceled) {
@@ -405,6 +425,8 @@ func (g *Generator) mergeLoop(ctx context.Context) error {
 			}
 		case ev := <-g.streamBuf:
 			err = g.applyStreamEvent(ctx, ev)
+		case b := <-g.exits:
+			err = g.apply(ctx, b)
 		case <-g.held.due: // armed only while the sink left events unsent
 			err = g.backfill(ctx)
 		case <-g.restoredDue:
@@ -759,6 +781,14 @@ func (g *Generator) mergeOne(uid string, obs podObservation, b *batch, events []
 		old = e.Status
 	}
 	rec, evs := mergePod(old, obs, b.source, b.at)
+	if rec != old && old != nil {
+		for i := range obs.containers {
+			s := &obs.containers[i]
+			if orec := old.containers[s.info.ID]; verifies(orec, s) {
+				g.checkExit(old.pod, orec, s)
+			}
+		}
+	}
 	if rec != old {
 		modified := b.at
 		if e.Modified.After(modified) {

@@ -497,9 +497,11 @@ func TestAStopAsksForATargetedRelistThatFindsTheRemoval(t *testing.T) {
 func TestEventedModeFallsBackAndReturns(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
+		// The CRI stream alone: containerd's task exits, followed beside
+		// it, would be a second stream to end and to wait for.
 		f := newFixture(t, crisim.Options{}, generator.Options{
 			Mode: generator.ModeEvented, StreamFailureLimit: 3, StreamHealthyAfter: 10 * time.Second,
-			StreamBackoffMin: time.Second, StreamBackoffMax: 4 * time.Second,
+			StreamBackoffMin: time.Second, StreamBackoffMax: 4 * time.Second, ExitsFromCRI: true,
 		})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -784,9 +786,12 @@ func eventTypesByContainer(evs []generator.Event) map[string][]string {
 func TestARelistWaitsForTheStreamsReplay(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
+		// The CRI stream alone (see TestEventedModeFallsBackAndReturns);
+		// TestTaskExitsBesideTheStreamAskForNoRelistDuringItsReplay has
+		// the task exits too.
 		f := newFixture(t, crisim.Containerd24Options(), generator.Options{
 			Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour,
-			StreamBackoffMin: 5 * time.Second, StreamBackoffMax: 5 * time.Second, StreamFailureLimit: 10,
+			StreamBackoffMin: 5 * time.Second, StreamBackoffMax: 5 * time.Second, StreamFailureLimit: 10, ExitsFromCRI: true,
 		})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)

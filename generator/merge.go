@@ -145,6 +145,11 @@ func mergeContainer(rec *containerRecord, s *sighting, pod Pod, src Source, at t
 		n.goneAt = at
 		return &n, n.pendingEvents(pod, src, at)
 	}
+	if s.fromTask && (rec == nil || rec.state < stateRunning) {
+		// A task's exit reports the death of a container known running,
+		// never more: a Died without its Started would break the order.
+		return nil, nil
+	}
 	var n containerRecord
 	if rec == nil {
 		n = containerRecord{sighting: sighting{info: s.info, sandboxID: s.sandboxID, state: s.state}}
@@ -161,7 +166,13 @@ func mergeContainer(rec *containerRecord, s *sighting, pod Pod, src Source, at t
 		n.fill(s)
 	}
 	if n.state == stateExited {
+		if s.fromTask && !n.sawExited && !n.info.Sandbox {
+			n.unverified = true
+		}
 		n.sawExited = true
+	}
+	if verifies(rec, s) {
+		n.unverified = false
 	}
 	if (rec == nil || src == SourceEvented) && at.After(n.lastSeen) {
 		n.lastSeen = at

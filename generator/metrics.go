@@ -38,6 +38,9 @@ type Metrics struct {
 	taskConnected  prometheus.Gauge
 	triggers       *prometheus.CounterVec
 	eventSource    *prometheus.GaugeVec
+	// taskMismatches counts, by field, where CRI's later view of an exit
+	// differed from what containerd's task exit said (exits.go).
+	taskMismatches *prometheus.CounterVec
 }
 
 // sourceMetrics are the metrics of one event source's connection.
@@ -66,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{m.relistDuration, m.relistInterval, m.lastRelist, m.relists, m.relistsUnchanged, m.events,
 		m.skipped, m.criRequests, m.criDuration, m.streamReconnects, m.streamEvents,
 		m.missedByStream, m.mode, m.suppressed, m.streamConnected, m.targetedPending,
-		m.unsent, m.unreported, m.taskReconnects, m.taskEvents, m.taskConnected, m.triggers, m.eventSource} {
+		m.unsent, m.unreported, m.taskReconnects, m.taskEvents, m.taskConnected, m.triggers, m.eventSource, m.taskMismatches} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register generator metrics: %w", err)
 		}
@@ -166,12 +169,19 @@ func newMetrics() *Metrics {
 		}),
 		triggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pleg_bridge_containerd_triggers_total",
-			Help: "What became of containerd's events as triggers: requested (a targeted relist), known (the cache held it), exec (an exec's exit), confirmed, relooked (not listed yet, asked again), listed (an ID not cached, left to a full relist with others), unconfirmed and unresolved (left to the periodic relist).",
+			Help: "What became of containerd's events as triggers: requested (a targeted relist), known (the cache held it), exec (an exec's exit), confirmed, relooked (not listed yet, asked again), listed (an ID not cached, left to a full relist with others), unconfirmed and unresolved (left to the periodic relist), died (a task exit of a container held running, reported at once), oom (an OOM kill, kept for the exit's reason).",
 		}, []string{"result"}),
 		eventSource: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pleg_bridge_event_source",
 			Help: "Where the evented source takes events from (1 for the one chosen): cri (GetContainerEvents) or containerd (containerd's event service, as a trigger).",
 		}, []string{"source"}),
+		taskMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pleg_bridge_task_event_mismatches_total",
+			Help: "ContainerDied events taken from containerd's task exit whose exit_code, finished_at or reason CRI later reported otherwise, by field. The published event is not corrected; each difference is logged at Warn.",
+		}, []string{"field"}),
+	}
+	for _, f := range []string{mismatchExitCode, mismatchFinishedAt, mismatchReason} {
+		m.taskMismatches.WithLabelValues(f)
 	}
 	// A loss must show as an increase: a series born at 1 would hide the
 	// first one from increase() and rate(), so every event type starts at 0.

@@ -149,6 +149,11 @@ func chooseSource(mode Mode, v *runtimeapi.VersionResponse) (eventSource, string
 	return sourceNone, fmt.Sprintf("runtime %q %s is not known to support a second event subscriber", v.GetRuntimeName(), ver)
 }
 
+// isContainerd says whether v is containerd's.
+func isContainerd(v *runtimeapi.VersionResponse) bool {
+	return strings.Contains(strings.ToLower(v.GetRuntimeName()), "containerd")
+}
+
 // parseVersion reads major and minor from versions such as "v2.4.2",
 // "1.7.35", "1.28.1-dev" or "2.0.0-rc.1".
 func parseVersion(s string) (major, minor int, ok bool) {

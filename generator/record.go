@@ -63,6 +63,10 @@ type containerRecord struct {
 	// sawExited is set once the container was observed exited (not merely
 	// found gone), so its Died event reports state exited.
 	sawExited bool
+	// unverified is set when the record's Died came from containerd's
+	// task exit, until CRI showed the container exited with its status
+	// (exits.go).
+	unverified bool
 	// lastSeen is the newest observation in which the container existed. A
 	// relist may declare it gone only if lastSeen is older than the relist.
 	lastSeen time.Time
@@ -125,6 +129,9 @@ type sighting struct {
 	// read (the container is gone by then), its ContainerStarted is
 	// reported at that time, with no started_at.
 	listedRunningAt time.Time
+	// fromTask marks a sighting taken from containerd's task exit rather
+	// than from CRI (exits.go); a record keeps it false.
+	fromTask bool
 }
 
 // podObservation is one source's view of one pod at one time.

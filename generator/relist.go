@@ -332,7 +332,9 @@ func (r *relister) inspect(ctx context.Context, pods map[string]*podObservation,
 			if s.info.Sandbox || s.state < stateRunning {
 				continue
 			}
-			if rec := r.lookup(uid, s.info.ID); rec != nil && rec.state >= s.state {
+			// An exit reported from containerd's task event is read again
+			// once CRI lists it, to check it (exits.go).
+			if rec := r.lookup(uid, s.info.ID); rec != nil && rec.state >= s.state && !(rec.unverified && s.state == stateExited) {
 				continue
 			}
 			jobs = append(jobs, job{uid, s})

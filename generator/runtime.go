@@ -66,8 +66,10 @@ func (e *SinkFullError) Error() string {
 // what the trigger uses. containerd publishes them on its event service
 // (containerd.services.events.v1.Events), beside CRI on the same socket, for
 // the CRI plugin's containers and sandboxes under the IDs CRI uses. They
-// carry no pod identity and no CRI state: the generator only uses them to
-// ask for targeted relists (trigger.go).
+// carry no pod identity and no CRI state: the generator uses them to ask
+// for targeted relists (trigger.go), and a task's exit, which carries its
+// exit status and time, to report the death of a container the cache holds
+// running at once (exits.go).
 type TaskEvent struct {
 	// Topic is containerd's topic, one of the Topic* constants.
 	Topic string
@@ -79,6 +81,10 @@ type TaskEvent struct {
 	ExecID string
 	// At is when containerd published the event.
 	At time.Time
+	// ExitStatus and ExitedAt are a task exit's exit status and time
+	// (the shim's exited_at, to the nanosecond); zero for other topics.
+	ExitStatus uint32
+	ExitedAt   time.Time
 }
 
 // containerd's topics the trigger subscribes to.
@@ -87,6 +93,9 @@ const (
 	TopicTaskExit        = "/tasks/exit"
 	TopicTaskDelete      = "/tasks/delete"
 	TopicContainerDelete = "/containers/delete"
+	// TopicTaskOOM says the kernel's OOM killer hit a container's cgroup;
+	// containerd's CRI plugin then reports its exit with reason OOMKilled.
+	TopicTaskOOM = "/tasks/oom"
 )
 
 // TaskEventSource is a runtime that also serves containerd's event service.

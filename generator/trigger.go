@@ -15,10 +15,13 @@ import (
 // containerd's events as a trigger.
 //
 // containerd's event service names a container or sandbox and what happened
-// to its task, nothing more: no pod, no CRI state. Each event therefore only
+// to its task, nothing more: no pod, no CRI state. Each event therefore
 // asks for a targeted relist of the sandbox it concerns, through the same
-// queue as the CRI stream's requests, and what is published still comes
-// from CRI listings and statuses (so an event's detectedBy is "relist").
+// queue as the CRI stream's requests, and what is published comes from CRI
+// listings and statuses (so an event's detectedBy is "relist"), but for the
+// exit of a container the cache holds running, which carries all a Died
+// needs beyond the cache and is reported at once (exits.go); its targeted
+// relists then check it against CRI.
 //
 // containerd publishes a task's events before its CRI plugin has updated the
 // container's CRI status (the plugin handles the same events, after they
@@ -69,6 +72,8 @@ const (
 	triggerUnconfirmed = "unconfirmed" // no look showed it: left to the periodic relist
 	triggerListed      = "listed"      // its ID, not cached, waits for a full relist with others
 	triggerUnresolved  = "unresolved"  // CRI never listed its ID: left to the periodic relist
+	triggerDied        = "died"        // a task exit of a container held running: its Died merged at once (exits.go)
+	triggerOOM         = "oom"         // an OOM kill, kept for the container's exit (exits.go)
 )
 
 // expectation is what one container or sandbox should show, after one of
@@ -90,7 +95,10 @@ type triggerOptions struct {
 	// targeted takes the targeted relists the events ask for.
 	targeted *targetedQueue
 	// relist asks for a full relist soon.
-	relist  func()
+	relist func()
+	// exits takes the batches of the task exits reported at once to the
+	// merge goroutine (exits.go); nil leaves exits to CRI.
+	exits   chan<- *batch
 	logger  *slog.Logger
 	results *prometheus.CounterVec
 }
@@ -117,6 +125,10 @@ type triggerSet struct {
 	// listing holds the IDs the cache did not hold that wait for a full
 	// relist begun after they were taken, by ID (see resolveAll).
 	listing map[string]*awaited // guarded by mu
+
+	// oom holds the containers a /tasks/oom named, until their exit, with
+	// when it came; the trigger goroutine's own (exits.go).
+	oom map[string]time.Time
 }
 
 // unresolved is an event whose ID the cache does not hold: tries attempts
@@ -157,16 +169,20 @@ func wantOf(topic string) (cstate, bool) {
 }
 
 // run takes containerd's events from the subscription's buffer, events,
+// and the task exits followed beside a CRI stream from exits (takeExit),
 // until ctx is done, and returns nil. Resolving IDs the cache does not know asks CRI, so it runs
 // here, off the subscription's reader, which never blocks: first every
 // event already waiting is taken, then the unknown IDs among them are
 // resolved together (resolveAll).
-func (t *triggerSet) run(ctx context.Context, events <-chan TaskEvent) error {
+func (t *triggerSet) run(ctx context.Context, events, exits <-chan TaskEvent) error {
 	var unknown []unresolved
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case ev := <-exits:
+			t.takeExit(ctx, ev)
+			continue
 		case ev := <-events:
 			unknown = t.take(ctx, ev, 0, unknown)
 		case r := <-t.retries:
@@ -195,6 +211,11 @@ func (t *triggerSet) take(ctx context.Context, ev TaskEvent, tries int, unknown 
 		t.results.WithLabelValues(triggerExec).Inc()
 		return unknown
 	}
+	if ev.Topic == TopicTaskOOM {
+		t.results.WithLabelValues(triggerOOM).Inc()
+		t.sawOOM(ev)
+		return unknown
+	}
 	want, ok := wantOf(ev.Topic)
 	if !ok {
 		return unknown // cri.DecodeEnvelope lets no other topic through
@@ -204,6 +225,10 @@ func (t *triggerSet) take(ctx context.Context, ev TaskEvent, tries int, unknown 
 	case found && state >= want:
 		t.results.WithLabelValues(triggerKnown).Inc()
 	case found:
+		if ev.Topic == TopicTaskExit && state == stateRunning {
+			// Reported at once; the expectation has CRI check it.
+			t.died(ctx, ev, scope)
+		}
 		t.expect(ctx, ev, want, scope)
 	case want == stateGone:
 		// Never seen: nothing was reported, so there is nothing to remove.
@@ -530,5 +555,7 @@ func reached(cache *statecache.Cache[*podRecord], podUID, id string, want cstate
 	if rec == nil {
 		return want >= stateExited
 	}
-	return rec.state >= want
+	// An exit reported from containerd's task event is reached once CRI
+	// showed it too (exits.go).
+	return rec.state > want || (rec.state == want && !rec.unverified)
 }

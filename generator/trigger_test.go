@@ -144,9 +144,9 @@ func TestAutoModeOnContainerd17FollowsContainerdsEventsWithoutTheCRIStream(t *te
 		want := []string{
 			"ContainerStarted sb running - relist",
 			"ContainerStarted c running - relist",
-			"ContainerDied c exited 3 relist",
+			"ContainerDied c exited 3 evented", // from the task's exit
 			"ContainerRemoved c removed 3 relist",
-			"ContainerDied sb exited - relist",
+			"ContainerDied sb exited - evented",
 			"ContainerRemoved sb removed - relist",
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
@@ -164,7 +164,8 @@ func TestAutoModeOnContainerd17FollowsContainerdsEventsWithoutTheCRIStream(t *te
 func TestAnExitTheListingDoesNotShowYetIsLookedAtAgainBounded(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		f, stop := startTriggered(t, generator.Options{})
+		// Exits left to CRI: the trigger's own path.
+		f, stop := startTriggered(t, generator.Options{ExitsFromCRI: true})
 		defer stop()
 		m := f.rt.Model()
 		sb, c := runningPod(t, f)

@@ -33,6 +33,11 @@ type Report struct {
 	// killed with SIGKILL is scraped just before). Events it gave up on
 	// show as missing too; this says whether the bridge knew.
 	BridgeDropped float64
+	// TaskMismatches is the bridge's pleg_bridge_task_event_mismatches_total,
+	// summed over its fields and processes as BridgeDropped is: exits it
+	// reported from containerd's task exits that CRI later reported
+	// otherwise. Any fails the soak.
+	TaskMismatches float64
 	// Problems are failures outside the accounting: a bridge not ready
 	// again after a fault, one that did not stop cleanly.
 	Problems []string
@@ -54,9 +59,10 @@ type FaultRecord struct {
 
 // Failed reports whether the soak found anything wrong: a transition
 // missing, duplicated or out of order, an unexpected or undecodable
-// message, a /healthz failure while the bridge was up, or a problem.
+// message, a /healthz failure while the bridge was up, an exit reported
+// from containerd's task exit that CRI contradicted, or a problem.
 func (r Report) Failed() bool {
-	return r.Accounting.Failed() || len(r.Undecodable) > 0 || len(r.Problems) > 0 ||
+	return r.Accounting.Failed() || len(r.Undecodable) > 0 || len(r.Problems) > 0 || r.TaskMismatches > 0 ||
 		len(r.AlertProblems()) > 0 || len(r.EmptyPanels()) > 0
 }
 
@@ -114,8 +120,8 @@ func (r Report) Table(w io.Writer) error {
 	if d := r.Total.To.Sub(r.Total.From); d > 0 {
 		fmt.Fprintf(&b, "\nchurn: %d transitions made, %.0f a second", r.Total.Expected, float64(r.Total.Expected)/d.Seconds())
 	}
-	fmt.Fprintf(&b, "\nstream: %d messages, %d unexpected, %d undecodable; bridge: %.0f events given up (pleg_bridge_events_dropped_total)\n",
-		r.Stored, len(r.Unexpected), len(r.Undecodable), r.BridgeDropped)
+	fmt.Fprintf(&b, "\nstream: %d messages, %d unexpected, %d undecodable; bridge: %.0f events given up (pleg_bridge_events_dropped_total), %.0f task-event mismatches (pleg_bridge_task_event_mismatches_total)\n",
+		r.Stored, len(r.Unexpected), len(r.Undecodable), r.BridgeDropped, r.TaskMismatches)
 
 	r.list(&b, "missing", r.Missing)
 	r.list(&b, "unobservable (the container lived and went while no bridge ran; containerd 1.7 keeps no event)", r.Unobservable)

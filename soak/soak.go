@@ -21,6 +21,9 @@ const (
 	streamName = "PLEG"
 	// droppedMetric counts the events the bridge gave up on.
 	droppedMetric = "pleg_bridge_events_dropped_total"
+	// mismatchMetric counts the exits the bridge reported from
+	// containerd's task exits that CRI contradicted.
+	mismatchMetric = "pleg_bridge_task_event_mismatches_total"
 	// streamDropEvery is the interval between stream drops: the bridge
 	// reconnects and relists in between, and the next drop may hit it
 	// halfway.
@@ -87,6 +90,9 @@ type soak struct {
 	faults  []FaultRecord
 	prog    *Progress // the progress lines and the problems
 	dropped float64   // the events given up by bridge processes that ended
+	// mismatches are the task-event mismatches of bridge processes that
+	// ended (see Report.TaskMismatches).
+	mismatches float64
 }
 
 func (s *soak) run(ctx context.Context) (Report, error) {
@@ -174,17 +180,18 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	}
 	s.prog.Printf("the state bucket holds the runtime's %d containers with %d differences", containers, len(diffs))
 	rep := Report{
-		Accounting:    account(s.windows, made, stored, s.health.failures(), s.blind),
-		Options:       o,
-		Setup:         s.nats.describe(),
-		Start:         s.start,
-		Faults:        s.faults,
-		Stored:        len(stored) + len(undecodable),
-		Undecodable:   undecodable,
-		BridgeDropped: s.dropped,
-		Problems:      s.prog.Problems(),
-		Alerts:        alerts,
-		Panels:        panels,
+		Accounting:     account(s.windows, made, stored, s.health.failures(), s.blind),
+		Options:        o,
+		Setup:          s.nats.describe(),
+		Start:          s.start,
+		Faults:         s.faults,
+		Stored:         len(stored) + len(undecodable),
+		Undecodable:    undecodable,
+		BridgeDropped:  s.dropped,
+		TaskMismatches: s.mismatches,
+		Problems:       s.prog.Problems(),
+		Alerts:         alerts,
+		Panels:         panels,
 	}
 	return rep, nil
 }
@@ -514,6 +521,11 @@ func (s *soak) scrapeDropped(ctx context.Context) {
 		return
 	}
 	s.dropped += n
+	if n, err = s.bridge.counter(ctx, mismatchMetric); err != nil {
+		s.logger.Warn("scrape the bridge's task-event mismatches; the report's count misses them", "err", err)
+		return
+	}
+	s.mismatches += n
 }
 
 // wait waits for d; see waitUntil.

@@ -97,6 +97,7 @@ type Config struct {
 	RelistPeriod        time.Duration  `env:"PLEG_RELIST_PERIOD" desc:"Relist period in generic mode"`
 	RelistThreshold     time.Duration  `env:"PLEG_RELIST_THRESHOLD" desc:"/healthz fails when the last relist is older than this"`
 	EventedRelistPeriod time.Duration  `env:"PLEG_EVENTED_RELIST_PERIOD" desc:"Safety-net relist period while the event stream is healthy"`
+	ExitsFromCRI        bool           `env:"PLEG_EXITS_FROM_CRI" desc:"Report exits only once CRI shows them (true), rather than from containerd's task exit, checked against CRI after (false)"`
 
 	PublishMaxInFlight int           `env:"PLEG_PUBLISH_MAX_IN_FLIGHT" desc:"Published events awaiting a JetStream ack, at most"`
 	OutboxSize         int           `env:"PLEG_OUTBOX_SIZE" desc:"Events waiting for delivery in memory, at most; more spill to the spool (the generator never waits)"`
@@ -391,6 +392,7 @@ func (c Config) bridgeOptions(logger *slog.Logger, reg *prometheus.Registry) bri
 		RelistPeriod:        c.RelistPeriod,
 		RelistThreshold:     c.RelistThreshold,
 		EventedRelistPeriod: c.EventedRelistPeriod,
+		ExitsFromCRI:        c.ExitsFromCRI,
 		NATS: bridge.NATSOptions{
 			URL: c.NATSURL, EmbeddedListen: c.EmbeddedNATS,
 			Creds: c.NATSCreds, NKeySeed: c.NATSNKeySeed, User: c.NATSUser, Password: c.NATSPassword,

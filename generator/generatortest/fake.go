@@ -297,7 +297,7 @@ func (f *FakeRuntime) WatchTaskEvents(ctx context.Context, fn func(generator.Tas
 	f.signalOpened()
 	for env := range sub.Events() {
 		switch env.GetTopic() {
-		case generator.TopicTaskStart, generator.TopicTaskExit, generator.TopicTaskDelete, generator.TopicContainerDelete:
+		case generator.TopicTaskStart, generator.TopicTaskExit, generator.TopicTaskDelete, generator.TopicContainerDelete, generator.TopicTaskOOM:
 		default:
 			continue
 		}

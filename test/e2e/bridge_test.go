@@ -41,9 +41,10 @@ type bridge struct {
 
 // startBridge runs the pleg-bridge binary in mode against the suite's
 // containerd and a fresh in-process NATS server, configured only by PLEG_*
-// variables, and follows the events of pods whose UID starts with prefix.
-// The bridge is stopped at cleanup if the test did not stop it.
-func startBridge(t *testing.T, mode, prefix string) *bridge {
+// variables (env adds to them), and follows the events of pods whose UID
+// starts with prefix. The bridge is stopped at cleanup if the test did not
+// stop it.
+func startBridge(t *testing.T, mode, prefix string, env ...string) *bridge {
 	t.Helper()
 	_, url := publishtest.NewServer(t)
 	_, js := publishtest.Connect(t, url)
@@ -69,6 +70,7 @@ func startBridge(t *testing.T, mode, prefix string) *bridge {
 		"PLEG_LOG_FORMAT=json",
 		"PLEG_LOG_LEVEL=debug",
 	}
+	b.cmd.Env = append(b.cmd.Env, env...)
 	b.cmd.Stdout, b.cmd.Stderr = logFile, logFile
 	if err := b.cmd.Start(); err != nil {
 		t.Fatalf("start pleg-bridge: %v", err)
@@ -280,10 +282,22 @@ func (c *collector) waitCount(n int, d time.Duration) []event {
 	return c.waitFor(fmt.Sprintf("%d events", n), d, func(evs []event) bool { return len(evs) >= n })
 }
 
-// final stops the bridge, so that nothing more can arrive, and returns the
-// test's events once the stream's last message has been read.
+// final checks that CRI agreed with every exit the bridge reported from
+// containerd's task exits (pleg_bridge_task_event_mismatches_total is 0
+// for every field), stops the bridge, so that nothing more can arrive, and
+// returns the test's events once the stream's last message has been read.
 func (b *bridge) final() []event {
 	b.t.Helper()
+	mismatches := 0
+	for series, v := range b.scrape("pleg_bridge_task_event_mismatches_total") {
+		mismatches++
+		if v != "0" {
+			b.t.Errorf("%s mode: %s = %s: CRI reported an exit otherwise than containerd's task exit", b.mode, series, v)
+		}
+	}
+	if mismatches == 0 {
+		b.t.Errorf("%s mode: no pleg_bridge_task_event_mismatches_total series on /metrics", b.mode)
+	}
 	b.stop()
 	info, err := b.js.Stream(b.t.Context(), streamName)
 	if err != nil {
@@ -331,4 +345,14 @@ func list(evs []event) string {
 		fmt.Fprintf(&sb, "  #%d %s %s\n", e.Sequence, e.ContainerID[:min(12, len(e.ContainerID))], e)
 	}
 	return sb.String()
+}
+
+// name says which bridge b is, in a test that runs two.
+func (b *bridge) name() string {
+	for _, e := range b.cmd.Env {
+		if e == "PLEG_EXITS_FROM_CRI=true" {
+			return b.mode + " mode, exits from CRI"
+		}
+	}
+	return b.mode + " mode"
 }

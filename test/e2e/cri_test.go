@@ -147,10 +147,32 @@ func (c *cri) tryStartWork(p pod, name string, d time.Duration, exit int) (strin
 }
 
 func (c *cri) tryCreateWork(p pod, name string, d time.Duration, exit int) (string, error) {
+	return c.tryCreate(p, name, nil, "work", "--sleep", d.String(), "--exit", fmt.Sprint(exit))
+}
+
+// tryStart creates and starts a container of the work image running
+// /pleg-e2e with args, with resources if not nil, and returns its ID.
+func (c *cri) tryStart(p pod, name string, resources *runtimeapi.LinuxContainerResources, args ...string) (string, error) {
+	id, err := c.tryCreate(p, name, resources, args...)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if _, err := c.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}, waitForReady); err != nil {
+		return "", fmt.Errorf("StartContainer %s/%s: %w", p.name, name, err)
+	}
+	return id, nil
+}
+
+func (c *cri) tryCreate(p pod, name string, resources *runtimeapi.LinuxContainerResources, args ...string) (string, error) {
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: name},
 		Image:    &runtimeapi.ImageSpec{Image: workImage},
-		Command:  []string{"/pleg-e2e", "work", "--sleep", d.String(), "--exit", fmt.Sprint(exit)},
+		Command:  append([]string{"/pleg-e2e"}, args...),
+	}
+	if resources != nil {
+		cfg.Linux = &runtimeapi.LinuxContainerConfig{Resources: resources}
 	}
 	ctx, cancel := c.ctx()
 	defer cancel()
@@ -197,6 +219,24 @@ func (c *cri) removePod(p pod) {
 	defer cancel()
 	if _, err := c.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.id}, waitForReady); err != nil {
 		c.t.Fatalf("RemovePodSandbox %s: %v", p.name, err)
+	}
+}
+
+// exitedStatus returns the container's status once the runtime reports it
+// exited: a bridge may report an exit before CRI shows it (from
+// containerd's task exit), and CRI's view is what the tests compare with.
+func (c *cri) exitedStatus(id string) *runtimeapi.ContainerStatus {
+	c.t.Helper()
+	deadline := time.Now().Add(eventTimeout)
+	for {
+		st := c.status(id)
+		if st.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			return st
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("container %s is still %v %v after the bridge reported its exit", id, st.State, eventTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -7,6 +7,7 @@
 #
 #   bash test/e2e/run.sh                           # both versions
 #   PLEG_E2E_VERSIONS=2.4.2 bash test/e2e/run.sh   # one
+#   PLEG_E2E_RUN=TestExitBurst bash test/e2e/run.sh  # the tests matching a -run pattern
 #
 # Needs root on Linux, gcc, apt (for runc) and the Go module proxy. Built
 # binaries are cached under ${PLEG_E2E_CACHE:-/var/cache/pleg-bridge-e2e}.
@@ -52,7 +53,7 @@ for v in $versions; do
 	echo "== e2e: containerd $v: tests"
 	status=0
 	PLEG_E2E_CONTAINERD_VERSION=$v PLEG_E2E_CONTAINERD_SOCKET=$workdir/containerd.sock \
-		go test -tags e2e -count=1 -timeout 20m -v ./test/e2e/... || status=$?
+		go test -tags e2e -count=1 -timeout 40m -v -run "${PLEG_E2E_RUN:-.}" ./test/e2e/... || status=$?
 	t2=$SECONDS
 	if [ "$status" != 0 ]; then
 		echo "== e2e: containerd $v: tests FAILED; last lines of containerd's log:" >&2

@@ -92,7 +92,7 @@ func TestTheBridgeStealsNoCRIEvent(t *testing.T) {
 	p := c.runPod("watched")
 	id := c.startWork(p, "app", 500*time.Millisecond, 4)
 	b.events.waitEvent("ContainerDied", id, eventTimeout)
-	st := c.status(id)
+	st := c.exitedStatus(id)
 	c.remove(id)
 	c.stopPod(p)
 	c.removePod(p)
