@@ -17,7 +17,10 @@
 // durable groups whose work streams it may consume), and the template
 // expands {{tag(namespace)}} into one consumer filter per namespace.
 //
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
 // natsauth imports schemas, consumer (to validate namespace names),
-// nats-io/jwt and nats-io/nkeys only. The pleg-bridge creds
-// command and the tests use it.
+// nats-io/jwt and nats-io/nkeys only. The pleg-bridge creds command and the
+// tests (directly or through natsauthtest) use it; nothing else imports it.
 package natsauth
