@@ -5,13 +5,17 @@
 // Options.StateBucket, the state bucket's writer, fed by the same acks as
 // the checkpoint), and Bridge.Run runs
 // them with one start and one shutdown order. It is the only copy of that
-// wiring: the pleg-bridge command (run, demo) and the latency benchmark use
-// it, the benchmark through Hooks, so that it measures the production
-// pipeline, ack path included.
+// wiring: the pleg-bridge command (run, demo), the latency benchmark and the
+// fleet harness use it, the benchmark through Hooks, so that it measures the
+// production pipeline, ack path included.
+//
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
 //
 // bridge imports cri, generator, publish, statebucket, durable, natsembed,
 // natsauth (to know a node's own credentials) and schemas, NATS and
-// Prometheus. Nothing but cmd/pleg-bridge and the
-// benchmark imports it, and it must not import cmd, crisim or any test
+// Prometheus. Nothing but the commands (cmd/pleg-bridge, cmd/pleg-bench)
+// and the harnesses that run the real pipeline (bench/latencybench,
+// fleet) imports it, and it must not import cmd, crisim or any test
 // helper package.
 package bridge

@@ -77,8 +77,11 @@
 // encoding, subjects, the data type, the default stream and prefix) in
 // schemas.
 //
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
 // It imports only the standard library, schemas and nats.go (with its
 // jetstream package). It must not import CRI, gRPC, the CloudEvents SDK or
-// any other pleg-bridge package, so that a downstream service pulls in
-// nothing of the node agent.
+// any other pleg-bridge package, directly or through another package, so
+// that a downstream service pulls in nothing of the node agent.
 package consumer

@@ -27,9 +27,13 @@
 // field numbers, buffers, containerd's envelopes) and is measured and
 // tested against a real gRPC server (crisim); the generator's merge,
 // sources and cache need none of it and are tested against an in-memory
-// runtime (generator/generatortest). The import arrow points one way: cri
-// imports generator for the interfaces it implements and the TaskEvent it
-// produces; generator must not import cri. It imports the CRI API,
-// containerd's event API and gRPC; it must not import publish, NATS or
-// anything under cmd.
+// runtime (generator/generatortest).
+//
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
+// The import arrow points one way: cri imports generator for the
+// interfaces it implements and the TaskEvent it produces; generator must not
+// import cri. It imports the CRI API, containerd's event API and gRPC; it
+// must not import publish, NATS or anything under cmd.
 package cri

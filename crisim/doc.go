@@ -35,7 +35,11 @@
 // the virtual clock inside a testing/synctest bubble (keep the Server and
 // its sockets outside of one).
 //
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
 // crisim must not import the bridge's packages (cri, generator, statecache,
-// publish, cmd): it stands for the runtime and knows nothing of the bridge.
-// It imports only the CRI API, gRPC and protobuf.
+// publish, cmd), nor any other of the module: it stands for the runtime and
+// knows nothing of the bridge. It imports only the CRI API, containerd's
+// event API, gRPC and protobuf.
 package crisim

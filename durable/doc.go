@@ -78,8 +78,12 @@
 // for. The checkpoint is no longer held in memory either, only what Open
 // restored.
 //
-// It imports generator, for the Event type, and bbolt. It must not import
-// NATS, the CRI API (generator brings it along, unused here), publish, the
-// wiring package or anything under cmd: it is storage, and knows nothing
-// of where the events come from or go.
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
+// It imports generator, for the Event type, internal/jsonenc, for the
+// records' JSON, and bbolt; nothing else but the standard library. It must
+// not import NATS, the CRI API (generator brings it along, unused here),
+// publish, the wiring package or anything under cmd: it is storage, and
+// knows nothing of where the events come from or go.
 package durable

@@ -19,8 +19,13 @@
 //
 // The children are this same program re-executed (Options.ChildCommand
 // runs RunChild): a server child runs one nats-server (nats-server/v2),
-// a bridges child runs package bridge. fleet imports bridge, crisim,
-// soak (its accounting, read-back and churn driver), consumer and the
-// NATS libraries; it must not import cmd, and nothing but
-// cmd/pleg-bridge imports it.
+// a bridges child runs package bridge.
+//
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
+// fleet imports bridge, crisim, soak (its accounting, read-back and churn
+// driver), consumer, generator, publish and schemas (the event types, the
+// streams' set-up and subjects) and the NATS libraries; it must not import
+// cmd, and nothing but cmd/pleg-bridge imports it.
 package fleet

@@ -39,6 +39,10 @@
 // imports this one; the generator reads the runtime only through these
 // interfaces.
 //
-// It imports statecache and the CRI API; it must not import cri, publish,
-// NATS or anything under cmd.
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
+// Of the module it imports statecache only; beyond it, the CRI API, gRPC's
+// status codes (the errors a Runtime returns) and the Prometheus client. It
+// must not import cri, publish, NATS or anything under cmd.
 package generator

@@ -22,7 +22,11 @@
 // a nats-server configuration that trusts and resolves them
 // (Account.ServerConfig); pleg-bridge creds --init writes it out.
 //
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
 // natsauth imports schemas, consumer (to validate namespace names),
-// nats-io/jwt and nats-io/nkeys only. The pleg-bridge creds
-// command and the tests use it.
+// nats-io/jwt and nats-io/nkeys only. The pleg-bridge creds command, the
+// bridge (to know a node's own credentials) and the tests (directly or
+// through natsauthtest) use it; nothing else imports it.
 package natsauth

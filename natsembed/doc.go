@@ -3,7 +3,11 @@
 // demo's, and the servers of tests and benchmarks.
 //
 // It is deployment, not publication: it owns starting, waiting for and
-// describing servers, and nothing of what is published on them. It imports
-// the nats-server library and the standard library only; it must not import
-// publish, generator or anything of CRI.
+// describing servers, and nothing of what is published on them.
+//
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
+// It imports the nats-server library and the standard library only; it must
+// not import publish, generator or anything of CRI.
 package natsembed

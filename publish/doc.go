@@ -42,11 +42,15 @@
 // events, is package statebucket's: it builds on the Encoder and OnAck,
 // and publish knows nothing of it.
 //
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
 // publish imports generator for the Event type, the Sink interface and
 // SinkFullError only, schemas for the CloudEvent types, data schemas and the
-// subject encoding (the data's Go type is written by hand, see cejson.go),
-// durable for the spool and the checkpoint's stream, and consumer to decode
-// what it reads back from the stream as any subscriber does (one decoder of
-// the wire format). It must not import CRI, gRPC, statebucket or any other
+// subject encoding (the data's Go type is written by hand, see cejson.go,
+// with internal/jsonenc), durable for the spool and the checkpoint's stream,
+// and consumer to decode what it reads back from the stream as any
+// subscriber does (one decoder of the wire format); of the module, nothing
+// else. It must not import CRI, gRPC, statebucket or any other
 // generator internals, and it starts no NATS server (natsembed does).
 package publish

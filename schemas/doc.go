@@ -13,6 +13,9 @@
 // streams); every event's dataschema carries it, and ParseDataSchema reads
 // the dataschema of every version, those written before it included.
 //
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
 // Downstream consumers import this package, so it imports the standard
 // library only: never CRI, gRPC, NATS or the other pleg-bridge packages. The
 // schema validator is used by tests only, through package schemastest.

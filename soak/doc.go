@@ -24,9 +24,15 @@
 // (dashboard.go).
 //
 // The bridge is a black box here, seen only through its process, its HTTP
-// endpoint and the stream: soak must not import cri, generator, statecache,
-// publish, durable, the wiring package (bridge) or cmd. It imports crisim
-// (the runtime it drives, and the CRI API to take back a refusal it
-// queued), natsembed and nats-server (the servers it runs),
-// consumer (to decode what was stored, as any subscriber would) and nats.go.
+// endpoint and the stream.
+//
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
+// soak must not import cri, generator, statecache, publish, durable, the
+// wiring package (bridge) or cmd, directly or through another package. Of
+// the module it imports crisim (the runtime it drives), natsembed (the
+// servers it runs) and consumer (to decode what was stored, as any
+// subscriber would); beyond it, the CRI API (to take back a refusal it
+// queued), nats-server and nats.go among others.
 package soak

@@ -18,6 +18,9 @@
 // the contract's metadata (ContractMetadata), and publish needs nothing of
 // it. The wiring (bridge) connects the two through OnAck.
 //
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
 // statebucket imports publish, generator for the Event type, schemas for
 // the keys, nats.go and the Prometheus client. publish must not import it;
 // it must not import CRI, gRPC or durable.

@@ -8,6 +8,11 @@
 // timestamp (UpdateTime).
 //
 // The cache is generic in the status type, so it knows nothing of CRI, NATS
-// or CloudEvents. It imports the standard library only; it must not import
-// generator, publish, schemas, CRI or NATS packages.
+// or CloudEvents.
+//
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
+// It imports the standard library only; it must not import generator,
+// publish, schemas, CRI or NATS packages.
 package statecache

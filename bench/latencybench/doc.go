@@ -27,7 +27,14 @@
 // server always runs in the harness's process, beside the bridge.
 //
 // pleg-bench (cmd/pleg-bench) prints the results as a table, and
-// BenchmarkDetectionLatency runs the same harness briefly. Nothing else may
-// import this package; it imports package bridge as cmd/pleg-bridge does,
-// crisim for the runtime and the CRI API for its event types.
+// BenchmarkDetectionLatency runs the same harness briefly.
+//
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
+// Nothing but cmd/pleg-bench may import this package. It imports package
+// bridge as cmd/pleg-bridge does, crisim for the runtime and the CRI API
+// for its event types, natsembed for the server, and generator, publish
+// and schemas for the events, their encoding and subjects; of the module,
+// nothing else.
 package latencybench

@@ -6,6 +6,11 @@
 // document (CheckAsyncAPIMessage).
 //
 // It loads the schemas embedded in package schemas, never from the network.
+//
+// The import rules below are checked by internal/layers/layers_test.go
+// (TestImportRules).
+//
 // Only tests import it: it pulls in a JSON Schema validator and a YAML
-// parser that the binary and the downstream consumers must not carry.
+// parser that the binary and the downstream consumers must not carry. Of
+// the module it imports schemas only.
 package schemastest
