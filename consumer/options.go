@@ -65,6 +65,17 @@ type Options struct {
 	// again after the servers lost it), is recognised and dropped. The
 	// zero value drops repeats within DefaultRepeatWindow.
 	Repeats RepeatOptions
+	// RollbackCheck is how often Subscribe, while no message arrives,
+	// checks that the stream still holds the last message it read (one
+	// get of that message), to notice a stream whose servers came back
+	// with an older store: DefaultRollbackCheck if zero. It also checks
+	// at once after a reconnect and whenever nats.go recreates its
+	// consumer. Replay ignores it.
+	RollbackCheck time.Duration
+	// OnRollback, if set, is called once for each rollback Subscribe
+	// noticed and read again after (Rollback): log it. It is called from
+	// the goroutine that called Subscribe. Replay ignores it.
+	OnRollback func(Rollback)
 }
 
 // LegacyMode says whether Subscribe and Replay read the events of the

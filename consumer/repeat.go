@@ -163,10 +163,16 @@ type recentIDs struct {
 }
 
 // check reports whether the event id, stored at seq at time stored, was
-// delivered before at another sequence, and at which. The same sequence
-// again is a redelivery (a durable group's retry), not a repeat. It first
-// lets go of the ids too old for stored; with record, it then records the
-// event as delivered unless it is a repeat (add).
+// delivered before, and at which sequence. It first lets go of the ids too
+// old for stored; with record, it then records the event as delivered
+// unless it is a repeat (add).
+//
+// Without record (a durable group, which records once the handler is
+// done), the same sequence again is a redelivery, a retry, not a repeat.
+// With record (Subscribe and Replay, whose ordered consumers never deliver
+// a sequence twice) it is a repeat too: Subscribe reads a sequence again
+// only after a rollback, and what it finds there with an id it delivered
+// is that event stored again.
 func (r *recentIDs) check(id string, seq uint64, stored time.Time, record bool) (first uint64, repeat bool) {
 	if r == nil || id == "" {
 		return 0, false
@@ -179,7 +185,7 @@ func (r *recentIDs) check(id string, seq uint64, stored time.Time, record bool) 
 	if !ok && record {
 		r.put(k, seq, stored)
 	}
-	return first, ok && first != seq
+	return first, ok && (record || first != seq)
 }
 
 // add records that the event id, stored at seq at time stored, was
