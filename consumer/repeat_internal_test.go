@@ -75,12 +75,24 @@ func TestRecentIDs(t *testing.T) {
 	}
 }
 
-func TestTheSameSequenceAgainIsARedeliveryForAGroupAndARepeatForAnOrderedReader(t *testing.T) {
+func TestTheSameSequenceAgainIsARepeatUnlessAGroupRedeliversIt(t *testing.T) {
 	t.Parallel()
-	group := RepeatOptions{}.newRecent()
-	group.add("a", 1, t0)
-	if _, repeat := group.check("a", 1, t0, false); repeat {
-		t.Error("a group's check took a redelivery at the same sequence for a repeat")
+	first := Event{ID: "a", Sequence: 1}
+	for _, tc := range []struct {
+		name       string
+		redelivery bool
+		repeat     bool
+	}{
+		{name: "a group's retry at the same sequence is not a repeat", redelivery: true},
+		{name: "the event copied again at its sequence is a repeat", repeat: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := RepeatOptions{}.newRecent()
+			r.add(first.ID, first.Sequence, t0)
+			if got := (RepeatOptions{}).repeat(r, first, t0.Add(time.Second), tc.redelivery); got != tc.repeat {
+				t.Errorf("repeat = %v, want %v", got, tc.repeat)
+			}
+		})
 	}
 	// Subscribe reads a sequence again only after a rollback: the event it
 	// delivered there, stored there again, is a repeat.

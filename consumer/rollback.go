@@ -1,9 +1,11 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,8 +68,8 @@ type readPos struct {
 	stored time.Time
 }
 
-// readRing holds the positions of the last rollbackRing messages read, in
-// stream order. It is used from one goroutine.
+// readRing holds the positions of the last rollbackRing messages read,
+// in the order they were recorded.
 type readRing struct {
 	pos     [rollbackRing]readPos
 	head, n int
@@ -82,13 +84,24 @@ func (r *readRing) add(p readPos) {
 	r.n++
 }
 
-// at returns the i-th newest position (0 the newest).
-func (r *readRing) at(i int) readPos { return r.pos[(r.head+r.n-1-i)%len(r.pos)] }
+// sorted returns the positions by sequence.
+func (r *readRing) sorted() []readPos {
+	ps := make([]readPos, r.n)
+	for i := range ps {
+		ps[i] = r.pos[(r.head+i)%len(r.pos)]
+	}
+	slices.SortFunc(ps, func(a, b readPos) int { return cmp.Compare(a.seq, b.seq) })
+	return ps
+}
 
-// keep keeps the positions before seq.
+// keep keeps the positions before seq, all if seq is 0.
 func (r *readRing) keep(seq uint64) {
-	for r.n > 0 && r.at(0).seq >= seq {
-		r.n--
+	ps := r.sorted()
+	r.head, r.n = 0, 0
+	for _, p := range ps {
+		if seq == 0 || p.seq < seq {
+			r.add(p)
+		}
 	}
 }
 
@@ -100,11 +113,19 @@ type restartPoint struct {
 }
 
 // rollbackCheck finds out whether the stream still holds the messages
-// Subscribe read last, and where to read again from if not. It is used
-// from Subscribe's goroutine.
+// read last, and where to read again from if not. Positions are recorded
+// from any goroutine (a durable group's partitions); check and forget are
+// called from one.
 type rollbackCheck struct {
 	lookup streamLookup
-	ring   readRing
+	// idOnly compares the Nats-Msg-Id only: a durable group knows the
+	// storage times of the work stream's copies, not of the stream's
+	// messages.
+	idOnly bool
+
+	mu   sync.Mutex
+	ring readRing // guarded by mu
+
 	// noGets is set once the server answered the stream's info but not a
 	// get of a message: the reader may not make that request (a reader
 	// limited to namespaces). Checks then compare the stream's last
@@ -113,86 +134,110 @@ type rollbackCheck struct {
 }
 
 // read records that the message at p was read.
-func (c *rollbackCheck) read(p readPos) { c.ring.add(p) }
+func (c *rollbackCheck) read(p readPos) {
+	c.mu.Lock()
+	c.ring.add(p)
+	c.mu.Unlock()
+}
+
+// forget forgets the positions at and after seq, all if seq is 0: the
+// stream no longer holds them.
+func (c *rollbackCheck) forget(seq uint64) {
+	c.mu.Lock()
+	c.ring.keep(seq)
+	c.mu.Unlock()
+}
 
 // check returns where to read again from if the stream diverged from what
-// was read, nil if it did not (or nothing was read yet), and the stream's
-// last sequence if it asked for it. An error means it could not tell.
-func (c *rollbackCheck) check(ctx context.Context) (*restartPoint, uint64, error) {
-	if c.ring.n == 0 {
-		return nil, 0, nil
+// was read, nil if it did not (or nothing was read yet), with the last
+// position read and the stream's last sequence if it asked for it. An
+// error means it could not tell.
+func (c *rollbackCheck) check(ctx context.Context) (p *restartPoint, last readPos, streamLast uint64, err error) {
+	c.mu.Lock()
+	ps := c.ring.sorted()
+	c.mu.Unlock()
+	if len(ps) == 0 {
+		return nil, readPos{}, 0, nil
 	}
+	last = ps[len(ps)-1]
 	ctx, cancel := context.WithTimeout(ctx, rollbackCheckTimeout)
 	defer cancel()
 	stream, err := c.lookup(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, last, 0, err
 	}
-	last := c.ring.at(0)
 	if !c.noGets {
 		held, err := c.holds(ctx, stream, last)
 		switch {
 		case err == nil && held:
-			return nil, 0, nil
+			return nil, last, 0, nil
 		case err == nil:
-			return c.divergence(ctx, stream, last)
+			p, err := c.divergence(ctx, stream, ps)
+			return p, last, 0, err
 		case !errors.Is(err, jetstream.ErrMsgNotFound):
 			// No answer to the get: if the stream's info is answered, the
 			// get is refused; else the servers are not back yet.
 			info, ierr := stream.Info(ctx)
 			if ierr != nil {
-				return nil, 0, fmt.Errorf("get message %d: %w", last.seq, err)
+				return nil, last, 0, fmt.Errorf("get message %d: %w", last.seq, err)
 			}
 			c.noGets = true
 			if info.State.LastSeq < last.seq {
-				return &restartPoint{after: last.stored}, info.State.LastSeq, nil
+				return &restartPoint{after: last.stored}, last, info.State.LastSeq, nil
 			}
-			return nil, info.State.LastSeq, nil
+			return nil, last, info.State.LastSeq, nil
 		}
 		// Not found: removed by the stream's limits, or rolled back.
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("stream info: %w", err)
+		return nil, last, 0, fmt.Errorf("stream info: %w", err)
 	}
 	if info.State.LastSeq >= last.seq {
-		return nil, info.State.LastSeq, nil
+		return nil, last, info.State.LastSeq, nil
 	}
 	if c.noGets {
-		return &restartPoint{after: last.stored}, info.State.LastSeq, nil
+		return &restartPoint{after: last.stored}, last, info.State.LastSeq, nil
 	}
-	p, _, err := c.divergence(ctx, stream, last)
-	return p, info.State.LastSeq, err
+	p, err = c.divergence(ctx, stream, ps)
+	return p, last, info.State.LastSeq, err
 }
 
-// divergence walks back through the ring, from the message before last,
-// to the newest message the stream still holds as it was read, and returns
-// the sequence after it; or, if none is held, the first message stored
-// after last.
-func (c *rollbackCheck) divergence(ctx context.Context, stream jetstream.Stream, last readPos) (*restartPoint, uint64, error) {
-	for i := 1; i < c.ring.n; i++ {
-		p := c.ring.at(i)
-		held, err := c.holds(ctx, stream, p)
+// divergence finds, in ps sorted by sequence, the first message the
+// stream no longer holds as it was read, and returns the sequence after the
+// one before it; or, if that is the first, the first message stored after
+// the last one read. It walks from the oldest: a message stored again at
+// its own sequence after the rollback (a bridge's repeat of the event
+// read there, with the same id) is not taken for the point where the
+// stream diverged.
+func (c *rollbackCheck) divergence(ctx context.Context, stream jetstream.Stream, ps []readPos) (*restartPoint, error) {
+	held := 0 // how many of the oldest the stream holds as read
+	for _, p := range ps[:len(ps)-1] {
+		ok, err := c.holds(ctx, stream, p)
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, 0, fmt.Errorf("get message %d: %w", p.seq, err)
+			return nil, fmt.Errorf("get message %d: %w", p.seq, err)
 		}
-		if held {
-			return &restartPoint{seq: p.seq + 1}, 0, nil
+		if !ok {
+			break
 		}
+		held++
 	}
-	return &restartPoint{after: last.stored}, 0, nil
+	if held == 0 {
+		return &restartPoint{after: ps[len(ps)-1].stored}, nil
+	}
+	return &restartPoint{seq: ps[held-1].seq + 1}, nil
 }
 
 // holds reports whether the stream holds at p's sequence the message that
-// was read there: the same Nats-Msg-Id, stored at the same time (a
-// message stored again at the same sequence, even the same event, has a
-// later storage time).
+// was read there: the same Nats-Msg-Id, stored at the same time unless
+// idOnly (a message stored again at the same sequence, even the same
+// event, has a later storage time).
 func (c *rollbackCheck) holds(ctx context.Context, stream jetstream.Stream, p readPos) (bool, error) {
 	msg, err := stream.GetMsg(ctx, p.seq)
 	if err != nil {
 		return false, err
 	}
-	return keyOf(msg.Header.Get(jetstream.MsgIDHeader)) == p.id && msg.Time.Equal(p.stored), nil
+	return keyOf(msg.Header.Get(jetstream.MsgIDHeader)) == p.id && (c.idOnly || msg.Time.Equal(p.stored)), nil
 }
 
 // waker ends a wait for the next message early when the connection has
@@ -250,4 +295,87 @@ func (w *waker) take() bool {
 	due := w.due
 	w.due = false
 	return due
+}
+
+// watchRollback checks that the event stream still holds the last events
+// this member handled, every RollbackCheck and at once after a reconnect,
+// and has the work stream copy again from where the stream diverged if
+// not (restartSource). It blocks until ctx is done.
+func (m *member) watchRollback(ctx context.Context, reconnected chan nats.Status) {
+	t := time.NewTimer(m.opts.RollbackCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-reconnected:
+			if !ok {
+				reconnected = nil
+				continue
+			}
+		case <-t.C:
+		}
+		next := m.opts.RollbackCheck
+		if err := m.rollback(ctx); err != nil {
+			next = rollbackRetry
+		}
+		t.Reset(next)
+	}
+}
+
+// rollback checks the event stream once and restarts the work stream's
+// source if it diverged. An error means it could not tell, or could not
+// restart the source, and should be tried again soon.
+func (m *member) rollback(ctx context.Context) error {
+	p, last, streamLast, err := m.origin.check(ctx)
+	if err != nil || p == nil {
+		return err
+	}
+	start := p.seq
+	if start == 0 {
+		if start, err = firstSince(ctx, m.js, m.opts.stream(), m.opts.subjectPrefix()+".>", p.after.Add(time.Nanosecond)); err != nil {
+			return err
+		}
+	}
+	if err := restartSource(ctx, m.js, m.opts.WorkStream(), start); err != nil {
+		return fmt.Errorf("restart the source of work stream %s at %d: %w", m.opts.WorkStream(), start, err)
+	}
+	m.origin.forget(p.seq)
+	if m.opts.OnRollback != nil {
+		m.opts.OnRollback(Rollback{LastRead: last.seq, StreamLast: streamLast, From: start, After: p.after})
+	}
+	return nil
+}
+
+// restartSource has the work stream copy the event stream again from
+// sequence start. The server keeps, for each source, the last sequence it
+// copied and skips anything at or before it, also when the source's start
+// is changed; but a source with other subject transforms is a new source
+// to it, which starts at its OptStartSeq. So the source's two transforms
+// swap places: one selects the subjects of four tokens after the prefix,
+// the other of three, so their order changes nothing else, and
+// checkWorkStream accepts either. What the work stream copied before
+// comes again with the same Nats-Msg-Id and is dropped by its duplicate
+// window (DurableOptions.Repeats).
+//
+// A new source also looks for the last sequence it copied in the headers
+// of the messages the work stream holds: one swap back to an order used
+// before, while the work stream still holds messages copied in that order,
+// starts after them, not at start.
+func restartSource(ctx context.Context, js jetstream.JetStream, name string, start uint64) error {
+	stream, err := js.Stream(ctx, name)
+	if err != nil {
+		return err
+	}
+	cfg := stream.CachedInfo().Config
+	if len(cfg.Sources) != 1 || cfg.Sources[0] == nil || len(cfg.Sources[0].SubjectTransforms) != 2 {
+		return fmt.Errorf("%w: it is not a work queue with one source through two transforms", ErrGroupChanged)
+	}
+	src := *cfg.Sources[0]
+	src.SubjectTransforms = slices.Clone(src.SubjectTransforms)
+	slices.Reverse(src.SubjectTransforms)
+	src.OptStartSeq, src.OptStartTime = start, nil
+	cfg.Sources = []*jetstream.StreamSource{&src}
+	_, err = js.UpdateStream(ctx, cfg)
+	return err
 }

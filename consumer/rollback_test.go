@@ -1,8 +1,10 @@
 package consumer_test
 
 import (
+	"context"
 	"net"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -151,4 +153,90 @@ func TestSubscribeReadsAgainWhatARolledBackStreamStoresAtSequencesItHadRead(t *t
 		t.Errorf("%d more rollbacks reported, want 1 in all", n)
 	}
 	checkRepeats(t, repeated, consumer.Repeat{Event: again, FirstSequence: lost[1].Sequence})
+}
+
+// startReconnectingMember runs Consume in a goroutine, with a connection of
+// its own that reconnects at once, for ever, until the test ends.
+func startReconnectingMember(t *testing.T, url string, opts consumer.DurableOptions, fn consumer.Handler) {
+	t.Helper()
+	_, js := publishtest.Connect(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- consumer.Consume(ctx, js, opts, fn) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Consume = %v, want nil", err)
+		}
+	})
+}
+
+// TestConsumeGroupReceivesWhatARolledBackStreamStoresAtSequencesItHadCopied:
+// the group's work stream copied sequences 1 to 6 of the event stream, and
+// its member handled them; the event stream came back with 1 to 3 only and
+// then stored another node's event, a bridge's repeat of the event at 5,
+// and two more events at 4 to 7. The server's source, left to itself,
+// resumes after the last sequence it copied (6) when the work stream kept
+// what it had copied, and never copies what is now at 4 and 6. The member
+// notices the rollback and has the source copy again from 4: it receives
+// the three new events, not the repeat, and reports the rollback once.
+// When the work stream was rolled back with the event stream (one store),
+// the source resumes at 4 anyway.
+func TestConsumeGroupReceivesWhatARolledBackStreamStoresAtSequencesItHadCopied(t *testing.T) {
+	t.Parallel()
+	for _, whole := range []bool{false, true} {
+		name := "the event stream rolled back, the work stream not"
+		if whole {
+			name = "the whole store rolled back"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rs, nc, js := rollbackStream(t)
+			fs := podEvents(1, 9)
+			onRollback, rolledBack := rollbacksOf()
+			opts := consumer.DurableOptions{Name: "rollback", DeliverAll: true, OnDeadLetter: ignoreDeadLetters, OnRollback: onRollback}
+			calls := make(chan consumer.Event)
+			before := publishAsBridge(t, js, fs[:3]...)
+			startReconnectingMember(t, rs.url, opts, handled(calls, nil))
+			if diff := cmp.Diff(before, receive(t, calls, 3)); diff != "" {
+				t.Fatalf("handler got (-want +got):\n%s", diff)
+			}
+			snap := rs.snapshot(t, nc)
+			lost := publishAsBridge(t, js, fs[3:6]...)
+			if diff := cmp.Diff(lost, receive(t, calls, 3)); diff != "" {
+				t.Fatalf("handler got (-want +got):\n%s", diff)
+			}
+			if !whole {
+				// Put the work stream as it is now into the rolled-back
+				// copy, as a server that flushed it but not the event
+				// stream would have it.
+				rs.stop()
+				work := filepath.Join(snap, "jetstream", "$G", "streams", opts.WorkStream())
+				if err := os.RemoveAll(work); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.CopyFS(work, os.DirFS(filepath.Join(rs.dir, "jetstream", "$G", "streams", opts.WorkStream()))); err != nil {
+					t.Fatalf("copy the work stream's store: %v", err)
+				}
+			}
+			rs.restart(t, nc, snap)
+
+			after := publishAsBridge(t, js, fs[6])
+			publishAsBridge(t, js, fs[4])
+			after = append(after, publishAsBridge(t, js, fs[7:9]...)...)
+			if diff := cmp.Diff(after, receive(t, calls, 3)); diff != "" {
+				t.Errorf("after the rollback the handler got (-want +got):\n%s", diff)
+			}
+			if !whole {
+				select {
+				case r := <-rolledBack:
+					if r.LastRead != 6 || r.From != 4 {
+						t.Errorf("rollback reported as %+v, want LastRead 6, From 4", r)
+					}
+				case <-time.After(waitTimeout):
+					t.Error("the rollback was not reported")
+				}
+			}
+		})
+	}
 }

@@ -158,7 +158,7 @@ type follower struct {
 // returns whether it did; an error means it could not tell or could not
 // start reading again, and should be tried again soon.
 func (f *follower) rollback(ctx context.Context) (bool, error) {
-	p, streamLast, err := f.check.check(ctx)
+	p, last, streamLast, err := f.check.check(ctx)
 	if err != nil || p == nil {
 		return false, err
 	}
@@ -181,13 +181,9 @@ func (f *follower) rollback(ctx context.Context) (bool, error) {
 	}
 	f.it.Stop()
 	deleteConsumer(ctx, f.js, f.opts.stream(), f.cons)
-	lastRead := f.check.ring.at(0).seq
 	f.cons, f.it, f.consumer = cons, it, ""
-	if p.seq != 0 {
-		f.check.ring.keep(p.seq)
-	} else {
-		f.check.ring.n = 0
-	}
+	f.check.forget(p.seq)
+	lastRead := last.seq
 	if f.opts.OnRollback != nil {
 		f.opts.OnRollback(Rollback{LastRead: lastRead, StreamLast: streamLast, From: p.seq, After: p.after})
 	}
