@@ -397,7 +397,7 @@ func (m *member) process(ctx context.Context, msg jetstream.Msg) {
 		m.deadLetter(ctx, msg, DeadLetter{Event: e, Deliveries: deliveries, Err: err})
 		return
 	}
-	m.origin.read(readPos{seq: e.Sequence, id: keyOf(msg.Headers().Get(jetstream.MsgIDHeader)), stored: meta.Timestamp})
+	m.origin.read(readPos{seq: e.Sequence, id: msg.Headers().Get(jetstream.MsgIDHeader), stored: meta.Timestamp})
 	if deliveries > m.opts.MaxDeliveries {
 		m.deadLetter(ctx, msg, DeadLetter{Event: e, Deliveries: deliveries - 1, Err: ErrDeliveriesExhausted})
 		return

@@ -13,8 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// DefaultRollbackCheck is how often Subscribe looks, while no message
-// arrives, whether the stream still holds what it read last (Options.RollbackCheck).
+// DefaultRollbackCheck is how often Subscribe and each member of a durable
+// group check that the stream still holds what they read last
+// (Options.RollbackCheck, DurableOptions.RollbackCheck).
 const DefaultRollbackCheck = 30 * time.Second
 
 const (
@@ -22,7 +23,7 @@ const (
 	// remembers, to find where a rolled-back stream diverged without
 	// asking the server's clock: a rollback that rewrote fewer of the
 	// reader's messages than this is found by sequence, a larger one by
-	// storage time (Rollback). 32 bytes an entry.
+	// storage time (Rollback). 48 bytes an entry, and its id.
 	rollbackRing = 64
 	// rollbackCheckTimeout bounds each request of a check. A server
 	// still recovering its streams, or one that refuses the reader a get
@@ -64,7 +65,7 @@ type Rollback struct {
 // Nats-Msg-Id and its storage time.
 type readPos struct {
 	seq    uint64
-	id     idKey
+	id     string
 	stored time.Time
 }
 
@@ -94,12 +95,12 @@ func (r *readRing) sorted() []readPos {
 	return ps
 }
 
-// keep keeps the positions before seq, all if seq is 0.
+// keep keeps the positions before seq, none if seq is 0.
 func (r *readRing) keep(seq uint64) {
 	ps := r.sorted()
 	r.head, r.n = 0, 0
 	for _, p := range ps {
-		if seq == 0 || p.seq < seq {
+		if p.seq < seq {
 			r.add(p)
 		}
 	}
@@ -140,8 +141,8 @@ func (c *rollbackCheck) read(p readPos) {
 	c.mu.Unlock()
 }
 
-// forget forgets the positions at and after seq, all if seq is 0: the
-// stream no longer holds them.
+// forget forgets the positions at and after seq, all if seq is 0 (a
+// restart by storage time): the stream no longer holds them as read.
 func (c *rollbackCheck) forget(seq uint64) {
 	c.mu.Lock()
 	c.ring.keep(seq)
@@ -237,19 +238,74 @@ func (c *rollbackCheck) holds(ctx context.Context, stream jetstream.Stream, p re
 	if err != nil {
 		return false, err
 	}
-	return keyOf(msg.Header.Get(jetstream.MsgIDHeader)) == p.id && (c.idOnly || msg.Time.Equal(p.stored)), nil
+	return msg.Header.Get(jetstream.MsgIDHeader) == p.id && (c.idOnly || msg.Time.Equal(p.stored)), nil
 }
 
-// waker ends a wait for the next message early when the connection has
-// reconnected, so that a check is made at once: a rollback needs the
-// servers to restart, and a reader connected to them reconnects.
+// waker wakes Subscribe's wait for the next message when a check is due:
+// every RollbackCheck, and at once after the connection reconnects (a
+// rollback needs the servers to restart, and a reader connected to them
+// reconnects). Each wait uses the context of the current round, which a
+// wake cancels; the next round starts with rearm. So a message read costs
+// no timer and no context of its own.
 type waker struct {
 	mu     sync.Mutex
-	cancel context.CancelFunc // guarded by mu: ends the current wait
-	due    bool               // guarded by mu: a reconnect since the last take
+	round  context.Context    // guarded by mu
+	cancel context.CancelFunc // guarded by mu
+	timer  *time.Timer        // guarded by mu
 }
 
-// watch rings w on each status received from reconnected until ctx is
+// rearm starts a round that ends after d, or at the next wake, or when ctx
+// is done.
+func (w *waker) rearm(ctx context.Context, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.round, w.cancel = context.WithCancel(ctx)
+	if w.timer == nil {
+		w.timer = time.AfterFunc(d, w.wake)
+	} else {
+		w.timer.Reset(d)
+	}
+}
+
+// wake ends the current round.
+func (w *waker) wake() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// wait returns the context of a wait in the current round.
+func (w *waker) wait() context.Context {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.round
+}
+
+// due reports whether the current round ended: a check is due.
+func (w *waker) due() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.round.Err() != nil
+}
+
+// stop stops the timer and ends the round.
+func (w *waker) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// watch wakes w on each status received from reconnected until ctx is
 // done or reconnected is closed. It blocks.
 func (w *waker) watch(ctx context.Context, reconnected chan nats.Status) {
 	for {
@@ -260,41 +316,9 @@ func (w *waker) watch(ctx context.Context, reconnected chan nats.Status) {
 			if !ok {
 				return
 			}
-			w.mu.Lock()
-			w.due = true
-			if w.cancel != nil {
-				w.cancel()
-			}
-			w.mu.Unlock()
+			w.wake()
 		}
 	}
-}
-
-// wait returns the context of one wait for a message: ctx until deadline,
-// ended early by a reconnect. done must be called when the wait is over.
-func (w *waker) wait(ctx context.Context, deadline time.Time) (wctx context.Context, done func()) {
-	wctx, cancel := context.WithDeadline(ctx, deadline)
-	w.mu.Lock()
-	w.cancel = cancel
-	if w.due {
-		cancel()
-	}
-	w.mu.Unlock()
-	return wctx, func() {
-		w.mu.Lock()
-		w.cancel = nil
-		w.mu.Unlock()
-		cancel()
-	}
-}
-
-// take reports whether the connection reconnected since the last take.
-func (w *waker) take() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	due := w.due
-	w.due = false
-	return due
 }
 
 // watchRollback checks that the event stream still holds the last events

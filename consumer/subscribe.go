@@ -40,10 +40,9 @@ const consumerDeleteTimeout = 2 * time.Second
 // stream still holds the last message it read (a get of that message,
 // and the stream's info if it is gone): before it hands on the first
 // message of a consumer that nats.go recreated, at once after the
-// connection reconnects, and every opts.RollbackCheck while no message
-// arrives. If not, it reads again from where the stream diverged, drops
-// what it had delivered as repeats, and reports the rollback once to
-// opts.OnRollback (Rollback).
+// connection reconnects, and every opts.RollbackCheck. If not, it reads
+// again from where the stream diverged, drops what it had delivered as
+// repeats, and reports the rollback once to opts.OnRollback (Rollback).
 func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn func(Event) error) error {
 	if !opts.EndTime.IsZero() {
 		return errors.New("subscribe: EndTime is for Replay only")
@@ -75,9 +74,11 @@ func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn fun
 	}
 	defer func() { f.it.Stop() }()
 
+	var w waker
+	interval := cmp.Or(opts.RollbackCheck, DefaultRollbackCheck)
+	w.rearm(ctx, interval)
 	// CONNECTED, registered once connected, is each reconnect.
 	reconnected := js.Conn().StatusChanged(nats.CONNECTED)
-	var w waker
 	var wg sync.WaitGroup
 	wctx, stop := context.WithCancel(ctx)
 	wg.Go(func() { w.watch(wctx, reconnected) })
@@ -85,46 +86,51 @@ func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn fun
 		stop()
 		wg.Wait()
 		js.Conn().RemoveStatusListener(reconnected)
+		w.stop()
 	}()
 
 	recent := opts.Repeats.newRecent()
-	interval := cmp.Or(opts.RollbackCheck, DefaultRollbackCheck)
-	due := time.Now().Add(interval)
 	for {
-		nctx, done := w.wait(ctx, due)
-		msg, err := f.it.Next(jetstream.NextContext(nctx))
-		done()
+		msg, err := f.it.Next(jetstream.NextContext(w.wait()))
 		if ctx.Err() != nil {
 			return nil
 		}
-		reconnect := w.take()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("read stream %s: %w", opts.stream(), err)
+		}
+		if w.due() {
+			// A check is due, or the connection reconnected: make sure
+			// the last sequence read is still what was read before
+			// handing on anything after it.
+			restarted, err := f.rollback(ctx)
+			next := interval
+			if err != nil {
+				next = rollbackRetry
+			}
+			w.rearm(ctx, next)
+			if restarted {
+				continue
+			}
+		}
 		if err != nil {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				return fmt.Errorf("read stream %s: %w", opts.stream(), err)
-			}
-			// A check is due, or the connection reconnected.
-			due = time.Now().Add(interval)
-			if _, err := f.rollback(ctx); err != nil {
-				due = time.Now().Add(rollbackRetry)
-			}
 			continue
 		}
 		meta, merr := msg.Metadata()
 		if merr == nil {
-			if reset := f.consumer != "" && meta.Consumer != f.consumer; reset || reconnect {
-				// nats.go recreated the consumer after the last sequence
-				// read: make sure that sequence is still what was read
-				// before handing on anything after it.
+			if f.consumer != "" && meta.Consumer != f.consumer {
+				// nats.go recreated its consumer after the last sequence
+				// read: the same check before handing on its first
+				// message.
 				restarted, err := f.rollback(ctx)
 				if err != nil {
-					due = time.Now().Add(rollbackRetry)
+					w.rearm(ctx, rollbackRetry)
 				}
 				if restarted {
 					continue
 				}
 			}
 			f.consumer = meta.Consumer
-			f.check.read(readPos{seq: meta.Sequence.Stream, id: keyOf(msg.Headers().Get(jetstream.MsgIDHeader)), stored: meta.Timestamp})
+			f.check.read(readPos{seq: meta.Sequence.Stream, id: msg.Headers().Get(jetstream.MsgIDHeader), stored: meta.Timestamp})
 		}
 		if e, ok := opts.decode(msg); ok && (merr != nil || !opts.Repeats.drop(recent, e, meta.Timestamp)) {
 			if err := fn(e); err != nil {
