@@ -340,7 +340,7 @@ func (m *member) watchRollback(ctx context.Context, reconnected chan nats.Status
 		case <-t.C:
 		}
 		next := m.opts.RollbackCheck
-		if err := m.rollback(ctx); err != nil {
+		if soon := m.rollback(ctx); soon {
 			next = rollbackRetry
 		}
 		t.Reset(next)
@@ -348,27 +348,32 @@ func (m *member) watchRollback(ctx context.Context, reconnected chan nats.Status
 }
 
 // rollback checks the event stream once and restarts the work stream's
-// source if it diverged. An error means it could not tell, or could not
-// restart the source, and should be tried again soon.
-func (m *member) rollback(ctx context.Context) error {
+// source if it diverged. It reports whether to check again soon: the check
+// could not be made (the servers are coming back). A source that could not
+// be restarted (a member without the permission to update the work
+// stream, say) is tried again at the next regular check.
+func (m *member) rollback(ctx context.Context) (soon bool) {
 	p, last, streamLast, err := m.origin.check(ctx)
-	if err != nil || p == nil {
-		return err
+	if err != nil {
+		return true
+	}
+	if p == nil {
+		return false
 	}
 	start := p.seq
 	if start == 0 {
 		if start, err = firstSince(ctx, m.js, m.opts.stream(), m.opts.subjectPrefix()+".>", p.after.Add(time.Nanosecond)); err != nil {
-			return err
+			return true
 		}
 	}
 	if err := restartSource(ctx, m.js, m.opts.WorkStream(), start); err != nil {
-		return fmt.Errorf("restart the source of work stream %s at %d: %w", m.opts.WorkStream(), start, err)
+		return false
 	}
 	m.origin.forget(p.seq)
 	if m.opts.OnRollback != nil {
 		m.opts.OnRollback(Rollback{LastRead: last.seq, StreamLast: streamLast, From: start, After: p.after})
 	}
-	return nil
+	return false
 }
 
 // restartSource has the work stream copy the event stream again from
