@@ -71,6 +71,27 @@
 // the whole group; WatchState keeps each followed container's last event
 // id.
 //
+// # Rollbacks
+//
+// The same loss can roll a stream back: its servers come back with an
+// older store, whose last sequence is below what readers had read, and
+// store new messages (other nodes' events, the bridges' republished ones)
+// at those sequences again. A reader that resumes after the last sequence
+// it read would never see them. Subscribe remembers where its last 64
+// messages were read (sequence, Nats-Msg-Id, storage time) and checks that
+// the stream still holds the last one: before it hands on the first
+// message of a consumer nats.go recreated, at once after a reconnect, and
+// every Options.RollbackCheck. On a difference it reads again
+// from the sequence after the last message still held as read (or, if
+// none is, from the first message stored after the last one read), drops
+// what it delivered before as repeats, and reports the rollback to
+// Options.OnRollback. A durable group's work stream copies the event
+// stream through a source, which the server resumes after the last
+// sequence it copied: each member remembers where the events it handled
+// were, checks the same way (by id only: it knows the work stream's
+// storage times, not the event stream's), and on a difference has the
+// source start again there (DurableOptions.RollbackCheck, OnRollback).
+//
 // It owns the subscriber's view of the wire contract (subjects and
 // CloudEvents, as the README's Subjects and Events sections describe them);
 // the encoding side lives in publish and the shared wire details (token

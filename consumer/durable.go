@@ -167,6 +167,20 @@ type DurableOptions struct {
 	// repeats within DefaultRepeatWindow; Off creates the work stream
 	// without a window, as groups were made before.
 	Repeats RepeatOptions
+	// RollbackCheck is how often each member checks that the event
+	// stream still holds the last events it handled (one get of a
+	// message), DefaultRollbackCheck if zero; it also checks at once after
+	// its connection reconnects. A stream whose servers came back with an
+	// older store stores new events at sequences the work stream's source
+	// has copied already, and the server would not copy them: the member
+	// that notices has the source copy again from where the stream
+	// diverged (the package documentation, "Rollbacks").
+	RollbackCheck time.Duration
+	// OnRollback, if set, is called once for each rollback a member
+	// noticed and had the work stream copy again after (Rollback; From is
+	// where the source starts again): log it. It is called from a
+	// goroutine of Consume's own.
+	OnRollback func(Rollback)
 }
 
 // WorkStream returns the name of the group's work stream:
@@ -208,6 +222,9 @@ func (o DurableOptions) withDefaults() (DurableOptions, error) {
 	if err := o.Repeats.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if o.RollbackCheck < 0 {
+		errs = append(errs, fmt.Errorf("option RollbackCheck %s is negative", o.RollbackCheck))
+	}
 	if _, err := partitionTransform(o.subjectPrefix(), o.Filter, max(o.Partitions, 1)); err != nil {
 		errs = append(errs, err)
 	}
@@ -217,6 +234,7 @@ func (o DurableOptions) withDefaults() (DurableOptions, error) {
 	o.Partitions = cmp.Or(o.Partitions, DefaultPartitions)
 	o.AckWait = cmp.Or(o.AckWait, DefaultAckWait)
 	o.MaxDeliveries = cmp.Or(o.MaxDeliveries, DefaultMaxDeliveries)
+	o.RollbackCheck = cmp.Or(o.RollbackCheck, DefaultRollbackCheck)
 	if len(o.Backoff) == 0 {
 		o.Backoff = defaultBackoff()
 	}
@@ -262,7 +280,8 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts DurableOptions, f
 		}
 		return fmt.Errorf("consume: %w", err)
 	}
-	m := &member{js: js, opts: o, fn: fn, recent: o.Repeats.newRecent()}
+	m := &member{js: js, opts: o, fn: fn, recent: o.Repeats.newRecent(),
+		origin: &rollbackCheck{lookup: lookupOnce(js, o.stream()), idOnly: true}}
 	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
@@ -286,6 +305,12 @@ func Consume(ctx context.Context, js jetstream.JetStream, opts DurableOptions, f
 	if js.Conn().IsClosed() {
 		cancel(nats.ErrConnectionClosed)
 	}
+	// CONNECTED, registered once connected, is each reconnect.
+	reconnected := js.Conn().StatusChanged(nats.CONNECTED)
+	wg.Go(func() {
+		defer js.Conn().RemoveStatusListener(reconnected)
+		m.watchRollback(ctx, reconnected)
+	})
 
 	errs := make([]error, len(conss))
 	var partitions sync.WaitGroup
@@ -314,6 +339,9 @@ type member struct {
 	// always in the same partition, but partitions come and go between
 	// members.
 	recent *recentIDs
+	// origin holds where in the event stream the last events this member
+	// handled were, to notice a rollback of it (watchRollback).
+	origin *rollbackCheck
 }
 
 // consumePartition handles the events of partition k, one at a time, until
@@ -340,9 +368,9 @@ func (m *member) consumePartition(ctx context.Context, k int, cons jetstream.Con
 		case errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrNoHeartbeat),
 			errors.Is(err, jetstream.ErrConsumerLeadershipChanged):
 			// The request expired or was lost: ask again.
-		case errors.Is(err, nats.ErrNoResponders):
-			// JetStream is not answering (a server restarting): ask again
-			// shortly.
+		case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrServerShutdown):
+			// JetStream is not answering, or the server is going down (to
+			// restart: the connection reconnects): ask again shortly.
 			select {
 			case <-ctx.Done():
 				return nil
@@ -369,6 +397,7 @@ func (m *member) process(ctx context.Context, msg jetstream.Msg) {
 		m.deadLetter(ctx, msg, DeadLetter{Event: e, Deliveries: deliveries, Err: err})
 		return
 	}
+	m.origin.read(readPos{seq: e.Sequence, id: msg.Headers().Get(jetstream.MsgIDHeader), stored: meta.Timestamp})
 	if deliveries > m.opts.MaxDeliveries {
 		m.deadLetter(ctx, msg, DeadLetter{Event: e, Deliveries: deliveries - 1, Err: ErrDeliveriesExhausted})
 		return
@@ -381,7 +410,10 @@ func (m *member) process(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.DoubleAck(actx)
 		return
 	}
-	if m.opts.Repeats.repeat(m.recent, e, meta.Timestamp) {
+	// A message delivered before is a retry, which the handler gets
+	// again; at the same sequence of the event stream for the first
+	// time, it is that event copied again after a rollback.
+	if m.opts.Repeats.repeat(m.recent, e, meta.Timestamp, meta.NumDelivered > 1) {
 		// Handled before, at another sequence of the event stream: done
 		// with.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)

@@ -571,6 +571,7 @@ func TestConsumeRefusesBadOptions(t *testing.T) {
 		}, wantErr: "DeliverAll and StartTime"},
 		{name: "a negative repeat window is named", change: func(o *consumer.DurableOptions) { o.Repeats.Window = -time.Minute }, wantErr: "Repeats.Window -1m0s"},
 		{name: "a negative repeat bound is named", change: func(o *consumer.DurableOptions) { o.Repeats.MaxIDs = -1 }, wantErr: "Repeats.MaxIDs -1"},
+		{name: "a negative rollback check is named", change: func(o *consumer.DurableOptions) { o.RollbackCheck = -time.Second }, wantErr: "RollbackCheck -1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

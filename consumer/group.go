@@ -230,7 +230,7 @@ func checkWorkStream(cfg jetstream.StreamConfig, origin string, legacy, current 
 	if src.Name == origin && slices.Equal(src.SubjectTransforms, want[:1]) {
 		return true, nil
 	}
-	if src.Name != origin || !slices.Equal(src.SubjectTransforms, want) {
+	if src.Name != origin || !slices.Equal(src.SubjectTransforms, want) && !slices.Equal(src.SubjectTransforms, []jetstream.SubjectTransformConfig{current, legacy}) {
 		return false, fmt.Errorf("%w: it sources %s through %+v, want %s through %+v",
 			ErrGroupChanged, src.Name, src.SubjectTransforms, origin, want)
 	}

@@ -65,6 +65,17 @@ type Options struct {
 	// again after the servers lost it), is recognised and dropped. The
 	// zero value drops repeats within DefaultRepeatWindow.
 	Repeats RepeatOptions
+	// RollbackCheck is how often Subscribe checks that the stream still
+	// holds the last message it read (one get of that message), to
+	// notice a stream whose servers came back with an older store:
+	// DefaultRollbackCheck if zero. It also checks
+	// at once after a reconnect and whenever nats.go recreates its
+	// consumer. Replay ignores it.
+	RollbackCheck time.Duration
+	// OnRollback, if set, is called once for each rollback Subscribe
+	// noticed and read again after (Rollback): log it. It is called from
+	// the goroutine that called Subscribe. Replay ignores it.
+	OnRollback func(Rollback)
 }
 
 // LegacyMode says whether Subscribe and Replay read the events of the
@@ -179,10 +190,12 @@ func legacyEvents(ctx context.Context, stream streamLookup, legacy string) bool 
 
 // LegacyProbeRefused reports whether err, as a connection's error handler
 // receives it, is the server refusing LegacyAuto's probe of stream (a get of
-// a message by subject, which a reader limited to namespaces may not make).
-// Subscribe and Replay survive that refusal, reading the current layout
-// only, so an error handler that ends the connection on a permission
-// violation should let this one pass. The server reports it only as text,
+// a message by subject, which a reader limited to namespaces may not make),
+// or Subscribe's rollback check (a get of a message by sequence, the same
+// request). Subscribe and Replay survive that refusal, reading the current
+// layout only and checking the stream's last sequence only, so an error
+// handler that ends the connection on a permission violation should let
+// this one pass. The server reports it only as text,
 // naming the API subject refused, so this is where that text is read.
 func LegacyProbeRefused(err error, stream string) bool {
 	if err == nil || stream == "" {

@@ -80,9 +80,12 @@ func (o RepeatOptions) drop(r *recentIDs, e Event, stored time.Time) bool {
 }
 
 // repeat reports whether e, stored at time stored, is a repeat, and
-// reports it to OnRepeat if so.
-func (o RepeatOptions) repeat(r *recentIDs, e Event, stored time.Time) bool {
+// reports it to OnRepeat if so. redelivery says the message was delivered
+// before (a durable group's retry): then the same sequence again is not a
+// repeat.
+func (o RepeatOptions) repeat(r *recentIDs, e Event, stored time.Time, redelivery bool) bool {
 	first, ok := r.check(e.ID, e.Sequence, stored, false)
+	ok = ok && (first != e.Sequence || !redelivery)
 	if ok && o.OnRepeat != nil {
 		o.OnRepeat(Repeat{Event: e, FirstSequence: first})
 	}
@@ -163,10 +166,15 @@ type recentIDs struct {
 }
 
 // check reports whether the event id, stored at seq at time stored, was
-// delivered before at another sequence, and at which. The same sequence
-// again is a redelivery (a durable group's retry), not a repeat. It first
-// lets go of the ids too old for stored; with record, it then records the
-// event as delivered unless it is a repeat (add).
+// delivered before, and at which sequence. It first lets go of the ids too
+// old for stored; with record, it then records the event as delivered
+// unless it is a repeat (add).
+//
+// The same sequence again is a repeat too: Subscribe and Replay, whose
+// ordered consumers never deliver a sequence twice, read a sequence again
+// only after a rollback, and what they find there with an id they
+// delivered is that event stored again. A durable group tells a retry
+// from that itself (repeat).
 func (r *recentIDs) check(id string, seq uint64, stored time.Time, record bool) (first uint64, repeat bool) {
 	if r == nil || id == "" {
 		return 0, false
@@ -179,7 +187,7 @@ func (r *recentIDs) check(id string, seq uint64, stored time.Time, record bool) 
 	if !ok && record {
 		r.put(k, seq, stored)
 	}
-	return first, ok && first != seq
+	return first, ok
 }
 
 // add records that the event id, stored at seq at time stored, was

@@ -31,9 +31,6 @@ func TestRecentIDs(t *testing.T) {
 		name: "an id delivered before at another sequence is a repeat", window: time.Minute, max: 10,
 		steps: []step{{id: "a", seq: 1}, {id: "b", seq: 2}, {id: "a", seq: 3, repeat: true, first: 1}},
 	}, {
-		name: "the same sequence again is a redelivery, not a repeat", window: time.Minute, max: 10,
-		steps: []step{{id: "a", seq: 1}, {id: "a", seq: 1}},
-	}, {
 		name: "a repeat keeps its first sequence", window: time.Minute, max: 10,
 		steps: []step{{id: "a", seq: 1}, {id: "a", seq: 2, repeat: true, first: 1}, {id: "a", seq: 3, repeat: true, first: 1}},
 	}, {
@@ -75,6 +72,34 @@ func TestRecentIDs(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+func TestTheSameSequenceAgainIsARepeatUnlessAGroupRedeliversIt(t *testing.T) {
+	t.Parallel()
+	first := Event{ID: "a", Sequence: 1}
+	for _, tc := range []struct {
+		name       string
+		redelivery bool
+		repeat     bool
+	}{
+		{name: "a group's retry at the same sequence is not a repeat", redelivery: true},
+		{name: "the event copied again at its sequence is a repeat", repeat: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := RepeatOptions{}.newRecent()
+			r.add(first.ID, first.Sequence, t0)
+			if got := (RepeatOptions{}).repeat(r, first, t0.Add(time.Second), tc.redelivery); got != tc.repeat {
+				t.Errorf("repeat = %v, want %v", got, tc.repeat)
+			}
+		})
+	}
+	// Subscribe reads a sequence again only after a rollback: the event it
+	// delivered there, stored there again, is a repeat.
+	ordered := RepeatOptions{}.newRecent()
+	ordered.check("a", 1, t0, true)
+	if first, repeat := ordered.check("a", 1, t0.Add(time.Second), true); !repeat || first != 1 {
+		t.Errorf("Subscribe's check of the same id at the same sequence = %d, %v; want 1, true", first, repeat)
 	}
 }
 

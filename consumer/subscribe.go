@@ -1,11 +1,14 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -29,11 +32,26 @@ const consumerDeleteTimeout = 2 * time.Second
 // holds again at a later sequence, with the same id, is dropped within
 // opts.Repeats' window (RepeatOptions). The consumer is deleted on return.
 // opts.EndTime must be zero; bounded reads are Replay's job.
+//
+// A stream whose servers lost messages they had acknowledged and came
+// back with an older store stores new messages at sequences Subscribe
+// has read already, which the ordered consumer, resuming after the last
+// sequence it read, would never deliver. So Subscribe checks that the
+// stream still holds the last message it read (a get of that message,
+// and the stream's info if it is gone): before it hands on the first
+// message of a consumer that nats.go recreated, at once after the
+// connection reconnects, and every opts.RollbackCheck. If not, it reads
+// again from where the stream diverged, drops what it had delivered as
+// repeats, and reports the rollback once to opts.OnRollback (Rollback).
 func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn func(Event) error) error {
 	if !opts.EndTime.IsZero() {
 		return errors.New("subscribe: EndTime is for Replay only")
 	}
-	cfg, err := opts.consumerConfig(ctx, lookupOnce(js, opts.stream()), jetstream.DeliverNewPolicy)
+	if opts.RollbackCheck < 0 {
+		return fmt.Errorf("subscribe: option RollbackCheck %s is negative", opts.RollbackCheck)
+	}
+	lookup := lookupOnce(js, opts.stream())
+	cfg, err := opts.consumerConfig(ctx, lookup, jetstream.DeliverNewPolicy)
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
@@ -44,30 +62,138 @@ func Subscribe(ctx context.Context, js jetstream.JetStream, opts Options, fn fun
 		}
 		return fmt.Errorf("create consumer on stream %s: %w", opts.stream(), err)
 	}
-	defer deleteConsumer(ctx, js, opts.stream(), cons)
 	caughtUp := opts.OnCaughtUp
 	if info := cons.CachedInfo(); caughtUp != nil && info != nil && info.NumPending == 0 {
 		caughtUp()
 		caughtUp = nil
 	}
+	f := &follower{js: js, opts: opts, cfg: cfg, cons: cons, check: rollbackCheck{lookup: lookup}}
+	defer func() { deleteConsumer(ctx, js, opts.stream(), f.cons) }()
+	if f.it, err = cons.Messages(); err != nil {
+		return fmt.Errorf("consume stream %s: %w", opts.stream(), err)
+	}
+	defer func() { f.it.Stop() }()
+
+	var w waker
+	interval := cmp.Or(opts.RollbackCheck, DefaultRollbackCheck)
+	w.rearm(ctx, interval)
+	// CONNECTED, registered once connected, is each reconnect.
+	reconnected := js.Conn().StatusChanged(nats.CONNECTED)
+	var wg sync.WaitGroup
+	wctx, stop := context.WithCancel(ctx)
+	wg.Go(func() { w.watch(wctx, reconnected) })
+	defer func() {
+		stop()
+		wg.Wait()
+		js.Conn().RemoveStatusListener(reconnected)
+		w.stop()
+	}()
+
 	recent := opts.Repeats.newRecent()
-	err = readMessages(ctx, cons, opts.stream(), func(msg jetstream.Msg) (bool, error) {
+	for {
+		msg, err := f.it.Next(jetstream.NextContext(w.wait()))
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("read stream %s: %w", opts.stream(), err)
+		}
+		if w.due() {
+			// A check is due, or the connection reconnected: make sure
+			// the last sequence read is still what was read before
+			// handing on anything after it.
+			restarted, err := f.rollback(ctx)
+			next := interval
+			if err != nil {
+				next = rollbackRetry
+			}
+			w.rearm(ctx, next)
+			if restarted {
+				continue
+			}
+		}
+		if err != nil {
+			continue
+		}
 		meta, merr := msg.Metadata()
+		if merr == nil {
+			if f.consumer != "" && meta.Consumer != f.consumer {
+				// nats.go recreated its consumer after the last sequence
+				// read: the same check before handing on its first
+				// message.
+				restarted, err := f.rollback(ctx)
+				if err != nil {
+					w.rearm(ctx, rollbackRetry)
+				}
+				if restarted {
+					continue
+				}
+			}
+			f.consumer = meta.Consumer
+			f.check.read(readPos{seq: meta.Sequence.Stream, id: msg.Headers().Get(jetstream.MsgIDHeader), stored: meta.Timestamp})
+		}
 		if e, ok := opts.decode(msg); ok && (merr != nil || !opts.Repeats.drop(recent, e, meta.Timestamp)) {
 			if err := fn(e); err != nil {
-				return true, err
+				return err
 			}
 		}
 		if caughtUp != nil && merr == nil && meta.NumPending == 0 {
 			caughtUp()
 			caughtUp = nil
 		}
-		return false, nil
-	})
-	if ctx.Err() != nil {
-		return nil
 	}
-	return err
+}
+
+// follower is Subscribe's ordered consumer and iterator, which it replaces
+// when it reads again after a rollback. It is used from Subscribe's
+// goroutine.
+type follower struct {
+	js   jetstream.JetStream
+	opts Options
+	cfg  jetstream.OrderedConsumerConfig
+	cons jetstream.Consumer
+	it   jetstream.MessagesContext
+	// consumer is the name of the server's consumer that delivered the
+	// last message: nats.go names each one it creates anew.
+	consumer string
+	check    rollbackCheck
+}
+
+// rollback checks whether the stream still holds what was read last and,
+// if not, reads again from where it diverged and reports the rollback. It
+// returns whether it did; an error means it could not tell or could not
+// start reading again, and should be tried again soon.
+func (f *follower) rollback(ctx context.Context) (bool, error) {
+	p, last, streamLast, err := f.check.check(ctx)
+	if err != nil || p == nil {
+		return false, err
+	}
+	cfg := f.cfg
+	cfg.OptStartSeq, cfg.OptStartTime = 0, nil
+	if p.seq != 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, p.seq
+	} else {
+		after := p.after.Add(time.Nanosecond)
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &after
+	}
+	cons, err := f.js.OrderedConsumer(ctx, f.opts.stream(), cfg)
+	if err != nil {
+		return false, fmt.Errorf("create consumer on stream %s: %w", f.opts.stream(), err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		deleteConsumer(ctx, f.js, f.opts.stream(), cons)
+		return false, fmt.Errorf("consume stream %s: %w", f.opts.stream(), err)
+	}
+	f.it.Stop()
+	deleteConsumer(ctx, f.js, f.opts.stream(), f.cons)
+	f.cons, f.it, f.consumer = cons, it, ""
+	f.check.forget(p.seq)
+	lastRead := last.seq
+	if f.opts.OnRollback != nil {
+		f.opts.OnRollback(Rollback{LastRead: lastRead, StreamLast: streamLast, From: p.seq, After: p.after})
+	}
+	return true, nil
 }
 
 // readMessages hands each message of cons to each, in order, until each says

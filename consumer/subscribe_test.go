@@ -279,6 +279,7 @@ func TestSubscribeRefusesBadOptions(t *testing.T) {
 		{name: "a missing stream is named", opts: consumer.Options{Stream: "NOPE"}, wantErr: "NOPE", wantIs: jetstream.ErrStreamNotFound},
 		{name: "a negative repeat window is named", opts: consumer.Options{Repeats: consumer.RepeatOptions{Window: -time.Minute}}, wantErr: "Repeats.Window -1m0s"},
 		{name: "a negative repeat bound is named", opts: consumer.Options{Repeats: consumer.RepeatOptions{MaxIDs: -1}}, wantErr: "Repeats.MaxIDs -1"},
+		{name: "a negative rollback check is named", opts: consumer.Options{RollbackCheck: -time.Second}, wantErr: "RollbackCheck -1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

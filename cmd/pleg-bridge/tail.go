@@ -146,6 +146,9 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 		last = r.Event.Sequence
 		reportRepeat(env.stderr, cmd, match, r)
 	}
+	opts.OnRollback = func(r consumer.Rollback) {
+		fmt.Fprintf(env.stderr, "%s: the stream no longer holds what was read up to sequence %d (its servers lost messages they had acknowledged); reading again from %s\n", cmd, r.LastRead, rollbackFrom(r))
+	}
 	err = consumer.Subscribe(ctx, js, opts, func(e consumer.Event) error {
 		last = e.Sequence
 		if !match.match(e) {
@@ -200,4 +203,12 @@ func unknownHint(ctx context.Context, sf *streamFlags) string {
 		hint += "; " + h
 	}
 	return hint + "; following anyway"
+}
+
+// rollbackFrom says where Subscribe reads again from after r.
+func rollbackFrom(r consumer.Rollback) string {
+	if r.From != 0 {
+		return fmt.Sprintf("sequence %d", r.From)
+	}
+	return "the first message stored after " + r.After.UTC().Format(time.RFC3339Nano)
 }
