@@ -243,12 +243,19 @@ func (d *delivery) repairHolds() bool {
 		return false
 	}
 	held := time.Since(r.heldSince)
-	if held < repairQuickHold || held < repairHoldMax && (!d.stalledAt.IsZero() || d.nc.IsReconnecting()) {
+	switch {
+	case held >= repairHoldMax:
+		r.holding = false
+		d.log.Debug("publishing goes on while the check of the acknowledged events is on its way", "held_for", held, "reason", r.reason)
+		return false
+	case held < repairQuickHold:
 		return true
 	}
-	r.holding = false
-	d.log.Debug("publishing goes on while the check of the acknowledged events is on its way", "held_for", held, "reason", r.reason)
-	return false
+	// Past the quick hold, publishing goes on while it works, and waits
+	// again once it fails: a stream that is not back yet takes nothing,
+	// and what it takes once back must not overtake what the check puts
+	// back.
+	return !d.stalledAt.IsZero() || d.nc.IsReconnecting()
 }
 
 // check starts a check for reason, holding publishing until it answers

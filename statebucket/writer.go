@@ -143,6 +143,18 @@ type Writer struct {
 	order []string
 	// resync is set when deletes were forgotten. guarded by mu
 	resync bool
+	// gone holds the containers whose ContainerRemoved was recorded, for
+	// generator.DefaultTombstoneTTL, in goneOrder's order: an earlier
+	// event of one recorded later (published again after the servers
+	// lost it, and stored after its removal) must not bring its key back.
+	// guarded by mu
+	gone      map[string]struct{}
+	goneOrder []goneEntry
+}
+
+type goneEntry struct {
+	id string
+	at time.Time
 }
 
 // New returns a Writer that writes with js. Run must be called for
@@ -196,6 +208,7 @@ func New(js jetstream.JetStream, opts Options) (*Writer, error) {
 		live:  map[string]generator.Event{},
 		byID:  map[string]string{},
 		dirty: map[string]struct{}{},
+		gone:  map[string]struct{}{},
 	}
 	m, err := newMetrics(opts.Registerer, w.Pending)
 	if err != nil {
@@ -215,8 +228,10 @@ func (w *Writer) seed(events []generator.Event) {
 			latest[ev.Container.ID] = ev
 		}
 	}
+	now := time.Now()
 	for id, ev := range latest {
 		if ev.Type == generator.ContainerRemoved {
+			w.buryLocked(id, now)
 			continue
 		}
 		key := w.key(ev)
@@ -256,6 +271,10 @@ func (w *Writer) Record(ev generator.Event) {
 	}
 	key := w.key(ev)
 	w.mu.Lock()
+	if _, gone := w.gone[ev.Container.ID]; gone && ev.Type != generator.ContainerRemoved {
+		w.mu.Unlock()
+		return
+	}
 	if old, ok := w.byID[ev.Container.ID]; ok && old != key {
 		// The pod's identity became known after its first event: the
 		// container moves to its new key.
@@ -269,6 +288,7 @@ func (w *Writer) Record(ev generator.Event) {
 	if ev.Type == generator.ContainerRemoved {
 		delete(w.live, key)
 		delete(w.byID, ev.Container.ID)
+		w.buryLocked(ev.Container.ID, time.Now())
 	} else {
 		w.live[key] = ev
 		w.byID[ev.Container.ID] = key
@@ -310,6 +330,22 @@ func (w *Writer) markDirty(key string, bounded bool) {
 	w.metrics.forgotten.Add(float64(forgot))
 	w.log.Warn("too many deletes wait for the state bucket: forgetting them, the node's keys will be reconciled",
 		"deletes", forgot)
+}
+
+// buryLocked records that container id was removed at now, and forgets
+// the containers removed generator.DefaultTombstoneTTL before. The caller
+// holds mu.
+func (w *Writer) buryLocked(id string, now time.Time) {
+	if _, ok := w.gone[id]; !ok {
+		w.gone[id] = struct{}{}
+		w.goneOrder = append(w.goneOrder, goneEntry{id: id, at: now})
+	}
+	n := 0
+	for n < len(w.goneOrder) && now.Sub(w.goneOrder[n].at) > generator.DefaultTombstoneTTL {
+		delete(w.gone, w.goneOrder[n].id)
+		n++
+	}
+	w.goneOrder = w.goneOrder[n:]
 }
 
 // Resync makes Run read the node's keys again and write every one that

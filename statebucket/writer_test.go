@@ -212,6 +212,31 @@ pleg_bridge_state_reconciles_total 0
 	}
 }
 
+// TestWriterDoesNotBringBackARemovedContainer: an earlier event of a
+// container recorded after its ContainerRemoved (published again by the
+// repair after the servers lost it, and stored after the removal) leaves
+// the container's key deleted.
+func TestWriterDoesNotBringBackARemovedContainer(t *testing.T) {
+	t.Parallel()
+	_, url := publishtest.NewServer(t)
+	_, js := publishtest.Connect(t, url)
+	w := newWriter(t, js, statebucket.Options{})
+	statebuckettest.Run(t, w)
+	b := watchBucket(t, js, "STATE")
+	for _, ev := range []generator.Event{
+		stateEvent(generator.ContainerStarted, "u1", "a"),
+		stateEvent(generator.ContainerStarted, "u1", "b"),
+		stateEvent(generator.ContainerRemoved, "u1", "a"),
+		stateEvent(generator.ContainerDied, "u1", "a"),
+		stateEvent(generator.ContainerStarted, "u1", "a"),
+	} {
+		w.Record(ev)
+	}
+	b.until(t, map[string]string{stateKeyOf("u1", "b"): schemas.TypeContainerStarted})
+	waitNothingPending(t, w)
+	b.until(t, map[string]string{stateKeyOf("u1", "b"): schemas.TypeContainerStarted})
+}
+
 // TestWriterConvergesAfterAnOutage stops NATS while containers
 // change: the changes wait, and once the server is back the bucket holds
 // the truth, with the removed container's key gone.
