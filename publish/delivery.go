@@ -243,6 +243,32 @@ func (d *delivery) add(e *outboxEvent) {
 	}
 }
 
+// putFront puts events, in their order, at the front of their pods'
+// queues, before what the pods hold; a pod with nothing queued becomes
+// ready. It returns how many pods they are for. The caller sees to it that
+// no pod of theirs has its head event in flight or being checked.
+func (d *delivery) putFront(events []*outboxEvent) int {
+	byPod := map[string][]*outboxEvent{}
+	var uids []string
+	for _, e := range events {
+		uid := e.ev.Pod.UID
+		if _, ok := byPod[uid]; !ok {
+			uids = append(uids, uid)
+		}
+		byPod[uid] = append(byPod[uid], e)
+	}
+	for _, uid := range uids {
+		pq, ok := d.pods[uid]
+		if !ok {
+			pq = &podQueue{uid: uid}
+			d.pods[uid] = pq
+			d.ready = append(d.ready, pq)
+		}
+		pq.events = append(byPod[uid], pq.events...)
+	}
+	return len(uids)
+}
+
 // takeIn adds what the outbox yields to the pods' queues, in order.
 func (d *delivery) takeIn() {
 	d.taken = d.out.Take(d.taken[:0])

@@ -291,8 +291,7 @@ func (d *delivery) tryCarry(now time.Time) {
 			return
 		}
 	}
-	byPod := map[string][]*outboxEvent{}
-	var uids []string
+	front := make([]*outboxEvent, 0, len(d.carry))
 	for i := range d.carry {
 		ev := d.carry[i]
 		if ev.Pod.Meta == nil {
@@ -303,25 +302,14 @@ func (d *delivery) tryCarry(now time.Time) {
 				}
 			}
 		}
-		if _, ok := byPod[ev.Pod.UID]; !ok {
-			uids = append(uids, ev.Pod.UID)
-		}
-		byPod[ev.Pod.UID] = append(byPod[ev.Pod.UID], &outboxEvent{ev: ev, carried: true, earlier: true})
+		front = append(front, &outboxEvent{ev: ev, carried: true, earlier: true})
 	}
-	for _, uid := range uids {
-		pq, ok := d.pods[uid]
-		if !ok {
-			pq = &podQueue{uid: uid}
-			d.pods[uid] = pq
-			d.ready = append(d.ready, pq)
-		}
-		// Nothing was published yet: no pod is in flight, checked or
-		// waiting for a retry, and its queue's head may change.
-		pq.events = append(byPod[uid], pq.events...)
-	}
+	// Nothing was published yet: no pod is in flight, checked or waiting
+	// for a retry, and its queue's head may change.
+	pods := d.putFront(front)
 	d.carrying.Store(int64(len(d.carry)))
 	d.log.Debug("carrying the checkpoint's history into the stream",
-		"stream", d.renewing.Name, "events", len(d.carry), "pods", len(uids))
+		"stream", d.renewing.Name, "events", len(d.carry), "pods", pods)
 	d.carry, d.carryMeta = nil, nil
 }
 

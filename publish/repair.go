@@ -426,28 +426,15 @@ func (d *delivery) applyRepair() {
 	}
 	d.metrics.repairChecks.WithLabelValues(repairRepaired).Inc()
 	d.metrics.republished.Add(float64(len(lost)))
-	pods := map[string][]*outboxEvent{}
-	var uids []string
-	for _, k := range lost {
-		uid := k.Event.Pod.UID
-		if _, ok := pods[uid]; !ok {
-			uids = append(uids, uid)
-		}
-		pods[uid] = append(pods[uid], &outboxEvent{ev: k.Event, repaired: true, earlier: true})
+	front := make([]*outboxEvent, len(lost))
+	for i, k := range lost {
+		front[i] = &outboxEvent{ev: k.Event, repaired: true, earlier: true}
 	}
-	for _, uid := range uids {
-		pq, ok := d.pods[uid]
-		if !ok {
-			pq = &podQueue{uid: uid}
-			d.pods[uid] = pq
-			d.ready = append(d.ready, pq)
-		}
-		// Nothing is in flight or being checked: the head may change. A
-		// pod waiting for a retry keeps its place in the retry line.
-		pq.events = append(pods[uid], pq.events...)
-	}
+	// Nothing is in flight or being checked: the heads may change. A pod
+	// waiting for a retry keeps its place in the retry line.
+	pods := d.putFront(front)
 	d.log.Warn("the NATS servers lost events they had acknowledged; publishing them again with their ids, before anything newer of their pods",
-		"events", len(lost), "pods", len(uids), "kept", res.kept, "stream", res.stream.Name,
+		"events", len(lost), "pods", pods, "kept", res.kept, "stream", res.stream.Name,
 		"first_sequence", res.first, "last_sequence", res.last, "reason", res.reason,
 		"oldest_acked_at", lost[0].AckedAt)
 	if d.opts.OnRepair != nil {
