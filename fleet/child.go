@@ -160,14 +160,14 @@ func runServer(ctx context.Context, spec serverSpec, lines <-chan string, stdout
 		SyncInterval: syncEvery,
 		SyncAlways:   syncAlways,
 		ServerName:   spec.Name,
-		Host:       "127.0.0.1",
-		Port:       spec.ClientPort,
-		JetStream:  true,
-		StoreDir:   spec.StoreDir,
-		Cluster:    server.ClusterOpts{Name: spec.Cluster, Host: "127.0.0.1", Port: spec.ClusterPort},
-		Routes:     routes,
-		NoSigs:     true,
-		NoLog:      true,
+		Host:         "127.0.0.1",
+		Port:         spec.ClientPort,
+		JetStream:    true,
+		StoreDir:     spec.StoreDir,
+		Cluster:      server.ClusterOpts{Name: spec.Cluster, Host: "127.0.0.1", Port: spec.ClusterPort},
+		Routes:       routes,
+		NoSigs:       true,
+		NoLog:        true,
 	})
 	if err != nil {
 		return fmt.Errorf("create server %s: %w", spec.Name, err)
