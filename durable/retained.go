@@ -195,6 +195,18 @@ func (r *Retained) Since(t, now time.Time) []RetainedEvent {
 	return out
 }
 
+// AckedAt returns when ev's container and type was last acknowledged, if
+// it is kept.
+func (r *Retained) AckedAt(ev generator.Event) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.byKey[retainedKey(&ev)]
+	if !ok {
+		return time.Time{}, false
+	}
+	return e.at, true
+}
+
 // Clear drops every entry, in memory now and on disk at the next write:
 // they were acked by a stream that is not the one the bridge publishes to
 // any more.

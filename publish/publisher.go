@@ -139,6 +139,10 @@ type Options struct {
 	// the servers lost is published again, with its id, before anything
 	// newer of its pod (repair.go). nil: no repair.
 	Retained *durable.Retained
+	// RepairQuickHold is how long a check holds publishing even while
+	// publishing works; 0 means DefaultRepairQuickHold. Past it, a check
+	// still on its way holds publishing only while publishing fails.
+	RepairQuickHold time.Duration
 	// OnRepair, if set, is called from Run's goroutine after a check put
 	// lost events back: the state bucket checks its keys too. It must not
 	// block.
@@ -298,6 +302,7 @@ func applyDefaults(o *Options) error {
 		{"ack timeout", &o.AckTimeout, DefaultAckTimeout},
 		{"drain timeout", &o.DrainTimeout, DefaultDrainTimeout},
 		{"duplicate window", &o.DuplicateWindow, DefaultDuplicateWindow},
+		{"repair quick hold", &o.RepairQuickHold, DefaultRepairQuickHold},
 	}
 	for _, f := range durations {
 		if *f.v < 0 {

@@ -57,7 +57,7 @@ import (
 // pleg_bridge_repair_checks_total counts the checks by result.
 //
 // While the first read after a reconnect or an election is on its way,
-// nothing is published for repairQuickHold (half a second; a check of a
+// nothing is published for Options.RepairQuickHold (a second; a check of a
 // healthy stream takes milliseconds), and after that only while publishing
 // fails too (servers still recovering), for a minute at most: so no later
 // event of a pod reaches the stream before an earlier one the check puts
@@ -83,7 +83,7 @@ import (
 // publishing works (the consumer refused by permissions, say).
 const repairAttempts = 6
 
-// repairQuickHold is how long a check holds publishing in any case: a
+// DefaultRepairQuickHold is how long a check holds publishing in any case: a
 // check of a healthy stream takes milliseconds. Past it, publishing waits
 // on only while it fails too, for repairHoldMax at most: the servers
 // recovering their streams after they all lost power take seconds to tens
@@ -91,8 +91,8 @@ const repairAttempts = 6
 // it puts back. A check that is slow while publishing works (a consumer
 // created while the cluster's meta leader changes) does not hold it.
 const (
-	repairQuickHold = 500 * time.Millisecond
-	repairHoldMax   = time.Minute
+	DefaultRepairQuickHold = time.Second
+	repairHoldMax          = time.Minute
 )
 
 // repairResultLost and the other results of a check, the values of the
@@ -120,7 +120,7 @@ type repairer struct {
 	// have held publishing: the next check does.
 	againHolds bool
 	// heldSince is when the hold started; holdTimer fires when its quick
-	// part (repairQuickHold) is over, to wake the delivery.
+	// part (Options.RepairQuickHold) is over, to wake the delivery.
 	heldSince time.Time
 	holdTimer *time.Timer
 	// answer is a read's answer waiting for the messages in flight to
@@ -229,7 +229,7 @@ func (r *repairer) holdC() <-chan time.Time {
 }
 
 // repairHolds reports whether publishing waits for a check: an answer that
-// is not applied yet, or a check on its way for repairQuickHold, and for
+// is not applied yet, or a check on its way for RepairQuickHold, and for
 // up to repairHoldMax while publishing fails too.
 func (d *delivery) repairHolds() bool {
 	r := d.rep
@@ -248,7 +248,7 @@ func (d *delivery) repairHolds() bool {
 		r.holding = false
 		d.log.Debug("publishing goes on while the check of the acknowledged events is on its way", "held_for", held, "reason", r.reason)
 		return false
-	case held < repairQuickHold:
+	case held < d.opts.RepairQuickHold:
 		return true
 	}
 	// Past the quick hold, publishing goes on while it works, and waits
@@ -283,7 +283,7 @@ func (d *delivery) check(reason string, hold bool) {
 	r.retry.Stop()
 	if hold && !r.holding && !d.draining {
 		r.heldSince = now
-		r.holdTimer.Reset(repairQuickHold)
+		r.holdTimer.Reset(d.opts.RepairQuickHold)
 	}
 	r.holding = hold && !d.draining
 	r.launch(kept, reason)
@@ -414,6 +414,11 @@ func (d *delivery) applyRepair() {
 	for _, k := range res.lost {
 		id := EventID(k.Event.Container.ID, k.Event.Type)
 		if _, ok := r.queued[id]; ok {
+			continue
+		}
+		if at, ok := r.kept.AckedAt(k.Event); ok && at.After(k.AckedAt) {
+			// Acked again since the check began (put back by an earlier
+			// check, stored after this one's read): not lost.
 			continue
 		}
 		r.queued[id] = struct{}{}

@@ -82,8 +82,11 @@ func TestTheRepairPublishesAgainWhatTheServerLostAfterAckingIt(t *testing.T) {
 			_, js := publishtest.Connect(t, rs.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 			ensureStream(t, js)
 			opts := publish.Options{
-				Stream:          "PLEG",
-				MaxInFlight:     8,
+				Stream:      "PLEG",
+				MaxInFlight: 8,
+				// The check holds what comes after the loss until it has
+				// answered, also when the race detector slows it down.
+				RepairQuickHold: waitTimeout,
 				AckTimeout:      500 * time.Millisecond,
 				RetryBackoffMin: 10 * time.Millisecond,
 				RetryBackoffMax: 100 * time.Millisecond,
