@@ -204,6 +204,7 @@ func (d *delivery) run(ctx context.Context) error {
 			d.checkHold(now)
 		case <-reconnected:
 			d.retryAllNow()
+			d.noticeReconnect() // a check at once, also with nothing to publish
 		case <-done:
 			done = nil
 			// From here on the queue only shrinks: Send refuses events,
@@ -288,13 +289,13 @@ func (d *delivery) dispatch() error {
 	if d.reconciling || d.carry != nil || d.repairHolds() {
 		return nil
 	}
-	if len(d.ready) > 0 {
-		d.noticeReconnect()
-		if d.repairHolds() {
+	for d.busy() < d.opts.MaxInFlight && len(d.ready) > 0 {
+		// Before each publish: the connection may come back in the
+		// middle of the loop, and what it publishes first must wait for
+		// the check a reconnect starts.
+		if d.noticeReconnect() {
 			return nil
 		}
-	}
-	for d.busy() < d.opts.MaxInFlight && len(d.ready) > 0 {
 		pq := d.ready[0]
 		d.ready[0] = nil
 		d.ready = d.ready[1:]
@@ -361,7 +362,7 @@ func (d *delivery) publish(pq *podQueue) error {
 		d.chk.reqs <- checkRequest{pod: pq, subject: e.msg.Subject, id: e.msg.Header.Get(jetstream.MsgIDHeader)}
 		return nil
 	}
-	if d.nc.IsReconnecting() {
+	if d.nc.Status() != nats.CONNECTED {
 		// nats.go would buffer the message and send it once reconnected,
 		// however late: a retry that reaches the server long after it was
 		// sent defeats the duplicate window (verify.go). So nothing is
