@@ -362,7 +362,9 @@ func (d *delivery) publish(pq *podQueue) error {
 		d.chk.reqs <- checkRequest{pod: pq, subject: e.msg.Subject, id: e.msg.Header.Get(jetstream.MsgIDHeader)}
 		return nil
 	}
-	if d.nc.Status() != nats.CONNECTED {
+	if st := d.nc.Status(); st == nats.CLOSED {
+		return fmt.Errorf("publish event: %w", nats.ErrConnectionClosed)
+	} else if st != nats.CONNECTED {
 		// nats.go would buffer the message and send it once reconnected,
 		// however late: a retry that reaches the server long after it was
 		// sent defeats the duplicate window (verify.go). So nothing is
