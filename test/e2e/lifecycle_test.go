@@ -178,12 +178,8 @@ func checkSubscription(t *testing.T, b *bridge) {
 		b.mode, cri, ctrd, m[`pleg_bridge_mode{mode="generic"}`], m[`pleg_bridge_mode{mode="evented"}`], opened)
 	switch {
 	case b.mode == "evented":
-		// Beside the CRI stream, containerd's task exits are followed
-		// (generator/exits.go): its event service is subscribed too, and
-		// the source followed is CRI's.
-		if cri != "1" || ctrd != "1" || m[`pleg_bridge_event_source{source="cri"}`] != "1" {
-			t.Errorf("evented mode: CRI stream connected %q, containerd events connected %q, CRI the source %q; want 1, 1 (the task exits) and 1",
-				cri, ctrd, m[`pleg_bridge_event_source{source="cri"}`])
+		if cri != "1" || ctrd != "0" {
+			t.Errorf("evented mode: CRI stream connected %q, containerd events connected %q; want 1 and 0", cri, ctrd)
 		}
 	case triggered(b.mode):
 		if len(opened) != 0 || cri != "0" {
