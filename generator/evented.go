@@ -422,15 +422,8 @@ func (s *streamSupervisor) watchExits(ctx context.Context, ask bool) {
 		s.logger.Info("containerd's task exits report deaths beside the CRI event stream", "exits", exitsFromTask)
 	}
 	delay := s.backoffMin
-	// pleg_bridge_containerd_events_connected says whether the
-	// subscription is open (or being opened): no other source sets it
-	// beside a CRI stream, and the alert on a stream that stays down
-	// counts this subscription's Subscribe requests too.
-	connected := s.metrics.taskConnected
-	defer connected.Set(0)
 	for {
 		start := time.Now()
-		connected.Set(1)
 		err := s.tasks.WatchTaskEvents(ctx, func(ev TaskEvent, err error) {
 			if err != nil || (ev.Topic != TopicTaskExit && ev.Topic != TopicTaskOOM) {
 				return
@@ -443,7 +436,6 @@ func (s *streamSupervisor) watchExits(ctx context.Context, ask bool) {
 			default:
 			}
 		})
-		connected.Set(0)
 		if ctx.Err() != nil {
 			return
 		}
