@@ -422,9 +422,17 @@ func (s *streamSupervisor) watchExits(ctx context.Context, ask bool) {
 		s.logger.Info("containerd's task exits report deaths beside the CRI event stream", "exits", exitsFromTask)
 	}
 	delay := s.backoffMin
+	// Not through the instrumentation: pleg_bridge_containerd_events_connected
+	// and the Subscribe requests speak of containerd's events as the source
+	// followed (the alert on a stream that stays down reads them), and
+	// beside a CRI stream they are not.
+	tasks := s.tasks
+	if in, ok := tasks.(*instrumentedTasks); ok {
+		tasks = in.src
+	}
 	for {
 		start := time.Now()
-		err := s.tasks.WatchTaskEvents(ctx, func(ev TaskEvent, err error) {
+		err := tasks.WatchTaskEvents(ctx, func(ev TaskEvent, err error) {
 			if err != nil || (ev.Topic != TopicTaskExit && ev.Topic != TopicTaskOOM) {
 				return
 			}
