@@ -14,8 +14,8 @@
 //
 // bridge imports cri, generator, publish, statebucket, durable, natsembed,
 // natsauth (to know a node's own credentials) and schemas, NATS and
-// Prometheus. Nothing but the commands (cmd/pleg-bridge, cmd/pleg-bench)
-// and the harnesses that run the real pipeline (bench/latencybench,
-// fleet) imports it, and it must not import cmd, crisim or any test
+// Prometheus. Nothing but the commands (cmd/pleg-bridge,
+// harness/cmd/pleg-bench) and the harnesses that run the real pipeline
+// (harness/latencybench, harness/fleet) imports it, and it must not import cmd, crisim or any test
 // helper package.
 package bridge

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 )
 
 // commandEnv is what run gives every subcommand: the environment and the
@@ -55,32 +55,26 @@ func printUsage(w io.Writer) error {
 // parallel.
 //
 // Adding a subcommand: write newXxxCommand(env) returning a *cobra.Command
-// with Use, a one-line Short, Example and Args: noArgs, its flags declared
+// with Use, a one-line Short, Example and Args: cli.NoArgs, its flags declared
 // on c.Flags() (spelled --flag; defaults from env.getenv where the agent
 // has a PLEG_ variable for the same thing), and RunE calling the work with
-// c.Context(); return usageErrorf for a flag value that makes no sense, so
+// c.Context(); return cli.UsageErrorf for a flag value that makes no sense, so
 // it exits 2 with a pointer to --help. Then add it below, and a line for it
 // in rootUsage.
 func newRootCommand(env commandEnv) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "pleg-bridge",
-		Short:         "Kubernetes container lifecycle events from the node's CRI runtime to NATS JetStream",
-		Version:       versionString(),
-		SilenceErrors: true, // report prints them, once
-		SilenceUsage:  true, // a failure is not a reason to print the usage
-		// Our own completion command, with examples, and without powershell.
-		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		Use:     "pleg-bridge",
+		Short:   "Kubernetes container lifecycle events from the node's CRI runtime to NATS JetStream",
+		Version: versionString(),
 		RunE: func(c *cobra.Command, _ []string) error {
 			printUsage(env.stderr)
-			return errUsage
+			return cli.ErrUsage
 		},
 	}
-	root.SetOut(env.stdout)
-	root.SetErr(env.stderr)
+	// Errors are returned for report to print once; our own completion
+	// command, with examples and without powershell, replaces cobra's.
+	cli.Configure(root, env.stdout, env.stderr)
 	root.SetVersionTemplate(versionLine() + "\n")
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &usageError{cmd: c.CommandPath(), err: err}
-	})
 	cobraHelp := root.HelpFunc()
 	root.SetHelpFunc(func(c *cobra.Command, args []string) {
 		switch {
@@ -115,29 +109,6 @@ func newRootCommand(env commandEnv) *cobra.Command {
 	return root
 }
 
-// execute runs root with args until ctx is done. An error of cobra's own
-// about the command line (an unknown command) becomes a *usageError.
-func execute(ctx context.Context, root *cobra.Command, args []string) error {
-	if args == nil {
-		args = []string{} // cobra reads os.Args when args is nil
-	}
-	root.SetArgs(args)
-	cmd, err := root.ExecuteContextC(ctx)
-	var ue *usageError
-	if err != nil && cmd == root && !errors.Is(err, errUsage) && !errors.As(err, &ue) {
-		return &usageError{cmd: root.Name(), err: err}
-	}
-	return err
-}
-
-// noArgs refuses positional arguments, as a usage error.
-func noArgs(c *cobra.Command, args []string) error {
-	if len(args) > 0 {
-		return usageErrorf(c.CommandPath(), "unexpected argument %q", args[0])
-	}
-	return nil
-}
-
 func newRunCommand(env commandEnv) *cobra.Command {
 	return &cobra.Command{
 		Use:   "run",
@@ -150,7 +121,7 @@ environment variables below configure it, as the DaemonSet does.`,
   pleg-bridge run        # no PLEG_NATS_URL: an embedded NATS server with JetStream`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usageErrorf(c.CommandPath(), "run takes no arguments (configure it with PLEG_* variables), got %q", args)
+				return cli.UsageErrorf(c.CommandPath(), "run takes no arguments (configure it with PLEG_* variables), got %q", args)
 			}
 			return nil
 		},
@@ -159,7 +130,7 @@ environment variables below configure it, as the DaemonSet does.`,
 			if err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
-			logger := newLogger(env.stderr, cfg.LogFormat, cfg.LogLevel)
+			logger := cli.NewLogger(env.stderr, cfg.LogFormat, cfg.LogLevel)
 			if env.environ != nil {
 				warnUnknownVariables(logger, env.environ())
 			}
@@ -173,7 +144,7 @@ func newVersionCommand(env commandEnv) *cobra.Command {
 		Use:     "version",
 		Short:   "Print the version, the Go version and the platform",
 		Example: "  pleg-bridge version\n  pleg-bridge --version",
-		Args:    noArgs,
+		Args:    cli.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			_, err := fmt.Fprintln(env.stdout, versionLine())
 			return err
@@ -200,7 +171,7 @@ package.`,
 		ValidArgs: completionShells,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usageErrorf(c.CommandPath(), "want one shell: %s", strings.Join(completionShells, ", "))
+				return cli.UsageErrorf(c.CommandPath(), "want one shell: %s", strings.Join(completionShells, ", "))
 			}
 			return nil
 		},
@@ -214,7 +185,7 @@ package.`,
 			case "fish":
 				return root.GenFishCompletion(env.stdout, true)
 			}
-			return usageErrorf(c.CommandPath(), "unknown shell %q: want one of %s", args[0], strings.Join(completionShells, ", "))
+			return cli.UsageErrorf(c.CommandPath(), "unknown shell %q: want one of %s", args[0], strings.Join(completionShells, ", "))
 		},
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
@@ -36,14 +37,13 @@ const envPrefix = "PLEG_"
 type lookupFunc func(name string) (string, bool)
 
 // logFormat is PLEG_LOG_FORMAT.
-type logFormat string
+type logFormat = cli.LogFormat
 
 // Log formats.
 const (
-	// logAuto is tint with colour on a terminal, JSON otherwise.
-	logAuto logFormat = "auto"
-	logText logFormat = "text"
-	logJSON logFormat = "json"
+	logAuto = cli.LogAuto
+	logText = cli.LogText
+	logJSON = cli.LogJSON
 )
 
 // Config is the bridge's whole configuration, read once from PLEG_*

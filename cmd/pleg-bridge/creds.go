@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 	"github.com/pleg-bridge/pleg-bridge/natsauth"
 )
 
@@ -62,7 +63,7 @@ and says on stderr what it did not check.`,
   pleg-bridge creds --signing-key pleg-node.nk --account-jwt pleg.jwt --node node-1 --expiry 720h
   pleg-bridge creds --reader --namespace shop,payments --signing-key pleg-reader.nk --account-jwt pleg.jwt --out shop.creds
   pleg-bridge creds --reader -n shop --group shop-billing --signing-key pleg-reader.nk --account-jwt pleg.jwt --expiry 2160h --out billing.creds`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			o.nodeSet = c.Flags().Changed("node")
 			if c.Flags().Changed("init") {
@@ -114,29 +115,29 @@ func (o credsOptions) role() string {
 func (o credsOptions) check(cmd string) error {
 	for _, ns := range o.namespaces {
 		if err := consumer.ValidateNamespace(ns); err != nil {
-			return usageErrorf(cmd, "--namespace: %w", err)
+			return cli.UsageErrorf(cmd, "--namespace: %w", err)
 		}
 	}
 	for _, g := range o.groups {
 		if err := natsauth.ValidateGroup(g); err != nil {
-			return usageErrorf(cmd, "--group: %w", err)
+			return cli.UsageErrorf(cmd, "--group: %w", err)
 		}
 	}
 	switch {
 	case o.signingKey == "":
-		return usageErrorf(cmd, "--signing-key is required")
+		return cli.UsageErrorf(cmd, "--signing-key is required")
 	case !o.reader && (len(o.namespaces) > 0 || len(o.groups) > 0):
-		return usageErrorf(cmd, "--namespace and --group are for a reader's credentials: add --reader")
+		return cli.UsageErrorf(cmd, "--namespace and --group are for a reader's credentials: add --reader")
 	case o.reader && o.nodeSet:
-		return usageErrorf(cmd, "--node is for a node's credentials, --reader for a reader's: give one")
+		return cli.UsageErrorf(cmd, "--node is for a node's credentials, --reader for a reader's: give one")
 	case o.reader && len(o.namespaces) == 0:
-		return usageErrorf(cmd, "--namespace is required with --reader: a reader reads only the namespaces it is given")
+		return cli.UsageErrorf(cmd, "--namespace is required with --reader: a reader reads only the namespaces it is given")
 	case !o.reader && o.node == "":
-		return usageErrorf(cmd, "--node is required (or PLEG_NODE_NAME)")
+		return cli.UsageErrorf(cmd, "--node is required (or PLEG_NODE_NAME)")
 	case (o.account == "") == (o.accountJWT == ""):
-		return usageErrorf(cmd, "give one of --account and --account-jwt")
+		return cli.UsageErrorf(cmd, "give one of --account and --account-jwt")
 	case o.expiry < 0:
-		return usageErrorf(cmd, "--expiry=%s must not be negative", o.expiry)
+		return cli.UsageErrorf(cmd, "--expiry=%s must not be negative", o.expiry)
 	}
 	return nil
 }
@@ -146,9 +147,9 @@ func (o credsOptions) check(cmd string) error {
 func (o credsOptions) checkInit(cmd string, nflags int) error {
 	switch {
 	case o.init == "":
-		return usageErrorf(cmd, "--init needs a directory")
+		return cli.UsageErrorf(cmd, "--init needs a directory")
 	case nflags > 1:
-		return usageErrorf(cmd, "--init makes the account and its keys, and takes no other flag; mint credentials with a second creds command")
+		return cli.UsageErrorf(cmd, "--init makes the account and its keys, and takes no other flag; mint credentials with a second creds command")
 	}
 	return nil
 }

@@ -16,13 +16,15 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
-	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 )
 
 // demoLookup is the environment of the demo's bridge: the PLEG_* tuning
@@ -79,10 +81,10 @@ loops within about 30s.`,
 		Example: `  pleg-bridge demo
   pleg-bridge demo --rate 5 --lifetime 2s --duration 1m
   PLEG_MODE=generic pleg-bridge demo --listen 127.0.0.1:9470   # with /metrics`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if o.rate <= 0 {
-				return usageErrorf(c.CommandPath(), "--rate=%v must be positive", o.rate)
+				return cli.UsageErrorf(c.CommandPath(), "--rate=%v must be positive", o.rate)
 			}
 			return runDemo(c.Context(), o, env.lookup, env.stdout, env.stderr)
 		},
@@ -114,7 +116,7 @@ func runDemo(ctx context.Context, o demoOptions, lookup lookupFunc, stdout, stde
 	if err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	logger := newLogger(stderr, logAuto, o.logLevel)
+	logger := cli.NewLogger(stderr, logAuto, o.logLevel)
 	if o.duration > 0 {
 		// A cancel after the duration, not a deadline: gRPC would send a
 		// deadline to the runtime with every call, and the runtime's side,

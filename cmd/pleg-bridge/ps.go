@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
@@ -61,7 +62,7 @@ until Ctrl-C.`,
   pleg-bridge ps -n shop -l app=web --failed    # containers of app=web pods whose last exit failed
   pleg-bridge ps --pod shop/web-0 --watch       # the list, then one row per change
   pleg-bridge ps --json | jq .event.data.exitCode`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return runPS(c.Context(), c.CommandPath(), f, env.stdout, env.stderr, now)
 		},
@@ -88,7 +89,7 @@ until Ctrl-C.`,
 func runPS(ctx context.Context, cmd string, f *psFlags, stdout, stderr io.Writer, now func() time.Time) error {
 	filter, err := f.filter()
 	if err != nil {
-		return &usageError{cmd: cmd, err: err}
+		return &cli.UsageError{Cmd: cmd, Err: err}
 	}
 	ctx, nc, js, err := f.nats.connect(ctx, "pleg-bridge ps")
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 )
 
 // replayOptions are replay's own flags, beside the shared streamFlags.
@@ -36,7 +37,7 @@ says so on stderr.
   pleg-bridge replay --node node-1 --since 1h --until 10m
   pleg-bridge replay -n shop --type died --since 24h     # today's deaths in a namespace
   pleg-bridge replay --pod default/web-0 --json | jq .data.exitCode`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return runReplay(c.Context(), c.CommandPath(), sf, o, env)
 		},
@@ -59,14 +60,14 @@ func runReplay(ctx context.Context, cmd string, sf *streamFlags, o replayOptions
 		return err
 	}
 	if sf.pod == "" && sf.node == "" && sf.namespace == "" && sf.container == "" && o.since.IsZero() {
-		return usageErrorf(cmd, "replay needs at least one of --pod, --node, --namespace, --container or --since, so as not to print the whole stream")
+		return cli.UsageErrorf(cmd, "replay needs at least one of --pod, --node, --namespace, --container or --since, so as not to print the whole stream")
 	}
 	if !o.until.IsZero() && o.until.Before(o.since) {
-		return usageErrorf(cmd, "--until %s is before --since %s", formatTime(o.until), formatTime(o.since))
+		return cli.UsageErrorf(cmd, "--until %s is before --since %s", formatTime(o.until), formatTime(o.since))
 	}
 	color, err := useColor(sf.color, env.stdout, env.getenv)
 	if err != nil {
-		return &usageError{cmd: cmd, err: err}
+		return &cli.UsageError{Cmd: cmd, Err: err}
 	}
 	opts.StartTime, opts.EndTime = o.since, o.until
 	opts.OnError = func(err error) { fmt.Fprintf(env.stderr, "skip message: %v\n", err) }

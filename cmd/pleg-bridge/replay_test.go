@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
@@ -198,7 +199,7 @@ func TestReplayRefusesBadFlags(t *testing.T) {
 		name      string
 		args      []string
 		wantErr   string
-		wantUsage bool // a *usageError: exit status 2
+		wantUsage bool // a *cli.UsageError: exit status 2
 	}{
 		{name: "no --pod, --node or --since is refused", args: []string{"--type", "ContainerDied"}, wantErr: "at least one of --pod, --node, --namespace, --container or --since", wantUsage: true},
 		{name: "--until alone is not enough", args: []string{"--until", "1h"}, wantErr: "at least one of", wantUsage: true},
@@ -223,7 +224,7 @@ func TestReplayRefusesBadFlags(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("replay %s = %v, want an error containing %q", strings.Join(tt.args, " "), err, tt.wantErr)
 			}
-			var ue *usageError
+			var ue *cli.UsageError
 			if errors.As(err, &ue) != tt.wantUsage {
 				t.Errorf("replay %s = %#v, want a usage error: %v", strings.Join(tt.args, " "), err, tt.wantUsage)
 			}

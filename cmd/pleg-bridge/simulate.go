@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 )
 
 func newSimulateCommand(env commandEnv) *cobra.Command {
@@ -23,7 +25,7 @@ func newSimulateCommand(env commandEnv) *cobra.Command {
   pleg-bridge simulate --socket /tmp/cri.sock --rate 0             # no churn
   pleg-bridge simulate --socket /tmp/cri.sock --behave-like containerd-1.7
   PLEG_CRI_ENDPOINT=unix:///tmp/cri.sock pleg-bridge run           # in another terminal`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return runSimulate(c.Context(), c.CommandPath(), o, env.stdout)
 		},
@@ -58,10 +60,10 @@ func runSimulate(ctx context.Context, cmd string, o simulateOptions, stdout io.W
 	case "containerd-1.7":
 		opts = crisim.Containerd17Options()
 	default:
-		return usageErrorf(cmd, "--behave-like=%q: want containerd-2.4 or containerd-1.7", o.behave)
+		return cli.UsageErrorf(cmd, "--behave-like=%q: want containerd-2.4 or containerd-1.7", o.behave)
 	}
 	if o.rate < 0 {
-		return usageErrorf(cmd, "--rate=%v must not be negative", o.rate)
+		return cli.UsageErrorf(cmd, "--rate=%v must not be negative", o.rate)
 	}
 	model := crisim.NewRuntime(opts)
 	// The default, /run/pleg-sim, is root's; a user names a socket in a

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 )
 
 // runFailing runs the run command with env and, when environ is not nil,
@@ -26,7 +28,7 @@ func runFailing(t *testing.T, env lookupFunc, environ []string) (string, error) 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- execute(ctx, root, []string{"run"}) }()
+	go func() { done <- cli.Execute(ctx, root, []string{"run"}) }()
 	select {
 	case err := <-done:
 		return stderr.String(), err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
@@ -82,13 +83,13 @@ func addStreamFlags(c *cobra.Command, getenv func(string) string) *streamFlags {
 
 // parse validates the shared flags of the command cmd and returns the
 // consumer options they select on the server and the filter to check on
-// each event. Its errors are *usageError.
+// each event. Its errors are *cli.UsageError.
 func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
 	if err := schemas.ValidatePrefix(f.prefix); err != nil {
-		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--prefix %q: %w", f.prefix, err)
+		return consumer.Options{}, eventFilter{}, cli.UsageErrorf(cmd, "--prefix %q: %w", f.prefix, err)
 	}
 	if f.stream == "" {
-		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--stream is empty")
+		return consumer.Options{}, eventFilter{}, cli.UsageErrorf(cmd, "--stream is empty")
 	}
 	if f.archive {
 		f.stream = cmp.Or(f.archiveStream, schemas.ArchiveName(f.stream))
@@ -96,10 +97,10 @@ func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
 	f.nats.stream = f.stream
 	var err error
 	if f.podUID, f.podNamespace, f.podName, err = parsePod(f.pod); err != nil {
-		return consumer.Options{}, eventFilter{}, &usageError{cmd: cmd, err: err}
+		return consumer.Options{}, eventFilter{}, &cli.UsageError{Cmd: cmd, Err: err}
 	}
 	if f.podNamespace != "" && f.namespace != "" && f.podNamespace != f.namespace {
-		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--pod %s is not in --namespace %s", f.pod, f.namespace)
+		return consumer.Options{}, eventFilter{}, cli.UsageErrorf(cmd, "--pod %s is not in --namespace %s", f.pod, f.namespace)
 	}
 	if ns := cmp.Or(f.podNamespace, f.namespace); ns != "" {
 		if err := consumer.ValidateNamespace(ns); err != nil {
@@ -107,15 +108,15 @@ func (f *streamFlags) parse(cmd string) (consumer.Options, eventFilter, error) {
 			if f.podNamespace != "" {
 				flag = "--pod"
 			}
-			return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "%s: %w", flag, err)
+			return consumer.Options{}, eventFilter{}, cli.UsageErrorf(cmd, "%s: %w", flag, err)
 		}
 	}
 	if f.labels, err = consumer.ParseSelector(f.selector); err != nil {
-		return consumer.Options{}, eventFilter{}, usageErrorf(cmd, "--selector: %w", err)
+		return consumer.Options{}, eventFilter{}, cli.UsageErrorf(cmd, "--selector: %w", err)
 	}
 	if f.typ != "" {
 		if f.lifecycleType, err = parseType(f.typ); err != nil {
-			return consumer.Options{}, eventFilter{}, &usageError{cmd: cmd, err: err}
+			return consumer.Options{}, eventFilter{}, &cli.UsageError{Cmd: cmd, Err: err}
 		}
 	}
 	opts := consumer.Options{

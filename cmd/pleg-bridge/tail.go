@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 )
 
 // tailOptions are tail's own flags, beside the shared streamFlags.
@@ -43,7 +44,7 @@ on stderr; so is a --pod, --node or --namespace of which the state bucket
   pleg-bridge tail --since 10m                          # the last 10 minutes, then follow
   pleg-bridge tail --from-seq 1042                      # resume where an earlier tail stopped
   pleg-bridge tail --all --json | jq .data.exitCode     # everything stored, as CloudEvent JSON`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return runTail(c.Context(), c.CommandPath(), sf, o, env)
 		},
@@ -77,11 +78,11 @@ func runTail(ctx context.Context, cmd string, sf *streamFlags, o tailOptions, en
 		starts = append(starts, "--from-seq")
 	}
 	if len(starts) > 1 {
-		return usageErrorf(cmd, "%s cannot be combined", strings.Join(starts, " and "))
+		return cli.UsageErrorf(cmd, "%s cannot be combined", strings.Join(starts, " and "))
 	}
 	color, err := useColor(sf.color, env.stdout, env.getenv)
 	if err != nil {
-		return &usageError{cmd: cmd, err: err}
+		return &cli.UsageError{Cmd: cmd, Err: err}
 	}
 	opts.DeliverAll, opts.StartTime, opts.StartSeq = o.all, o.since, o.fromSeq
 	opts.OnError = func(err error) { fmt.Fprintf(env.stderr, "skip message: %v\n", err) }

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/cli"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
@@ -472,7 +473,7 @@ func TestTailRefusesBadFlags(t *testing.T) {
 		args      []string
 		getenv    func(string) string
 		wantErr   string
-		wantUsage bool // a *usageError: exit status 2
+		wantUsage bool // a *cli.UsageError: exit status 2
 	}{
 		{name: "an unknown flag is named", args: []string{"--bogus"}, wantErr: "bogus", wantUsage: true},
 		{name: "a bad --since is named", args: []string{"--since", "last tuesday"}, wantErr: "since", wantUsage: true},
@@ -505,7 +506,7 @@ func TestTailRefusesBadFlags(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("tail %s = %v, want an error containing %q", strings.Join(tt.args, " "), err, tt.wantErr)
 			}
-			var ue *usageError
+			var ue *cli.UsageError
 			if errors.As(err, &ue) != tt.wantUsage {
 				t.Errorf("tail %s = %#v, want a usage error: %v", strings.Join(tt.args, " "), err, tt.wantUsage)
 			}

@@ -16,6 +16,9 @@ var (
 	cloudEvents = "github.com/cloudevents/..."
 	prometheus  = "github.com/prometheus/client_golang/..."
 	commands    = "cmd/..."
+	// harness is the test harness: soak, fleet, the benchmarks and their
+	// commands.
+	harness = "harness/..."
 
 	// stdlibOnly, as a rule's externals, allows the standard library alone.
 	stdlibOnly = []string{}
@@ -28,15 +31,19 @@ var (
 // change here goes with the same change to the doc.go.
 var rules = []rule{
 	{
-		pkg:        "bench/latencybench",
+		pkg:        "harness/latencybench",
 		may:        []string{"bridge", "crisim", "generator", "natsembed", "publish", "schemas"},
-		importedBy: []string{"cmd/pleg-bench"},
+		importedBy: []string{"harness/cmd/pleg-bench"},
 	},
 	{
 		pkg:           "bridge",
 		may:           []string{"cri", "durable", "generator", "natsauth", "natsembed", "publish", "schemas", "statebucket"},
 		mustNotImport: []string{commands, "crisim"},
-		importedBy:    []string{"bench/latencybench", "cmd/pleg-bench", "cmd/pleg-bridge", "fleet"},
+		importedBy:    []string{"harness/latencybench", "harness/cmd/pleg-bench", "cmd/pleg-bridge", "harness/fleet"},
+	},
+	{
+		pkg:         "cmd/pleg-bridge",
+		mustNotLink: []string{harness},
 	},
 	{
 		pkg:         "consumer",
@@ -62,10 +69,10 @@ var rules = []rule{
 		mustNotImport: append([]string{natsLibs, "publish", "bridge", commands}, criAPI...),
 	},
 	{
-		pkg:           "fleet",
-		may:           []string{"bridge", "consumer", "crisim", "generator", "publish", "schemas", "soak"},
+		pkg:           "harness/fleet",
+		may:           []string{"bridge", "consumer", "crisim", "generator", "publish", "schemas", "harness/soak"},
 		mustNotImport: []string{commands},
-		importedBy:    []string{"cmd/pleg-bridge"},
+		importedBy:    []string{"harness/cmd/pleg-harness"},
 	},
 	{
 		pkg:           "generator",
@@ -77,6 +84,12 @@ var rules = []rule{
 		may:           []string{"generator", "crisim"},
 		mustNotImport: []string{"cri"},
 		importedBy:    testsOnly,
+	},
+	{
+		pkg:        "internal/cli",
+		may:        []string{},
+		externals:  []string{"github.com/spf13/cobra/...", "github.com/spf13/pflag/...", "github.com/lmittmann/tint/...", "github.com/mattn/go-isatty/...", "golang.org/x/sys/..."},
+		importedBy: []string{"cmd/pleg-bridge", "harness/cmd/pleg-harness"},
 	},
 	{
 		pkg:        "internal/layers",
@@ -112,9 +125,10 @@ var rules = []rule{
 		importedBy: testsOnly,
 	},
 	{
-		pkg:         "soak",
+		pkg:         "harness/soak",
 		may:         []string{"consumer", "crisim", "natsembed"},
 		mustNotLink: []string{"cri", "generator", "statecache", "publish", "durable", "bridge", commands},
+		importedBy:  []string{"harness/cmd/pleg-harness", "harness/fleet"},
 	},
 	{
 		pkg:           "statebucket",

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSoakAndFleetHandOverToTheHarness runs pleg-bridge soak and fleet
+// with a pleg-harness on PATH that prints what it was given: its
+// arguments, flags and --help included, the bridge binary it is to soak,
+// and its exit status are pleg-bridge's.
+func TestSoakAndFleetHandOverToTheHarness(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	script := "#!/bin/sh\necho \"args: $*\"\necho \"bridge: $PLEG_BRIDGE_BINARY\"\nexit 3\n"
+	if err := os.WriteFile(filepath.Join(bin, "pleg-harness"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"soak", "--duration", "1m", "--faults", "bridge-kill"},
+		{"soak", "--help"},
+		{"fleet", "--nodes", "5"},
+	} {
+		var stdout strings.Builder
+		err := run(t.Context(), args, envFrom(t, map[string]string{"PATH": bin}), &stdout, &strings.Builder{})
+		want := "args: " + strings.Join(args, " ") + "\nbridge: " + self + "\n"
+		if stdout.String() != want {
+			t.Errorf("%q: the harness printed %q, want %q", args, stdout.String(), want)
+		}
+		if code := report(err, &strings.Builder{}); code != 3 {
+			t.Errorf("%q: exit status %d (err %v), want the harness's 3", args, code, err)
+		}
+	}
+}
+
+// TestSoakWithoutTheHarnessSaysHowToRunIt: with neither pleg-harness nor
+// go on PATH, the error says what to run.
+func TestSoakWithoutTheHarnessSaysHowToRunIt(t *testing.T) {
+	t.Parallel()
+	err := run(t.Context(), []string{"soak"}, envFrom(t, map[string]string{"PATH": t.TempDir()}), &strings.Builder{}, &strings.Builder{})
+	if err == nil || !strings.Contains(err.Error(), "go run ./harness/cmd/pleg-harness") {
+		t.Errorf("err = %v, want one saying to go run ./harness/cmd/pleg-harness", err)
+	}
+}
