@@ -21,8 +21,8 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/consumer"
-	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/harness/soak"
+	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
 
 // The many-clusters design of docs/multicluster.md, run once in-process.
