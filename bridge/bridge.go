@@ -166,9 +166,16 @@ type pipeline struct {
 	refused    *refusals           // what NATS refused that a setting fixes
 }
 
-// build opens the durable store, makes the runtime client, connects NATS
-// and builds the generator and the publisher over them. On error it closes
-// what it opened.
+// build opens the durable store, makes the runtime client, connects NATS,
+// and builds the generator, the state bucket's writer and the publisher,
+// each step from what the steps before it made. On error it closes what it
+// opened.
+//
+// The publisher comes last because it takes from the two built before it:
+// it restores into the generator what it reads back and records each ack
+// in the state bucket's writer. They reach it the other way (the
+// generator sends to it, the writer asks what is pending) through a
+// publisherSlot, set once the publisher is built.
 func build(opts Options) (_ *pipeline, err error) {
 	opts = withNodeCredentials(opts)
 	p := &pipeline{opts: opts, reg: opts.Registry, refused: newRefusals(opts)}
@@ -180,202 +187,314 @@ func build(opts Options) (_ *pipeline, err error) {
 	if p.reg == nil {
 		p.reg = prometheus.NewRegistry()
 	}
-	log := opts.Logger
-
-	// The durable state seeds the generator: what was acked before the
-	// restart is not reported again, and what waited in the spool is not
-	// reported a second time (the spool delivers it).
-	var published []generator.Event
-	var spool *durable.Spool
-	if opts.DataDir != "" {
-		p.store, err = durable.Open(opts.DataDir, durable.Options{
-			Node: opts.Node, SpoolMaxBytes: opts.SpoolMaxBytes, Logger: log,
-			RetainWindow: opts.repairWindow(), RetainMaxBytes: cmp.Or(opts.RepairMaxBytes, DefaultRepairMaxBytes),
-		})
-		if err != nil {
-			return nil, err
-		}
-		published = p.store.Checkpoint().Restored()
-		if spool = p.store.Spool(); spool != nil {
-			published = slices.Concat(published, spool.Restored())
-		}
-	}
-
-	criOpts := opts.CRI
-	criOpts.PodAnnotations = opts.PodAnnotations // the listings keep no others
-	if p.cri, err = cri.NewClient(opts.CRIEndpoint, criOpts); err != nil {
+	if err := p.openStore(); err != nil {
 		return nil, err
+	}
+	if err := p.dialRuntime(); err != nil {
+		return nil, err
+	}
+	if err := p.connect(); err != nil {
+		return nil, err
+	}
+	enc, err := newEncoder(opts)
+	if err != nil {
+		return nil, err
+	}
+	slot := new(publisherSlot)
+	if err := p.buildGenerator(slot); err != nil {
+		return nil, err
+	}
+	if err := p.buildStateWriter(enc, slot); err != nil {
+		return nil, err
+	}
+	pubOpts := p.publisherOptions(enc, p.spool(), p.restart(), p.acked())
+	if p.pub, err = publish.New(p.nc, pubOpts); err != nil {
+		return nil, err
+	}
+	slot.set(p.pub)
+	opts.Logger.Info("bridge running", "node", opts.Node, "cri_endpoint", opts.CRIEndpoint, "mode", string(opts.Mode),
+		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "state_bucket", opts.StateBucket, "data_dir", opts.DataDir)
+	return p, nil
+}
+
+// openStore opens the durable store in Options.DataDir; without one there
+// is none.
+func (p *pipeline) openStore() (err error) {
+	if p.opts.DataDir == "" {
+		return nil
+	}
+	p.store, err = durable.Open(p.opts.DataDir, durable.Options{
+		Node: p.opts.Node, SpoolMaxBytes: p.opts.SpoolMaxBytes, Logger: p.opts.Logger,
+		RetainWindow: p.opts.repairWindow(), RetainMaxBytes: cmp.Or(p.opts.RepairMaxBytes, DefaultRepairMaxBytes),
+	})
+	return err
+}
+
+// spool returns the durable store's spool, or nil without a store or a
+// spool.
+func (p *pipeline) spool() *durable.Spool {
+	if p.store == nil {
+		return nil
+	}
+	return p.store.Spool()
+}
+
+// dialRuntime makes the CRI client and registers its listing metrics, and
+// makes the client of containerd's own API when that has an endpoint of its
+// own (Options.ContainerdEndpoint).
+func (p *pipeline) dialRuntime() (err error) {
+	criOpts := p.opts.CRI
+	criOpts.PodAnnotations = p.opts.PodAnnotations // the listings keep no others
+	if p.cri, err = cri.NewClient(p.opts.CRIEndpoint, criOpts); err != nil {
+		return err
 	}
 	if err := registerListedItems(p.reg, p.cri); err != nil {
-		return nil, err
+		return err
 	}
-	warnMissingSocket(opts.CRIEndpoint, log)
-	var tasks generator.TaskEventSource = p.cri
-	if opts.ContainerdEndpoint != "" && opts.ContainerdEndpoint != opts.CRIEndpoint {
-		if p.containerd, err = cri.NewClient(opts.ContainerdEndpoint, opts.CRI); err != nil {
-			return nil, fmt.Errorf("containerd endpoint: %w", err)
+	warnMissingSocket(p.opts.CRIEndpoint, p.opts.Logger)
+	if ep := p.opts.ContainerdEndpoint; ep != "" && ep != p.opts.CRIEndpoint {
+		if p.containerd, err = cri.NewClient(ep, p.opts.CRI); err != nil {
+			return fmt.Errorf("containerd endpoint: %w", err)
 		}
-		tasks = p.containerd
 	}
+	return nil
+}
 
-	url := opts.NATS.URL
+// taskEvents returns where the generator subscribes to containerd's task
+// events: the client of containerd's own endpoint, or else the CRI client.
+func (p *pipeline) taskEvents() generator.TaskEventSource {
+	if p.containerd != nil {
+		return p.containerd
+	}
+	return p.cri
+}
+
+// connect connects to NATS, at Options.NATS.URL or else to an embedded
+// server it starts, and makes the JetStream handle of the stream setup, the
+// readiness probe and the state bucket; the publisher makes its own, with
+// its ack handlers.
+func (p *pipeline) connect() (err error) {
+	url := p.opts.NATS.URL
 	if url == "" {
-		if p.ns, err = startEmbedded(opts.NATS.EmbeddedListen, opts.DataDir, log); err != nil {
-			return nil, err
+		if p.ns, err = startEmbedded(p.opts.NATS.EmbeddedListen, p.opts.DataDir, p.opts.Logger); err != nil {
+			return err
 		}
 		url = p.ns.ClientURL()
 	}
 	connected := newNATSConnectedGauge()
 	if err := p.reg.Register(connected); err != nil {
-		return nil, fmt.Errorf("register NATS metrics: %w", err)
+		return fmt.Errorf("register NATS metrics: %w", err)
 	}
-	if p.nc, err = connectNATS(url, "pleg-bridge "+opts.Node, opts.NATS, p.refused, connected, log); err != nil {
-		return nil, err
+	if p.nc, err = connectNATS(url, "pleg-bridge "+p.opts.Node, p.opts.NATS, p.refused, connected, p.opts.Logger); err != nil {
+		return err
 	}
-	// Stream setup and readiness; the publisher makes its own context for
-	// publishing, with its ack handlers.
 	if p.js, err = jetstream.New(p.nc); err != nil {
-		return nil, fmt.Errorf("create JetStream context: %w", err)
+		return fmt.Errorf("create JetStream context: %w", err)
 	}
+	return nil
+}
 
+// newEncoder makes the CloudEvents encoder the publisher and the state
+// bucket's writer share.
+func newEncoder(opts Options) (*publish.Encoder, error) {
 	enc, err := publish.NewEncoder(publish.EncoderOptions{
 		Node: opts.Node, ClusterName: opts.ClusterName, SubjectPrefix: opts.SubjectPrefix, Mode: opts.CEMode,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configure CloudEvents: %w", err)
 	}
-	// The checkpoint records each ack with the publisher's watermark, and
-	// the publisher of a restart reads back what this node stored after
-	// the watermark written last: the acks a crash lost do not make it
-	// publish those events again, however long the bridge was down.
-	//
-	// Each ack goes to acks, in order: the checkpoint first (what a
-	// restart relies on), then the caller's hook, then the state bucket.
-	var acks []func(generator.Event, uint64)
-	var reconcileFrom uint64
-	var reconcileSince time.Time
-	var ckpt *durable.Checkpoint
-	var podMeta func(string) (*generator.PodMeta, bool)
-	if p.store != nil {
-		ckpt = p.store.Checkpoint()
-		// The checkpoint keeps no labels: what it carries into a new
-		// stream (publish/history.go) takes them from the generator.
-		podMeta = func(uid string) (*generator.PodMeta, bool) { return p.gen.PodMeta(uid) }
-		acks = append(acks, ckpt.RecordAck)
-		if seq := ckpt.Sequence(); seq > 0 {
-			reconcileFrom = seq + 1
-		} else if created := ckpt.Created(); !created.IsZero() {
-			// Killed before its first checkpoint write, a bridge stored
-			// events that nothing here knows of: read back what this node
-			// stored since the store was made.
-			reconcileSince = created.Add(-reconcileClockMargin)
-		}
-	}
-	if hook := opts.Hooks.OnAck; hook != nil {
-		acks = append(acks, func(ev generator.Event, _ uint64) { hook(ev) })
-	}
-	// The state bucket is written after the checkpoint with each ack, from
-	// the same events; its writer starts from what the checkpoint holds,
-	// and reconciles the node's keys once the first relist is acked.
-	if opts.StateBucket != "" {
-		var seed []generator.Event
-		if p.store != nil {
-			seed = p.store.Checkpoint().Restored()
-		}
-		p.state, err = statebucket.New(p.js, statebucket.Options{
-			Bucket: opts.StateBucket, Encoder: enc, Manage: opts.Stream.Manage, Replicas: opts.Stream.Replicas,
-			Seed: seed, Ready: func() bool { return p.gen.Synced() && p.pub.Pending() == 0 },
-			DrainTimeout: opts.ShutdownTimeout, Version: opts.Version, Registerer: p.reg, Logger: log,
-		})
-		if err != nil {
-			return nil, err
-		}
-		state := p.state
-		acks = append(acks, func(ev generator.Event, _ uint64) { state.Record(ev) })
-	}
-	// The repair checks that the stream still holds what it acked, and
-	// publishes again what the servers lost; the state bucket then reads
-	// its keys again, which the same loss may have rolled back.
-	var retained *durable.Retained
-	if p.store != nil {
-		retained = p.store.Retained()
-	}
-	var onRepair func(int)
-	if p.state != nil {
-		state := p.state
-		onRepair = func(int) { state.Resync() }
-	}
-	var onAck func(generator.Event, uint64)
-	if len(acks) > 0 {
-		onAck = func(ev generator.Event, seq uint64) {
-			for _, ack := range acks {
-				ack(ev, seq)
-			}
-		}
-	}
-	p.pub, err = publish.New(p.nc, publish.Options{
-		Encoder:     enc,
-		MaxInFlight: opts.PublishMaxInFlight,
-		OutboxSize:  opts.OutboxSize,
-		Spool:       spool,
-		// What waits in memory for NATS outlives a killed process too.
-		WriteThrough:    spool != nil,
-		Stream:          opts.Stream.Name,
-		DuplicateWindow: opts.Stream.DuplicateWindow,
-		ReconcileFrom:   reconcileFrom,
-		ReconcileSince:  reconcileSince,
-		Checkpoint:      ckpt,
-		PodMeta:         podMeta,
-		DrainTimeout:    opts.ShutdownTimeout,
-		Registerer:      p.reg,
-		Logger:          log,
-		OnAck:           onAck,
-		// What the stream stored after the checkpoint, read back before
-		// the first publish, completes the generator's restored state: a
-		// container whose ContainerStarted was stored just before a crash
-		// and which went away meanwhile gets its Died and Removed.
-		OnStored: func(events []generator.Event) { p.gen.Restore(events) },
-		Retained: retained,
-		OnRepair: onRepair,
-	})
-	if err != nil {
-		return nil, err
-	}
+	return enc, nil
+}
 
+// publisherSlot stands for the publisher in the parts built before it: the
+// generator sends to it, and the state bucket's writer asks it what is
+// pending. build sets it once, after publish.New and before anything runs;
+// it does not change after, so it is safe for concurrent use. Send and
+// Pending before set panic: nothing calls them before Run.
+type publisherSlot struct{ pub *publish.Publisher }
+
+var _ generator.Sink = (*publisherSlot)(nil)
+
+func (s *publisherSlot) set(pub *publish.Publisher) { s.pub = pub }
+
+func (s *publisherSlot) Send(ctx context.Context, events []generator.Event) error {
+	return s.pub.Send(ctx, events)
+}
+
+func (s *publisherSlot) Pending() int { return s.pub.Pending() }
+
+// buildGenerator builds the generator over the runtime client, sending to
+// sink (the publisher) through the caller's hooks, and gives it the state it
+// starts from: what was acked before the restart is not reported again, and
+// what waited in the spool is not reported a second time (the spool
+// delivers it).
+func (p *pipeline) buildGenerator(sink generator.Sink) error {
 	metrics, err := generator.NewMetrics(p.reg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var rt generator.Runtime = generator.InstrumentRuntime(p.cri, metrics)
-	if opts.Hooks.WrapRuntime != nil {
-		rt = opts.Hooks.WrapRuntime(rt)
+	if p.opts.Hooks.WrapRuntime != nil {
+		rt = p.opts.Hooks.WrapRuntime(rt)
 	}
-	var sink generator.Sink = p.pub
-	if opts.Hooks.WrapSink != nil {
-		sink = opts.Hooks.WrapSink(sink)
+	if p.opts.Hooks.WrapSink != nil {
+		sink = p.opts.Hooks.WrapSink(sink)
 	}
 	// Taken before the generator exists: every observation it makes is
 	// newer.
 	sink = observedSink{Sink: sink, started: time.Now()}
 	p.gen = generator.New(rt, sink, generator.Options{
-		Mode:                opts.Mode,
-		RelistPeriod:        opts.RelistPeriod,
-		RelistThreshold:     opts.RelistThreshold,
-		EventedRelistPeriod: opts.EventedRelistPeriod,
-		ExitsFromCRI:        opts.ExitsFromCRI,
-		PodAnnotations:      opts.PodAnnotations,
-		TaskEvents:          generator.InstrumentTaskEvents(tasks, metrics),
+		Mode:                p.opts.Mode,
+		RelistPeriod:        p.opts.RelistPeriod,
+		RelistThreshold:     p.opts.RelistThreshold,
+		EventedRelistPeriod: p.opts.EventedRelistPeriod,
+		ExitsFromCRI:        p.opts.ExitsFromCRI,
+		PodAnnotations:      p.opts.PodAnnotations,
+		TaskEvents:          generator.InstrumentTaskEvents(p.taskEvents(), metrics),
 		// Beside rt, not found on it: Hooks.WrapRuntime's wrapper would
 		// hide them, and the unchanged relist with them.
 		Listings: p.cri,
-		Logger:   log,
+		Logger:   p.opts.Logger,
 		Metrics:  metrics,
 	})
 	// Before Run: the state the generator starts from.
+	var published []generator.Event
+	if p.store != nil {
+		published = p.store.Checkpoint().Restored()
+	}
+	if spool := p.spool(); spool != nil {
+		published = slices.Concat(published, spool.Restored())
+	}
 	p.gen.Restore(published)
-	log.Info("bridge running", "node", opts.Node, "cri_endpoint", opts.CRIEndpoint, "mode", string(opts.Mode),
-		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "state_bucket", opts.StateBucket, "data_dir", opts.DataDir)
-	return p, nil
+	return nil
+}
+
+// buildStateWriter builds the state bucket's writer, with
+// Options.StateBucket. It is written after the checkpoint with each ack,
+// from the same events; it starts from what the checkpoint holds, and
+// reconciles the node's keys once the first relist is acked: the generator
+// is synced and pub has nothing pending.
+func (p *pipeline) buildStateWriter(enc *publish.Encoder, pub *publisherSlot) (err error) {
+	if p.opts.StateBucket == "" {
+		return nil
+	}
+	var seed []generator.Event
+	if p.store != nil {
+		seed = p.store.Checkpoint().Restored()
+	}
+	gen := p.gen
+	p.state, err = statebucket.New(p.js, statebucket.Options{
+		Bucket: p.opts.StateBucket, Encoder: enc, Manage: p.opts.Stream.Manage, Replicas: p.opts.Stream.Replicas,
+		Seed: seed, Ready: func() bool { return gen.Synced() && pub.Pending() == 0 },
+		DrainTimeout: p.opts.ShutdownTimeout, Version: p.opts.Version, Registerer: p.reg, Logger: p.opts.Logger,
+	})
+	return err
+}
+
+// restartState is what the publisher of a restart starts from. Without a
+// durable store only onStored is set.
+type restartState struct {
+	// from and since start the read-back of what this node stored that
+	// the checkpoint may not know (publish.Options.ReconcileFrom and
+	// ReconcileSince).
+	from  uint64
+	since time.Time
+	// checkpoint records the acks; podMeta gives the labels it does not
+	// keep to what it carries into a new stream (publish/history.go).
+	checkpoint *durable.Checkpoint
+	podMeta    func(podUID string) (*generator.PodMeta, bool)
+	// onStored takes into the generator what the read-back found.
+	onStored func([]generator.Event)
+	// retained keeps the acked events the repair checks the stream for.
+	retained *durable.Retained
+}
+
+// restart returns the restart state, from the durable store and the
+// generator.
+//
+// The checkpoint records each ack with the publisher's watermark, and the
+// publisher of a restart reads back what this node stored after the
+// watermark written last: the acks a crash lost do not make it publish
+// those events again, however long the bridge was down. What it reads
+// back completes the generator's restored state: a container whose
+// ContainerStarted was stored just before a crash and which went away
+// meanwhile gets its Died and Removed.
+func (p *pipeline) restart() restartState {
+	r := restartState{onStored: p.gen.Restore}
+	if p.store == nil {
+		return r
+	}
+	r.checkpoint, r.podMeta, r.retained = p.store.Checkpoint(), p.gen.PodMeta, p.store.Retained()
+	if seq := r.checkpoint.Sequence(); seq > 0 {
+		r.from = seq + 1
+	} else if created := r.checkpoint.Created(); !created.IsZero() {
+		// Killed before its first checkpoint write, a bridge stored
+		// events that nothing here knows of: read back what this node
+		// stored since the store was made.
+		r.since = created.Add(-reconcileClockMargin)
+	}
+	return r
+}
+
+// ackHooks are what the publisher calls once JetStream acked; nil fields
+// call nothing.
+type ackHooks struct {
+	onAck    func(ev generator.Event, seq uint64)
+	onRepair func(lost int)
+}
+
+// acked returns the hooks that send each ack, in order, to the checkpoint
+// first (what a restart relies on), then the caller's hook, then the state
+// bucket; and, after a repair published again what the servers lost, make
+// the state bucket read its keys again, which the same loss may have rolled
+// back.
+func (p *pipeline) acked() ackHooks {
+	var acks []func(generator.Event, uint64)
+	if p.store != nil {
+		acks = append(acks, p.store.Checkpoint().RecordAck)
+	}
+	if hook := p.opts.Hooks.OnAck; hook != nil {
+		acks = append(acks, func(ev generator.Event, _ uint64) { hook(ev) })
+	}
+	var h ackHooks
+	if state := p.state; state != nil {
+		acks = append(acks, func(ev generator.Event, _ uint64) { state.Record(ev) })
+		h.onRepair = func(int) { state.Resync() }
+	}
+	if len(acks) > 0 {
+		h.onAck = func(ev generator.Event, seq uint64) {
+			for _, ack := range acks {
+				ack(ev, seq)
+			}
+		}
+	}
+	return h
+}
+
+// publisherOptions is the publisher's configuration, from the options and
+// what the steps before it made. It builds the literal and nothing else.
+func (p *pipeline) publisherOptions(enc *publish.Encoder, spool *durable.Spool, r restartState, h ackHooks) publish.Options {
+	return publish.Options{
+		Encoder:     enc,
+		MaxInFlight: p.opts.PublishMaxInFlight,
+		OutboxSize:  p.opts.OutboxSize,
+		Spool:       spool,
+		// What waits in memory for NATS outlives a killed process too.
+		WriteThrough:    spool != nil,
+		Stream:          p.opts.Stream.Name,
+		DuplicateWindow: p.opts.Stream.DuplicateWindow,
+		ReconcileFrom:   r.from,
+		ReconcileSince:  r.since,
+		Checkpoint:      r.checkpoint,
+		PodMeta:         r.podMeta,
+		DrainTimeout:    p.opts.ShutdownTimeout,
+		Registerer:      p.reg,
+		Logger:          p.opts.Logger,
+		OnAck:           h.onAck,
+		OnStored:        r.onStored,
+		Retained:        r.retained,
+		OnRepair:        h.onRepair,
+	}
 }
 
 // warnMissingSocket logs at Warn, once, that the CRI socket of endpoint
