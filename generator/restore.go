@@ -76,21 +76,21 @@ func (rec *containerRecord) restoreEvent(ev Event) {
 	}
 }
 
-// startRestored takes in, at the first Run or Relist, what Restore was
-// given before it: the state the generator starts from.
-func (g *Generator) startRestored() {
-	if g.started {
+// start takes in, at the first Run or Relist, what Restore was given
+// before it: the state the generator starts from.
+func (m *merger) start() {
+	if m.started {
 		return
 	}
-	g.started = true
-	g.seed(g.restored.take())
+	m.started = true
+	m.seed(m.restored.take())
 }
 
 // seed loads restored records into the cache with no observation time, so
 // that any real observation is newer.
-func (g *Generator) seed(published []Event) {
+func (m *merger) seed(published []Event) {
 	for uid, p := range restore(published) {
-		g.cache.Set(uid, p, time.Time{})
+		m.cache.Set(uid, p, time.Time{})
 	}
 }
 
@@ -114,9 +114,15 @@ func (g *Generator) Restore(events []Event) {
 	if len(events) == 0 {
 		return
 	}
-	g.restored.add(events)
+	g.merge.addRestored(events)
+}
+
+// addRestored keeps events for the merge goroutine to take in
+// (mergeRestored). It does not block and is safe for concurrent use.
+func (m *merger) addRestored(events []Event) {
+	m.restored.add(events)
 	select {
-	case g.restoredDue <- struct{}{}:
+	case m.restoredDue <- struct{}{}:
 	default:
 	}
 }
@@ -147,12 +153,12 @@ func (r *restoredEvents) take() []Event {
 // immutable once stored), and asks for a full relist to find which of those
 // containers are gone. A container the cache knows keeps what was observed
 // of it; only the events delivered and the state they imply are added.
-func (g *Generator) mergeRestored() {
-	events := g.restored.take()
+func (m *merger) mergeRestored() {
+	events := m.restored.take()
 	if len(events) == 0 {
 		return
 	}
-	g.mergingOther()
+	m.mergingOther()
 	changed := map[string]*podRecord{}
 	modified := map[string]time.Time{}
 	for _, ev := range events {
@@ -162,7 +168,7 @@ func (g *Generator) mergeRestored() {
 		uid := ev.Pod.UID
 		p := changed[uid]
 		if p == nil {
-			if e, ok := g.cache.Get(uid); ok {
+			if e, ok := m.cache.Get(uid); ok {
 				p = &podRecord{pod: e.Status.pod, containers: make(map[string]*containerRecord, len(e.Status.containers)+1)}
 				for id, rec := range e.Status.containers {
 					p.containers[id] = rec
@@ -184,11 +190,11 @@ func (g *Generator) mergeRestored() {
 		p.containers[ev.Container.ID] = rec
 	}
 	for uid, p := range changed {
-		g.cache.Set(uid, p, modified[uid])
+		m.cache.Set(uid, p, modified[uid])
 	}
-	g.logger.Info("took in what the stream stored after the checkpoint; a full relist finds which of those containers are gone",
+	m.logger.Info("took in what the stream stored after the checkpoint; a full relist finds which of those containers are gone",
 		"events", len(events), "pods", len(changed))
-	g.requestRelist()
+	m.requestRelist()
 }
 
 // PodMeta returns the labels and allowlisted annotations the generator
@@ -203,5 +209,5 @@ func (g *Generator) PodMeta(podUID string) (*PodMeta, bool) {
 	if !g.Synced() {
 		return nil, false
 	}
-	return g.lookupMeta(podUID), true
+	return g.merge.lookupMeta(podUID), true
 }
