@@ -53,7 +53,7 @@ const (
 
 // Options configure a Generator. Zero values take the defaults.
 type Options struct {
-	// Mode selects the sources; the zero value means ModeGeneric.
+	// Mode selects the sources; the zero value means DefaultMode.
 	Mode            Mode
 	RelistPeriod    time.Duration
 	RelistThreshold time.Duration
@@ -167,7 +167,7 @@ func (o Options) withDefaults() Options {
 		o.TombstoneTTL = DefaultTombstoneTTL
 	}
 	if o.Mode == "" {
-		o.Mode = ModeGeneric
+		o.Mode = DefaultMode
 	}
 	if o.EventedRelistPeriod <= 0 {
 		o.EventedRelistPeriod = DefaultEventedRelistPeriod
