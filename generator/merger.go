@@ -28,11 +28,8 @@ type merger struct {
 	mergerOptions
 
 	// Its inputs from the rest of the generator.
-	batches chan mergeRequest // relists to merge, from submit
-	// restoredDue (capacity 1) tells the merge goroutine to take in what
-	// Restore was given, which restored holds until then.
-	restoredDue chan struct{}
-	restored    restoredEvents
+	batches  chan mergeRequest // relists to merge, from submit
+	restored restoredEvents    // what Restore was given (restore.go)
 
 	// The merge goroutine's own.
 	lastGC      time.Time
@@ -88,7 +85,7 @@ func newMerger(opts mergerOptions) *merger {
 	return &merger{
 		mergerOptions: opts,
 		batches:       make(chan mergeRequest),
-		restoredDue:   make(chan struct{}, 1),
+		restored:      newRestoredEvents(),
 	}
 }
 
@@ -121,7 +118,7 @@ func (m *merger) run(ctx context.Context) error {
 			err = m.apply(ctx, b)
 		case <-m.held.due: // armed only while the sink left events unsent
 			err = m.backfill(ctx)
-		case <-m.restoredDue:
+		case <-m.restored.due:
 			m.mergeRestored()
 		}
 		if err != nil && ctx.Err() == nil {

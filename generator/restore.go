@@ -114,30 +114,32 @@ func (g *Generator) Restore(events []Event) {
 	if len(events) == 0 {
 		return
 	}
-	g.merge.addRestored(events)
-}
-
-// addRestored keeps events for the merge goroutine to take in
-// (mergeRestored). It does not block and is safe for concurrent use.
-func (m *merger) addRestored(events []Event) {
-	m.restored.add(events)
-	select {
-	case m.restoredDue <- struct{}{}:
-	default:
-	}
+	g.merge.restored.add(events)
 }
 
 // restoredEvents holds what Restore was given until the merge goroutine
-// takes it.
+// takes it (mergeRestored), and tells it when there is something to take.
+// Its methods are safe for concurrent use.
 type restoredEvents struct {
 	mu     sync.Mutex
 	events []Event // guarded by mu
+	// due (capacity 1) fires once events were added and not yet taken.
+	due chan struct{}
 }
 
+func newRestoredEvents() restoredEvents {
+	return restoredEvents{due: make(chan struct{}, 1)}
+}
+
+// add keeps events and tells the merge goroutine. It does not block.
 func (r *restoredEvents) add(events []Event) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.events = append(r.events, events...)
+	r.mu.Unlock()
+	select {
+	case r.due <- struct{}{}:
+	default:
+	}
 }
 
 func (r *restoredEvents) take() []Event {
