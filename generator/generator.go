@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/statecache"
@@ -144,9 +143,6 @@ type Generator struct {
 	// exitBuf carries the task exits and OOM kills followed beside a CRI
 	// stream to the trigger goroutine (streamSupervisor.watchExits).
 	exitBuf chan TaskEvent
-	// lastRelist is the start of the last good relist, in unix ns, for
-	// Healthy and Synced.
-	lastRelist atomic.Int64
 
 	// The relist loop's own.
 	relistStart time.Time
@@ -221,10 +217,12 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 	replay := newReplayGate()
 	streamBuf := make(chan *runtimeapi.ContainerEventResponse, streamBufferSize)
 	exits := make(chan *batch, streamBufferSize)
+	// One func for every part that asks the relist loop for a relist.
+	requestRelist := g.requestRelist
 
 	g.targeted = newTargetedQueue(opts.TargetedRelistDelay, opts.TargetedRelistRate, opts.Metrics.targetedPending)
 	topts := triggerOptions{
-		cache: cache, rt: rt, targeted: g.targeted, relist: g.requestRelist,
+		cache: cache, rt: rt, targeted: g.targeted, relist: requestRelist,
 		logger: g.logger, results: opts.Metrics.triggers,
 	}
 	if !opts.ExitsFromCRI {
@@ -232,7 +230,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 	}
 	g.triggers = newTriggerSet(topts)
 	// requestRelist: a new mode re-times the relist loop for its period.
-	g.mode = newActiveMode(g.metrics.mode, g.logger, g.requestRelist)
+	g.mode = newActiveMode(g.metrics.mode, g.logger, requestRelist)
 	g.relister = &relister{
 		rt:                rt,
 		metrics:           opts.Metrics,
@@ -256,7 +254,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		healthyAfter: opts.StreamHealthyAfter,
 		mode:         g.mode,
 		replay:       replay,
-		relist:       g.requestRelist,
+		relist:       requestRelist,
 		messages:     streamBuf,
 		triggers:     g.taskBuf,
 		exits:        g.exitBuf,
@@ -277,8 +275,7 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		targeted:      g.targeted,
 		stream:        g.stream,
 		tombstoneTTL:  opts.TombstoneTTL,
-		requestRelist: g.requestRelist,
-		relisted:      g.relistSucceeded,
+		requestRelist: requestRelist,
 		logger:        g.logger,
 		metrics:       g.metrics,
 	})
@@ -363,7 +360,7 @@ func (g *Generator) Relist(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("relist: %w", err)
 	}
-	g.relistSucceeded(b.at)
+	g.merge.relisted(b.at)
 	return nil
 }
 
@@ -426,7 +423,7 @@ func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 		g.logFirstRelist(b, time.Since(start))
 	}
 	g.relistStart = start
-	g.relistSucceeded(b.at)
+	g.merge.relisted(b.at)
 	return nil
 }
 
@@ -472,16 +469,10 @@ func (g *Generator) logFirstRelist(b *batch, took time.Duration) {
 		"running", running, "mode", g.Mode(), "configured_mode", g.opts.Mode, "took", took)
 }
 
-func (g *Generator) relistSucceeded(at time.Time) {
-	g.metrics.relists.WithLabelValues("full", "ok").Inc()
-	g.metrics.lastRelist.Set(float64(at.UnixNano()) / 1e9)
-	g.lastRelist.Store(at.UnixNano())
-}
-
 // Healthy reports whether the generator relisted recently enough, in the
 // kubelet's words; now is the time to judge by. Safe for concurrent use.
 func (g *Generator) Healthy(now time.Time) error {
-	last := g.lastRelist.Load()
+	last := g.merge.lastRelist.Load()
 	if last == 0 {
 		return errors.New("pleg has yet to be successful")
 	}
@@ -498,4 +489,4 @@ func (g *Generator) Healthy(now time.Time) error {
 
 // Synced reports whether a first relist has been merged. Safe for concurrent
 // use.
-func (g *Generator) Synced() bool { return g.lastRelist.Load() != 0 }
+func (g *Generator) Synced() bool { return g.merge.lastRelist.Load() != 0 }

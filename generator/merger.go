@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/statecache"
@@ -21,15 +22,19 @@ import (
 // (backfill.go).
 //
 // Its fields: what New gives it (mergerOptions: the cache, its inputs and
-// the parts it calls); its own inputs; and the state of the merge goroutine,
-// used by that goroutine only (or by Generator.Relist, when Run is not
-// running).
+// the parts it calls); its own inputs; the time of the last relist merged,
+// which any goroutine reads; and the state of the merge goroutine, used by
+// that goroutine only (or by Generator.Relist, when Run is not running).
 type merger struct {
 	mergerOptions
 
 	// Its inputs from the rest of the generator.
 	batches  chan mergeRequest // relists to merge, from submit
 	restored restoredEvents    // what Restore was given (restore.go)
+
+	// lastRelist is the start of the last good full relist merged, in
+	// unix ns (relisted), for Generator.Healthy and Synced.
+	lastRelist atomic.Int64
 
 	// The merge goroutine's own.
 	lastGC      time.Time
@@ -67,10 +72,8 @@ type mergerOptions struct {
 	targeted     *targetedQueue    // asked to confirm a stopped or deleted container
 	stream       *streamSupervisor // judged by each full relist
 	tombstoneTTL time.Duration
-	// requestRelist asks the relist loop for a full relist; relisted
-	// records a full relist merged (Healthy, Synced).
+	// requestRelist asks the relist loop for a full relist.
 	requestRelist func()
-	relisted      func(at time.Time)
 
 	logger  *slog.Logger
 	metrics *Metrics
@@ -141,6 +144,15 @@ func (m *merger) submit(ctx context.Context, b *batch) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// relisted records that the full relist taken at at was merged: by the
+// merge goroutine, or by the relist loop or Relist once their relist is.
+// Safe for concurrent use.
+func (m *merger) relisted(at time.Time) {
+	m.metrics.relists.WithLabelValues("full", "ok").Inc()
+	m.metrics.lastRelist.Set(float64(at.UnixNano()) / 1e9)
+	m.lastRelist.Store(at.UnixNano())
 }
 
 // mergeStreamFirst runs in the merge goroutine before a batch is applied:
