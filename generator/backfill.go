@@ -2,8 +2,6 @@ package generator
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -67,47 +65,17 @@ type heldRef struct {
 	t                   LifecycleEventType
 }
 
-// send hands events to the sink, or holds them while earlier events wait for
-// a backfill. It returns an error only if the sink failed for a reason other
-// than being full.
-func (g *Generator) send(ctx context.Context, events []Event) error {
-	if g.held.count > 0 {
-		g.hold(events)
-		return nil
-	}
-	n, err := g.sendSome(ctx, events)
-	if err != nil {
-		return err
-	}
-	g.hold(events[n:])
-	return nil
-}
-
-// sendSome sends events and returns how many the sink recorded: all of them,
-// or the prefix a *SinkFullError names.
-func (g *Generator) sendSome(ctx context.Context, events []Event) (int, error) {
-	err := g.sink.Send(ctx, events)
-	var full *SinkFullError
-	switch {
-	case err == nil:
-		return len(events), nil
-	case errors.As(err, &full):
-		return min(max(full.Recorded, 0), len(events)), nil
-	}
-	return 0, fmt.Errorf("send %d events: %w", len(events), err)
-}
-
 // hold marks events unsent on their records and arms the backfill.
-func (g *Generator) hold(events []Event) {
+func (m *merger) hold(events []Event) {
 	if len(events) == 0 {
 		return
 	}
-	if g.held.count == 0 {
-		g.held.queue = g.held.queue[:0] // only expired entries are left
-		g.held.since, g.held.sent, g.held.lost = time.Now(), 0, 0
-		g.logger.Warn("sink full: recording state only, will backfill", "events", len(events))
+	if m.held.count == 0 {
+		m.held.queue = m.held.queue[:0] // only expired entries are left
+		m.held.since, m.held.sent, m.held.lost = time.Now(), 0, 0
+		m.logger.Warn("sink full: recording state only, will backfill", "events", len(events))
 	}
-	lost := g.rewrite(events, func(uid string, rec *containerRecord, ev Event) {
+	lost := m.rewrite(events, func(uid string, rec *containerRecord, ev Event) {
 		var h [3]heldEvent
 		if rec.held != nil {
 			h = *rec.held
@@ -115,15 +83,15 @@ func (g *Generator) hold(events []Event) {
 		h[typeIndex(ev.Type)] = heldEvent{at: ev.ObservedAt, src: ev.DetectedBy}
 		rec.held = &h
 		rec.unsent |= bit(ev.Type)
-		g.held.queue = append(g.held.queue, heldRef{podUID: uid, containerID: rec.info.ID, t: ev.Type})
-		g.held.count++
+		m.held.queue = append(m.held.queue, heldRef{podUID: uid, containerID: rec.info.ID, t: ev.Type})
+		m.held.count++
 	})
 	for _, ev := range lost {
-		g.lose(ev.Pod.UID, ev.Container.ID, ev.Type, "its container's record is gone")
+		m.lose(ev.Pod.UID, ev.Container.ID, ev.Type, "its container's record is gone")
 	}
-	g.metrics.unsent.Set(float64(g.held.count))
-	if g.held.count > 0 && g.held.due == nil {
-		g.held.due = time.After(backfillInterval)
+	m.metrics.unsent.Set(float64(m.held.count))
+	if m.held.count > 0 && m.held.due == nil {
+		m.held.due = time.After(backfillInterval)
 	}
 }
 
@@ -131,16 +99,16 @@ func (g *Generator) hold(events []Event) {
 // they were produced, until the sink is full again, and clears what it
 // records. It re-arms itself while anything stays unsent. It returns an error
 // only if the sink failed for a reason other than being full.
-func (g *Generator) backfill(ctx context.Context) error {
-	g.held.due = nil
-	g.mergingOther() // it rewrites records
-	for len(g.held.queue) > 0 {
-		events := make([]Event, 0, min(len(g.held.queue), backfillChunk))
+func (m *merger) backfill(ctx context.Context) error {
+	m.held.due = nil
+	m.mergingOther() // it rewrites records
+	for len(m.held.queue) > 0 {
+		events := make([]Event, 0, min(len(m.held.queue), backfillChunk))
 		var from []int // the queue index of each event
 		i := 0
-		for ; i < len(g.held.queue) && len(events) < backfillChunk; i++ {
-			ref := g.held.queue[i]
-			e, ok := g.cache.Get(ref.podUID)
+		for ; i < len(m.held.queue) && len(events) < backfillChunk; i++ {
+			ref := m.held.queue[i]
+			e, ok := m.cache.Get(ref.podUID)
 			if !ok {
 				continue
 			}
@@ -154,32 +122,32 @@ func (g *Generator) backfill(ctx context.Context) error {
 		n := len(events)
 		if n > 0 {
 			var err error
-			if n, err = g.sendSome(ctx, events); err != nil {
+			if n, err = m.sendSome(ctx, events); err != nil {
 				return err
 			}
 		}
-		g.rewrite(events[:n], func(_ string, rec *containerRecord, ev Event) {
+		m.rewrite(events[:n], func(_ string, rec *containerRecord, ev Event) {
 			rec.unsent &^= bit(ev.Type)
 			if rec.unsent == 0 {
 				rec.held = nil
 			}
-			g.held.count--
-			g.held.sent++
+			m.held.count--
+			m.held.sent++
 		})
 		if n < len(events) {
-			g.held.queue = slices.Delete(g.held.queue, 0, from[n])
+			m.held.queue = slices.Delete(m.held.queue, 0, from[n])
 			break
 		}
-		g.held.queue = slices.Delete(g.held.queue, 0, i)
+		m.held.queue = slices.Delete(m.held.queue, 0, i)
 	}
-	g.metrics.unsent.Set(float64(g.held.count))
-	if g.held.count > 0 {
-		g.held.due = time.After(backfillInterval)
+	m.metrics.unsent.Set(float64(m.held.count))
+	if m.held.count > 0 {
+		m.held.due = time.After(backfillInterval)
 		return nil
 	}
-	g.held.queue = nil // let a long outage's queue go
-	g.logger.Info("backfill complete: sending events as they come again", "events", g.held.sent,
-		"unreported", g.held.lost, "full_for", time.Since(g.held.since).Round(time.Millisecond))
+	m.held.queue = nil // let a long outage's queue go
+	m.logger.Info("backfill complete: sending events as they come again", "events", m.held.sent,
+		"unreported", m.held.lost, "full_for", time.Since(m.held.since).Round(time.Millisecond))
 	return nil
 }
 
@@ -187,7 +155,7 @@ func (g *Generator) backfill(ctx context.Context) error {
 // fn changed, one call per event in order. It returns the events whose
 // record is not cached, which it skips; there should be none, as events come
 // from records that the merge goroutine just stored or read.
-func (g *Generator) rewrite(events []Event, fn func(uid string, rec *containerRecord, ev Event)) (missing []Event) {
+func (m *merger) rewrite(events []Event, fn func(uid string, rec *containerRecord, ev Event)) (missing []Event) {
 	type pod struct {
 		e          statecache.Entry[*podRecord]
 		containers map[string]*containerRecord
@@ -199,7 +167,7 @@ func (g *Generator) rewrite(events []Event, fn func(uid string, rec *containerRe
 		p, ok := pods[uid]
 		if !ok {
 			p = &pod{}
-			if e, found := g.cache.Get(uid); found {
+			if e, found := m.cache.Get(uid); found {
 				p.e, p.containers = e, maps.Clone(e.Status.containers)
 			}
 			pods[uid] = p
@@ -216,7 +184,7 @@ func (g *Generator) rewrite(events []Event, fn func(uid string, rec *containerRe
 	}
 	for _, uid := range order {
 		if p := pods[uid]; p.containers != nil {
-			g.cache.Set(uid, &podRecord{pod: p.e.Status.pod, containers: p.containers}, p.e.Modified)
+			m.cache.Set(uid, &podRecord{pod: p.e.Status.pod, containers: p.containers}, p.e.Modified)
 		}
 	}
 	return missing
@@ -224,21 +192,21 @@ func (g *Generator) rewrite(events []Event, fn func(uid string, rec *containerRe
 
 // unreported counts and logs the unsent events of a record that garbage
 // collection drops.
-func (g *Generator) unreported(uid string, rec *containerRecord) {
+func (m *merger) unreported(uid string, rec *containerRecord) {
 	for _, t := range LifecycleEventTypes {
 		if rec.unsent.has(t) {
-			g.held.count--
-			g.lose(uid, rec.info.ID, t, "its container's record expired while the sink was full")
+			m.held.count--
+			m.lose(uid, rec.info.ID, t, "its container's record expired while the sink was full")
 		}
 	}
-	g.metrics.unsent.Set(float64(g.held.count))
+	m.metrics.unsent.Set(float64(m.held.count))
 }
 
 // lose counts and logs an event that will never be sent.
-func (g *Generator) lose(uid, containerID string, t LifecycleEventType, why string) {
-	g.held.lost++
-	g.metrics.unreported.WithLabelValues(string(t)).Inc()
-	g.logger.Warn("event unreported: "+why, "pod_uid", uid, "container_id", containerID, "event_type", t)
+func (m *merger) lose(uid, containerID string, t LifecycleEventType, why string) {
+	m.held.lost++
+	m.metrics.unreported.WithLabelValues(string(t)).Inc()
+	m.logger.Warn("event unreported: "+why, "pod_uid", uid, "container_id", containerID, "event_type", t)
 }
 
 // rebuild makes the record's unsent event of type t again: what

@@ -41,11 +41,11 @@ func heldNode(b *testing.B, pods, perPod int) (*Generator, *roomSink) {
 		}
 		batch.pods = append(batch.pods, obs)
 	}
-	if err := g.apply(b.Context(), batch); err != nil {
+	if err := g.merge.apply(b.Context(), batch); err != nil {
 		b.Fatal(err)
 	}
-	if want := pods * (perPod + 1); g.held.count != want {
-		b.Fatalf("held %d events, want %d", g.held.count, want)
+	if want := pods * (perPod + 1); g.merge.held.count != want {
+		b.Fatalf("held %d events, want %d", g.merge.held.count, want)
 	}
 	return g, sink
 }
@@ -61,11 +61,11 @@ func BenchmarkBackfill(b *testing.B) {
 				g, sink := heldNode(b, tc.pods, tc.perPod)
 				sink.full = false
 				b.StartTimer()
-				if err := g.backfill(b.Context()); err != nil {
+				if err := g.merge.backfill(b.Context()); err != nil {
 					b.Fatal(err)
 				}
-				if g.held.count != 0 || sink.events != tc.pods*(tc.perPod+1) {
-					b.Fatalf("after the backfill %d held, %d sent", g.held.count, sink.events)
+				if g.merge.held.count != 0 || sink.events != tc.pods*(tc.perPod+1) {
+					b.Fatalf("after the backfill %d held, %d sent", g.merge.held.count, sink.events)
 				}
 			}
 		})
@@ -77,7 +77,7 @@ func BenchmarkBackfill(b *testing.B) {
 func BenchmarkBackfillWhileFull(b *testing.B) {
 	g, _ := heldNode(b, 3000, 10)
 	for b.Loop() {
-		if err := g.backfill(b.Context()); err != nil {
+		if err := g.merge.backfill(b.Context()); err != nil {
 			b.Fatal(err)
 		}
 	}

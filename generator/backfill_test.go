@@ -39,6 +39,9 @@ func newLoggedFixture(t *testing.T, gopts generator.Options) (*fixture, *syncBuf
 	logs := &syncBuffer{}
 	f := &fixture{rt: generatortest.NewFakeRuntime(crisim.Options{}), rec: generatortest.NewRecorder(), reg: prometheus.NewRegistry()}
 	gopts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	if gopts.Mode == "" {
+		gopts.Mode = generator.ModeGeneric
+	}
 	gopts.Metrics = mustMetrics(t, f.reg)
 	f.gen = generator.New(f.rt, f.rec, gopts)
 	return f, logs

@@ -16,10 +16,16 @@
 //   - containerd's events as triggers (trigger.go), and its task exits as
 //     the deaths they report, checked against CRI after (exits.go);
 //   - the modes (mode.go);
-//   - the merge of both sources into the pod-status cache (merge.go), and
-//     the reader of that cache (status.go: PodStatusNewerThan);
-//   - the backfill of what a full sink could not record (backfill.go), and
-//     the restoration of state from a checkpoint (restore.go).
+//   - the merger (merger.go): the one goroutine that merges both sources
+//     into the pod-status cache, by the forward-only rule of merge.go, and
+//     sends the events to the sink; with it, the backfill of what a full
+//     sink could not record (backfill.go) and the restoration of state from
+//     a checkpoint (restore.go); and the reader of that cache (status.go:
+//     PodStatusNewerThan).
+//
+// Generator runs the relist loop and wires these parts together (New,
+// Run); the merger owns the cache, the held events and the merge
+// goroutine's state.
 //
 // One goroutine merges. Relists and stream messages become observations;
 // each is applied per container, forward only (created, running, exited,

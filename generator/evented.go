@@ -58,7 +58,7 @@ const (
 // moment the supervisor sets out to connect (at start, and whenever a
 // connection ends) until the new connection's replay is over, the gate is
 // open and the merge holds relist batches back, merging the stream
-// meanwhile (Generator.mergeStreamFirst). During a reconnect backoff of
+// meanwhile (merger.mergeStreamFirst). During a reconnect backoff of
 // replayHold or more it is shut: no replay is that close.
 //
 // A replay is over at the first message the runtime stamped at or after the

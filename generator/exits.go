@@ -165,10 +165,10 @@ func verifies(rec *containerRecord, s *sighting) bool {
 // checkExit compares what CRI says of an exit (s) with what the task exit
 // published (rec), field by field, and counts and logs each difference.
 // The merge goroutine calls it for a sighting that verifies rec.
-func (g *Generator) checkExit(pod Pod, rec *containerRecord, s *sighting) {
+func (m *merger) checkExit(pod Pod, rec *containerRecord, s *sighting) {
 	diff := func(field string, published, cri any) {
-		g.metrics.taskMismatches.WithLabelValues(field).Inc()
-		g.logger.Warn("CRI reports a container's exit otherwise than containerd's task exit did; the published event stands",
+		m.metrics.taskMismatches.WithLabelValues(field).Inc()
+		m.logger.Warn("CRI reports a container's exit otherwise than containerd's task exit did; the published event stands",
 			"field", field, "published", published, "cri", cri, "container_id", rec.info.ID, "container", rec.info.Name,
 			"pod_uid", pod.UID, "pod", pod.Namespace+"/"+pod.Name)
 	}

@@ -396,11 +396,11 @@ func FuzzRelist(f *testing.F) {
 			t.Errorf("%d objects rejected, %v counted in pleg_bridge_runtime_objects_skipped_total", rejected, skipped)
 		}
 
-		if err := g.apply(t.Context(), b); err != nil {
+		if err := g.merge.apply(t.Context(), b); err != nil {
 			t.Fatalf("apply: %v", err)
 		}
 		checkEvents(t, sink.events, now)
-		g.cache.Range(func(uid string, _ statecache.Entry[*podRecord]) bool {
+		g.merge.cache.Range(func(uid string, _ statecache.Entry[*podRecord]) bool {
 			if uid == "" {
 				t.Error("the cache holds a pod without UID")
 			}
@@ -461,7 +461,7 @@ func FuzzStreamMerge(f *testing.F) {
 		logs := &logRecorder{}
 		g := New(&listing{}, sink, Options{Logger: slog.New(logs), Mode: ModeEvented})
 		for _, ev := range evs {
-			if err := g.applyStreamEvent(t.Context(), ev); err != nil {
+			if err := g.merge.applyStreamEvent(t.Context(), ev); err != nil {
 				t.Fatalf("applyStreamEvent: %v", err)
 			}
 			// A rejected message is logged with the reason, which names it.
@@ -470,7 +470,7 @@ func FuzzStreamMerge(f *testing.F) {
 			}
 		}
 		checkEvents(t, sink.events, time.Now())
-		g.cache.Range(func(uid string, _ statecache.Entry[*podRecord]) bool {
+		g.merge.cache.Range(func(uid string, _ statecache.Entry[*podRecord]) bool {
 			if uid == "" {
 				t.Error("the cache holds a pod without UID")
 			}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/statecache"
@@ -53,7 +52,7 @@ const (
 
 // Options configure a Generator. Zero values take the defaults.
 type Options struct {
-	// Mode selects the sources; the zero value means ModeGeneric.
+	// Mode selects the sources; the zero value means DefaultMode.
 	Mode            Mode
 	RelistPeriod    time.Duration
 	RelistThreshold time.Duration
@@ -111,81 +110,42 @@ type Options struct {
 // A container created and removed between two relists is never seen by the
 // relist alone; the event stream narrows that window.
 //
-// It wires its goroutines together: the merge, the relist loop and, in the
-// modes that follow events, the stream supervisor, the trigger and the
-// targeted relists (Run). Hence its fields, grouped by who uses them: what
-// New sets and all read; the parts, each safe for concurrent use (its own
-// goroutine, lock or atomics); what passes between the goroutines; and the
-// state of the merge goroutine and of the relist loop, each used by that
-// goroutine only.
+// It runs the relist loop and wires its parts together: the merger (the
+// merge goroutine, which owns the cache, the held events, restore and
+// backfill: merger.go), the relister, and, in the modes that follow
+// events, the stream supervisor, the trigger and the targeted relists
+// (Run). Hence its fields: what New sets and all read; the parts, each safe
+// for concurrent use (its own goroutine, lock or atomics); what passes
+// between the goroutines; and the relist loop's own state.
 type Generator struct {
 	// Set by New, then only read.
-	sink    Sink
 	opts    Options // defaults applied
 	logger  *slog.Logger
 	metrics *Metrics
-	meta    metaFilter
 
 	// The parts.
-	cache    *statecache.Cache[*podRecord] // written by the merge goroutine only
+	merge    *merger
 	relister *relister
 	targeted *targetedQueue
 	triggers *triggerSet
 	stream   *streamSupervisor
 	mode     *activeMode
-	// replay is shared with the stream supervisor: the merge holds a
-	// relist back while it is open (mergeStreamFirst).
-	replay *replayGate
-	// restored holds what Restore was given until the start of Run or
-	// Relist, or the merge, takes it in.
-	restored restoredEvents
 
 	// Between the goroutines.
-	batches   chan mergeRequest // relists to merge, from the relist loop and the targeted relists
-	relistNow chan struct{}     // capacity 1: asks the relist loop for a relist now
+	relistNow chan struct{} // capacity 1: asks the relist loop for a relist now
 	// runtimeBack (capacity 1) tells the stream supervisor that a relist
 	// succeeded after failing: the runtime is back, so waiting out the
 	// stream's reconnect backoff would only delay evented mode.
 	runtimeBack chan struct{}
-	// streamBuf carries stream messages from the connection's reader to the
-	// merge goroutine, which takes them in arrival order between relists.
-	streamBuf chan *runtimeapi.ContainerEventResponse
 	// taskBuf carries containerd's events from the subscription's reader
 	// to the trigger goroutine.
 	taskBuf chan TaskEvent
 	// exitBuf carries the task exits and OOM kills followed beside a CRI
 	// stream to the trigger goroutine (streamSupervisor.watchExits).
 	exitBuf chan TaskEvent
-	// exits carries the exits the trigger goroutine reports from
-	// containerd's task exits to the merge goroutine (exits.go).
-	exits chan *batch
-	// restoredDue (capacity 1) tells the merge goroutine to take in what
-	// Restore was given.
-	restoredDue chan struct{}
-	// lastRelist is the start of the last good relist, in unix ns, for
-	// Healthy and Synced.
-	lastRelist atomic.Int64
-	// lastFull is the last full relist merged: written by the merge, read
-	// by the relister (see lastFullMerge).
-	lastFull lastFullMerge
-
-	// The merge goroutine's own.
-	lastGC      time.Time
-	lastOther   time.Time // when it last merged anything but a full relist
-	held        heldState // see backfill.go
-	streamBatch batch     // see batch.recycle
 
 	// The relist loop's own.
 	relistStart time.Time
-	// started is set by the first Run or Relist, which takes in what
-	// Restore was given before it (startRestored); they are never called
-	// concurrently.
-	started bool
-}
-
-type mergeRequest struct {
-	b    *batch
-	done chan error
 }
 
 // withDefaults returns o with the defaults in place of its zero values.
@@ -203,7 +163,7 @@ func (o Options) withDefaults() Options {
 		o.TombstoneTTL = DefaultTombstoneTTL
 	}
 	if o.Mode == "" {
-		o.Mode = ModeGeneric
+		o.Mode = DefaultMode
 	}
 	if o.EventedRelistPeriod <= 0 {
 		o.EventedRelistPeriod = DefaultEventedRelistPeriod
@@ -236,46 +196,53 @@ func (o Options) withDefaults() Options {
 }
 
 // New builds a Generator reading rt and sending to sink. It starts nothing.
+//
+// It makes first what the merger shares with the other parts (the cache
+// they read, the last full relist, the replay gate and the channels that
+// feed the merge), then the parts, then the merger that calls on them.
 func New(rt Runtime, sink Sink, opts Options) *Generator {
 	opts = opts.withDefaults()
 	g := &Generator{
-		sink:        sink,
 		opts:        opts,
 		logger:      opts.Logger.With("component", "generator"),
 		metrics:     opts.Metrics,
-		cache:       statecache.New[*podRecord](),
-		meta:        metaFilter{annotations: slices.Clone(opts.PodAnnotations)},
-		batches:     make(chan mergeRequest),
 		relistNow:   make(chan struct{}, 1),
 		runtimeBack: make(chan struct{}, 1),
-		streamBuf:   make(chan *runtimeapi.ContainerEventResponse, streamBufferSize),
 		taskBuf:     make(chan TaskEvent, streamBufferSize),
-		exits:       make(chan *batch, streamBufferSize),
 		exitBuf:     make(chan TaskEvent, streamBufferSize),
-		restoredDue: make(chan struct{}, 1),
 	}
+	cache := statecache.New[*podRecord]()
+	meta := metaFilter{annotations: slices.Clone(opts.PodAnnotations)}
+	lastFull := new(lastFullMerge)
+	replay := newReplayGate()
+	streamBuf := make(chan *runtimeapi.ContainerEventResponse, streamBufferSize)
+	exits := make(chan *batch, streamBufferSize)
+	// One func for every part that asks the relist loop for a relist.
+	requestRelist := g.requestRelist
+
 	g.targeted = newTargetedQueue(opts.TargetedRelistDelay, opts.TargetedRelistRate, opts.Metrics.targetedPending)
 	topts := triggerOptions{
-		cache: g.cache, rt: rt, targeted: g.targeted, relist: g.requestRelist,
+		cache: cache, rt: rt, targeted: g.targeted, relist: requestRelist,
 		logger: g.logger, results: opts.Metrics.triggers,
 	}
 	if !opts.ExitsFromCRI {
-		topts.exits = g.exits
+		topts.exits = exits
 	}
 	g.triggers = newTriggerSet(topts)
 	// requestRelist: a new mode re-times the relist loop for its period.
-	g.mode = newActiveMode(g.metrics.mode, g.logger, g.requestRelist)
-	g.replay = newReplayGate()
+	g.mode = newActiveMode(g.metrics.mode, g.logger, requestRelist)
 	g.relister = &relister{
 		rt:                rt,
 		metrics:           opts.Metrics,
 		logger:            opts.Logger.With("component", "relister"),
 		statusConcurrency: opts.StatusConcurrency,
-		lookup:            g.lookup,
-		lookupMeta:        g.lookupMeta,
-		meta:              g.meta,
-		listings:          opts.Listings,
-		last:              &g.lastFull,
+		lookup: func(podUID, containerID string) *containerRecord {
+			return lookup(cache, podUID, containerID)
+		},
+		lookupMeta: func(podUID string) *PodMeta { return lookupMeta(cache, podUID) },
+		meta:       meta,
+		listings:   opts.Listings,
+		last:       lastFull,
 	}
 	g.stream = &streamSupervisor{supervisorOptions: supervisorOptions{
 		rt:           rt,
@@ -286,37 +253,33 @@ func New(rt Runtime, sink Sink, opts Options) *Generator {
 		backoffMax:   opts.StreamBackoffMax,
 		healthyAfter: opts.StreamHealthyAfter,
 		mode:         g.mode,
-		replay:       g.replay,
-		relist:       g.requestRelist,
-		messages:     g.streamBuf,
+		replay:       replay,
+		relist:       requestRelist,
+		messages:     streamBuf,
 		triggers:     g.taskBuf,
 		exits:        g.exitBuf,
 		runtimeBack:  g.runtimeBack,
 		logger:       g.logger,
 		metrics:      g.metrics,
 	}}
+	g.merge = newMerger(mergerOptions{
+		sink:          sink,
+		cache:         cache,
+		meta:          meta,
+		lastFull:      lastFull,
+		replay:        replay,
+		streamBuf:     streamBuf,
+		exits:         exits,
+		relister:      g.relister,
+		relistPeriod:  opts.RelistPeriod,
+		targeted:      g.targeted,
+		stream:        g.stream,
+		tombstoneTTL:  opts.TombstoneTTL,
+		requestRelist: requestRelist,
+		logger:        g.logger,
+		metrics:       g.metrics,
+	})
 	return g
-}
-
-func (g *Generator) lookupMeta(podUID string) *PodMeta {
-	e, ok := g.cache.Get(podUID)
-	if !ok || e.Status == nil {
-		return nil
-	}
-	return e.Status.pod.Meta
-}
-
-func (g *Generator) lookup(podUID, containerID string) *containerRecord {
-	return lookup(g.cache, podUID, containerID)
-}
-
-// lookup returns cache's record of a container, if any.
-func lookup(cache *statecache.Cache[*podRecord], podUID, containerID string) *containerRecord {
-	e, ok := cache.Get(podUID)
-	if !ok || e.Status == nil {
-		return nil
-	}
-	return e.Status.containers[containerID]
 }
 
 // Run relists and, in evented and auto mode, follows the event stream, and
@@ -327,9 +290,9 @@ func lookup(cache *statecache.Cache[*podRecord], podUID, containerID string) *co
 // kept in the state and sent later (backfill.go). An error is returned only if
 // the sink fails for a reason other than ctx or being full.
 func (g *Generator) Run(ctx context.Context) error {
-	g.startRestored()
+	g.merge.start()
 	eg, ctx := errgroup.WithContext(ctx)
-	eg.Go(func() error { return g.mergeLoop(ctx) })
+	eg.Go(func() error { return g.merge.run(ctx) })
 	eg.Go(func() error { return g.relistLoop(ctx, g.relistPeriod) })
 	switch g.opts.Mode {
 	case ModeGeneric:
@@ -392,158 +355,13 @@ func (g *Generator) EndStartup() {
 // events to the sink (or holding them, while the sink is full, for a backfill
 // that only Run does). It must not be called while Run is running.
 func (g *Generator) Relist(ctx context.Context) error {
-	g.startRestored()
-	b, err := g.relistFull(ctx, func() {}, g.apply)
+	g.merge.start()
+	b, err := g.relistFull(ctx, func() {}, g.merge.apply)
 	if err != nil {
 		return fmt.Errorf("relist: %w", err)
 	}
-	g.relistSucceeded(b.at)
+	g.merge.relisted(b.at)
 	return nil
-}
-
-// mergeLoop is the one goroutine that writes the cache: it applies relist
-// batches and stream messages in the order they arrive.
-func (g *Generator) mergeLoop(ctx context.Context) error {
-	for {
-		var err error
-		select {
-		case <-ctx.Done():
-			return nil
-		case req := <-g.batches:
-			var taken []*batch
-			if taken, err = g.mergeStreamFirst(ctx); err == nil {
-				err = g.apply(ctx, req.b)
-			}
-			req.done <- err // buffered: the submitter may have gone
-			for _, b := range taken {
-				if err != nil {
-					break
-				}
-				if err = g.apply(ctx, b); err == nil {
-					g.relistSucceeded(b.at)
-				}
-			}
-		case ev := <-g.streamBuf:
-			err = g.applyStreamEvent(ctx, ev)
-		case b := <-g.exits:
-			err = g.apply(ctx, b)
-		case <-g.held.due: // armed only while the sink left events unsent
-			err = g.backfill(ctx)
-		case <-g.restoredDue:
-			g.mergeRestored()
-		}
-		if err != nil && ctx.Err() == nil {
-			return err
-		}
-	}
-}
-
-// mergeStreamFirst runs in the merge goroutine before a batch is applied:
-// while the replay gate is open, it waits, merging the stream meanwhile
-// (while no connection is open, at most replayHold), then merges every
-// stream message already received. A stream message is never newer than the
-// relist for being merged first: the merge refuses what would move a
-// container backwards, and a relist declares gone only what nothing saw
-// after it began. The other way round, a relist merged before an older
-// message can make that message stale and lose the transition it reports
-// (see replayGate).
-//
-// The node is not left unlisted while a batch waits: every RelistPeriod it
-// takes a full relist itself and returns them, oldest first, to be merged
-// after the batch. The relist loop is blocked meanwhile, and a replay that
-// does not come (a runtime refusing every new stream, whose reconnects back
-// off in steps shorter than replayHold, so that the gate stays open for
-// seconds) would otherwise space the relists replayHold apart: a sandbox
-// that started and ended between two of them would be listed only ended,
-// and a sandbox first seen ended has no start to report.
-func (g *Generator) mergeStreamFirst(ctx context.Context) ([]*batch, error) {
-	shut := g.replay.shut()
-	select {
-	case <-shut:
-		return nil, g.mergeBuffered(ctx)
-	default:
-	}
-	hold := time.NewTimer(replayHold)
-	defer hold.Stop()
-	relist := time.NewTicker(g.opts.RelistPeriod)
-	defer relist.Stop()
-	var taken []*batch
-	for waiting := true; waiting; {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-shut:
-			waiting = false
-		case <-hold.C:
-			// While connected, the replay ends by itself within replayMax.
-			_, waiting = g.replay.connectedSince()
-		case <-relist.C:
-			b, err := g.relister.take(ctx, nil, false)
-			if err != nil {
-				g.metrics.relists.WithLabelValues("full", "error").Inc()
-				g.logger.Debug("relist while another waits for the stream's replay failed", "err", err)
-				continue
-			}
-			taken = append(taken, b)
-		case ev := <-g.streamBuf:
-			if err := g.applyStreamEvent(ctx, ev); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return taken, g.mergeBuffered(ctx)
-}
-
-// mergeBuffered merges the stream messages buffered now, not what keeps
-// coming: a storm must not keep a relist out.
-func (g *Generator) mergeBuffered(ctx context.Context) error {
-	for range len(g.streamBuf) {
-		if err := g.applyStreamEvent(ctx, <-g.streamBuf); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// applyStreamEvent merges one stream message, in the merge goroutine, and
-// asks for a targeted relist of a stopped or deleted container's pod.
-func (g *Generator) applyStreamEvent(ctx context.Context, ev *runtimeapi.ContainerEventResponse) error {
-	b, scope, err := streamBatch(&g.streamBatch, ev, time.Now(), g.meta, g.lookupMeta)
-	defer g.streamBatch.recycle()
-	if err != nil {
-		g.metrics.streamEvents.WithLabelValues("invalid").Inc()
-		g.logger.Warn("skipping malformed container event, relisting instead", "err", err)
-		g.requestRelist()
-		return nil
-	}
-	g.metrics.streamEvents.WithLabelValues("accepted").Inc()
-	if g.logger.Enabled(ctx, slog.LevelDebug) {
-		g.logger.Debug("stream message", "event_type", ev.GetContainerEventType().String(), "container_id", ev.GetContainerId(),
-			"created_at", time.Unix(0, ev.GetCreatedAt()).UTC())
-	}
-	if err := g.apply(ctx, b); err != nil {
-		return err
-	}
-	if scope != nil {
-		g.targeted.Request(*scope)
-	}
-	return nil
-}
-
-// submit hands a batch to the merge goroutine and waits until it is applied.
-func (g *Generator) submit(ctx context.Context, b *batch) error {
-	req := mergeRequest{b: b, done: make(chan error, 1)}
-	select {
-	case g.batches <- req:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case err := <-req.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration) error {
@@ -590,7 +408,7 @@ func (g *Generator) relistLoop(ctx context.Context, period func() time.Duration)
 func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 	start := time.Now()
 	seq := g.triggers.fullRelistBegins()
-	b, err := g.relistFull(ctx, listed, g.submit)
+	b, err := g.relistFull(ctx, listed, g.merge.submit)
 	if err != nil {
 		if ctx.Err() == nil {
 			g.triggers.relistFailed(seq)
@@ -605,7 +423,7 @@ func (g *Generator) relistOnce(ctx context.Context, listed func()) error {
 		g.logFirstRelist(b, time.Since(start))
 	}
 	g.relistStart = start
-	g.relistSucceeded(b.at)
+	g.merge.relisted(b.at)
 	return nil
 }
 
@@ -651,200 +469,10 @@ func (g *Generator) logFirstRelist(b *batch, took time.Duration) {
 		"running", running, "mode", g.Mode(), "configured_mode", g.opts.Mode, "took", took)
 }
 
-func (g *Generator) relistSucceeded(at time.Time) {
-	g.metrics.relists.WithLabelValues("full", "ok").Inc()
-	g.metrics.lastRelist.Set(float64(at.UnixNano()) / 1e9)
-	g.lastRelist.Store(at.UnixNano())
-}
-
-// apply merges one batch into the cache and sends the events it produced.
-// Only the merge goroutine (or Relist, when Run is not running) calls it.
-func (g *Generator) apply(ctx context.Context, b *batch) error {
-	if b.unchanged {
-		g.applyUnchanged(ctx, b)
-		return nil
-	}
-	if b.full {
-		// Until it is merged, the last full relist no longer tells what
-		// the cache holds.
-		g.lastFull.invalidate()
-	} else {
-		g.mergingOther()
-	}
-	var events []Event
-	var touched map[string]bool
-	if b.full {
-		touched = make(map[string]bool, len(b.pods))
-	}
-	for i := range b.pods {
-		p := &b.pods[i]
-		if p.pod.UID == "" {
-			if p.pod.UID = g.podOf(p.containers); p.pod.UID == "" {
-				g.metrics.streamEvents.WithLabelValues("invalid").Inc()
-				g.logger.Warn("skipping container event without pod sandbox status for an unknown container",
-					"container_id", p.containers[0].info.ID)
-				continue
-			}
-		}
-		if touched != nil {
-			touched[p.pod.UID] = true
-		}
-		events = g.mergeOne(p.pod.UID, *p, b, events)
-	}
-	if b.full {
-		// Pods missing from a full listing: everything in them is gone,
-		// unless the stream saw it after the relist began.
-		var missing []string
-		g.cache.Range(func(uid string, _ statecache.Entry[*podRecord]) bool {
-			if !touched[uid] {
-				missing = append(missing, uid)
-			}
-			return true
-		})
-		for _, uid := range missing {
-			e, _ := g.cache.Get(uid)
-			events = g.mergeOne(uid, podObservation{pod: e.Status.pod, complete: true}, b, events)
-		}
-		g.cache.UpdateTime(b.at)
-		g.collectGarbage(b.at)
-	}
-	if b.source == SourceRelist && b.full {
-		g.stream.judge(b.at, events)
-	}
-	if b.subject != "" && !slices.ContainsFunc(events, func(e Event) bool { return e.Container.ID == b.subject }) {
-		g.metrics.suppressed.WithLabelValues(string(b.source)).Inc()
-	}
-	debug := g.logger.Enabled(ctx, slog.LevelDebug)
-	if debug && b.source == SourceRelist {
-		g.logger.Debug("relist merged", "at", b.at, "full", b.full, "pods", len(b.pods), "events", len(events))
-	}
-	for _, ev := range events {
-		g.metrics.events.WithLabelValues(string(ev.Type), string(ev.DetectedBy)).Inc()
-		if debug {
-			g.logger.Debug("lifecycle event", "event_type", ev.Type, "container_id", ev.Container.ID,
-				"pod_uid", ev.Pod.UID, "sandbox", ev.Container.Sandbox, "source", ev.DetectedBy, "full_relist", b.full)
-		}
-	}
-	if len(events) > 0 {
-		if err := g.send(ctx, events); err != nil {
-			return err
-		}
-	}
-	if b.full {
-		g.lastFull.set(b, !g.lastOther.After(b.at))
-	}
-	return nil
-}
-
-// mergingOther records, in the merge goroutine, that something other than
-// a full relist is about to change the cache: the last full relist merged
-// no longer tells what it holds (see lastFullMerge).
-func (g *Generator) mergingOther() {
-	g.lastFull.invalidate()
-	g.lastOther = time.Now()
-}
-
-// applyUnchanged merges a full relist that listed what the last one merged
-// did, with nothing else merged since (see lastFullMerge): only the cache's
-// time moves, as the merge of its pods would have moved nothing else. One
-// that something else was merged before (a stream message the relist was
-// held for) is marked stale, and not applied.
-func (g *Generator) applyUnchanged(ctx context.Context, b *batch) {
-	if !g.lastFull.unchanged(b.version) {
-		b.stale = true
-		return
-	}
-	g.cache.UpdateTime(b.at)
-	g.collectGarbage(b.at)
-	g.stream.judge(b.at, nil)
-	g.metrics.relistsUnchanged.Inc()
-	if g.logger.Enabled(ctx, slog.LevelDebug) {
-		g.logger.Debug("relist merged", "at", b.at, "full", b.full, "unchanged", true)
-	}
-}
-
-// podOf finds the cached pod that holds the first of the sightings'
-// containers (locate scans the cache): it serves only stream events that
-// name no pod, which containerd 1.7 sends once per sandbox removal.
-func (g *Generator) podOf(seen []sighting) string {
-	if len(seen) == 0 {
-		return ""
-	}
-	scope, _, _ := locate(g.cache, seen[0].info.ID)
-	return scope.podUID
-}
-
-func (g *Generator) mergeOne(uid string, obs podObservation, b *batch, events []Event) []Event {
-	e, ok := g.cache.Get(uid)
-	var old *podRecord
-	if ok {
-		old = e.Status
-	}
-	rec, evs := mergePod(old, obs, b.source, b.at)
-	if rec != old && old != nil {
-		for i := range obs.containers {
-			s := &obs.containers[i]
-			if orec := old.containers[s.info.ID]; verifies(orec, s) {
-				g.checkExit(old.pod, orec, s)
-			}
-		}
-	}
-	if rec != old {
-		modified := b.at
-		if e.Modified.After(modified) {
-			modified = e.Modified
-		}
-		g.cache.Set(uid, rec, modified)
-	}
-	return append(events, evs...)
-}
-
-// collectGarbage drops tombstones older than the TTL, and pods left with
-// nothing. It runs at most every tenth of the TTL.
-func (g *Generator) collectGarbage(now time.Time) {
-	if now.Sub(g.lastGC) < g.opts.TombstoneTTL/10 {
-		return
-	}
-	g.lastGC = now
-	cutoff := now.Add(-g.opts.TombstoneTTL)
-	var stale []string
-	g.cache.Range(func(uid string, e statecache.Entry[*podRecord]) bool {
-		for _, rec := range e.Status.containers {
-			if rec.state == stateGone && rec.goneAt.Before(cutoff) {
-				stale = append(stale, uid)
-				break
-			}
-		}
-		if len(e.Status.containers) == 0 {
-			stale = append(stale, uid)
-		}
-		return true
-	})
-	for _, uid := range stale {
-		e, ok := g.cache.Get(uid)
-		if !ok {
-			continue
-		}
-		keep := make(map[string]*containerRecord, len(e.Status.containers))
-		for id, rec := range e.Status.containers {
-			if rec.state != stateGone || !rec.goneAt.Before(cutoff) {
-				keep[id] = rec
-			} else if rec.unsent != 0 {
-				g.unreported(uid, rec)
-			}
-		}
-		if len(keep) == 0 {
-			g.cache.Delete(uid)
-			continue
-		}
-		g.cache.Set(uid, &podRecord{pod: e.Status.pod, containers: keep}, e.Modified)
-	}
-}
-
 // Healthy reports whether the generator relisted recently enough, in the
 // kubelet's words; now is the time to judge by. Safe for concurrent use.
 func (g *Generator) Healthy(now time.Time) error {
-	last := g.lastRelist.Load()
+	last := g.merge.lastRelist.Load()
 	if last == 0 {
 		return errors.New("pleg has yet to be successful")
 	}
@@ -861,4 +489,4 @@ func (g *Generator) Healthy(now time.Time) error {
 
 // Synced reports whether a first relist has been merged. Safe for concurrent
 // use.
-func (g *Generator) Synced() bool { return g.lastRelist.Load() != 0 }
+func (g *Generator) Synced() bool { return g.merge.lastRelist.Load() != 0 }

@@ -45,6 +45,9 @@ func newFixture(t *testing.T, mopts crisim.Options, gopts generator.Options) *fi
 	if gopts.Logger == nil {
 		gopts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if gopts.Mode == "" {
+		gopts.Mode = generator.ModeGeneric // relisting only, unless the test names a mode
+	}
 	gopts.Metrics = mustMetrics(t, f.reg)
 	if gopts.TaskEvents == nil {
 		gopts.TaskEvents = f.rt // the fake serves containerd's events too, as the CRI client does
@@ -637,7 +640,7 @@ func TestSinkFailureStopsRun(t *testing.T) {
 	rt := generatortest.NewFakeRuntime(crisim.Options{})
 	must(rt.Model().RunPodSandbox(crisim.PodConfig{UID: "uid-1"}))
 	boom := errors.New("boom")
-	gen := generator.New(rt, failingSink{boom}, generator.Options{})
+	gen := generator.New(rt, failingSink{boom}, generator.Options{Mode: generator.ModeGeneric})
 	if err := gen.Run(t.Context()); !errors.Is(err, boom) {
 		t.Fatalf("Run = %v, want the sink's error", err)
 	}

@@ -34,6 +34,10 @@ const (
 	ModeGeneric Mode = "generic"
 )
 
+// DefaultMode is the mode of Options whose Mode is empty, and the
+// product's: follow the runtime's events where that is safe.
+const DefaultMode = ModeAuto
+
 // ParseMode checks a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {

@@ -73,7 +73,7 @@ func TestReplayRecordedContainerdStreams(t *testing.T) {
 				if err != nil {
 					t.Fatalf("event %d: %v", i+1, err)
 				}
-				if err := g.apply(t.Context(), b); err != nil {
+				if err := g.merge.apply(t.Context(), b); err != nil {
 					t.Fatalf("event %d: %v", i+1, err)
 				}
 			}
@@ -110,7 +110,7 @@ func TestReplayRecordingFacts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := g.apply(t.Context(), b); err != nil {
+		if err := g.merge.apply(t.Context(), b); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -76,21 +76,21 @@ func (rec *containerRecord) restoreEvent(ev Event) {
 	}
 }
 
-// startRestored takes in, at the first Run or Relist, what Restore was
-// given before it: the state the generator starts from.
-func (g *Generator) startRestored() {
-	if g.started {
+// start takes in, at the first Run or Relist, what Restore was given
+// before it: the state the generator starts from.
+func (m *merger) start() {
+	if m.started {
 		return
 	}
-	g.started = true
-	g.seed(g.restored.take())
+	m.started = true
+	m.seed(m.restored.take())
 }
 
 // seed loads restored records into the cache with no observation time, so
 // that any real observation is newer.
-func (g *Generator) seed(published []Event) {
+func (m *merger) seed(published []Event) {
 	for uid, p := range restore(published) {
-		g.cache.Set(uid, p, time.Time{})
+		m.cache.Set(uid, p, time.Time{})
 	}
 }
 
@@ -114,24 +114,32 @@ func (g *Generator) Restore(events []Event) {
 	if len(events) == 0 {
 		return
 	}
-	g.restored.add(events)
-	select {
-	case g.restoredDue <- struct{}{}:
-	default:
-	}
+	g.merge.restored.add(events)
 }
 
 // restoredEvents holds what Restore was given until the merge goroutine
-// takes it.
+// takes it (mergeRestored), and tells it when there is something to take.
+// Its methods are safe for concurrent use.
 type restoredEvents struct {
 	mu     sync.Mutex
 	events []Event // guarded by mu
+	// due (capacity 1) fires once events were added and not yet taken.
+	due chan struct{}
 }
 
+func newRestoredEvents() restoredEvents {
+	return restoredEvents{due: make(chan struct{}, 1)}
+}
+
+// add keeps events and tells the merge goroutine. It does not block.
 func (r *restoredEvents) add(events []Event) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.events = append(r.events, events...)
+	r.mu.Unlock()
+	select {
+	case r.due <- struct{}{}:
+	default:
+	}
 }
 
 func (r *restoredEvents) take() []Event {
@@ -147,12 +155,12 @@ func (r *restoredEvents) take() []Event {
 // immutable once stored), and asks for a full relist to find which of those
 // containers are gone. A container the cache knows keeps what was observed
 // of it; only the events delivered and the state they imply are added.
-func (g *Generator) mergeRestored() {
-	events := g.restored.take()
+func (m *merger) mergeRestored() {
+	events := m.restored.take()
 	if len(events) == 0 {
 		return
 	}
-	g.mergingOther()
+	m.mergingOther()
 	changed := map[string]*podRecord{}
 	modified := map[string]time.Time{}
 	for _, ev := range events {
@@ -162,7 +170,7 @@ func (g *Generator) mergeRestored() {
 		uid := ev.Pod.UID
 		p := changed[uid]
 		if p == nil {
-			if e, ok := g.cache.Get(uid); ok {
+			if e, ok := m.cache.Get(uid); ok {
 				p = &podRecord{pod: e.Status.pod, containers: make(map[string]*containerRecord, len(e.Status.containers)+1)}
 				for id, rec := range e.Status.containers {
 					p.containers[id] = rec
@@ -184,11 +192,11 @@ func (g *Generator) mergeRestored() {
 		p.containers[ev.Container.ID] = rec
 	}
 	for uid, p := range changed {
-		g.cache.Set(uid, p, modified[uid])
+		m.cache.Set(uid, p, modified[uid])
 	}
-	g.logger.Info("took in what the stream stored after the checkpoint; a full relist finds which of those containers are gone",
+	m.logger.Info("took in what the stream stored after the checkpoint; a full relist finds which of those containers are gone",
 		"events", len(events), "pods", len(changed))
-	g.requestRelist()
+	m.requestRelist()
 }
 
 // PodMeta returns the labels and allowlisted annotations the generator
@@ -203,5 +211,5 @@ func (g *Generator) PodMeta(podUID string) (*PodMeta, bool) {
 	if !g.Synced() {
 		return nil, false
 	}
-	return g.lookupMeta(podUID), true
+	return g.merge.lookupMeta(podUID), true
 }

@@ -111,7 +111,7 @@ func TestRestoreCompletesWhatTheStreamStoredAfterTheCheckpoint(t *testing.T) {
 		must(0, m.RemovePodSandbox(other))
 
 		rec := generatortest.NewRecorder()
-		restarted := generator.New(f.rt, rec, generator.Options{RelistPeriod: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+		restarted := generator.New(f.rt, rec, generator.Options{Mode: generator.ModeGeneric, RelistPeriod: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 		restarted.Restore(ckpt)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)

@@ -41,7 +41,7 @@ type ContainerStatus struct {
 // generator to have seen the change, or to have seen that nothing changed.
 // It is safe for concurrent use, also while Run runs.
 func (g *Generator) PodStatusNewerThan(ctx context.Context, podUID string, t time.Time) (PodStatus, bool, error) {
-	e, ok, err := g.cache.GetNewerThan(ctx, podUID, t)
+	e, ok, err := g.merge.cache.GetNewerThan(ctx, podUID, t)
 	if err != nil || !ok || e.Status == nil {
 		return PodStatus{}, false, err
 	}

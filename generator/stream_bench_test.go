@@ -102,7 +102,7 @@ func BenchmarkStreamEventApply(b *testing.B) {
 			i = 0
 			b.StartTimer()
 		}
-		if err := g.applyStreamEvent(ctx, evs[i]); err != nil {
+		if err := g.merge.applyStreamEvent(ctx, evs[i]); err != nil {
 			b.Fatal(err)
 		}
 		i++

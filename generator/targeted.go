@@ -268,7 +268,7 @@ func (g *Generator) runTargeted(ctx context.Context) error {
 			g.triggers.confirm(s, nil)
 			continue
 		}
-		if err := g.submit(ctx, b); err != nil {
+		if err := g.merge.submit(ctx, b); err != nil {
 			return nil // ctx done, or the merge failed and Run returns its error
 		}
 		g.metrics.relists.WithLabelValues("targeted", "ok").Inc()

@@ -210,7 +210,7 @@ func (n *unchangedNode) mergeTargeted(t *testing.T, sb string, containersOnly bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.g.apply(t.Context(), b); err != nil {
+	if err := n.g.merge.apply(t.Context(), b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -376,7 +376,7 @@ func TestAnUnchangedRelistOvertakenByAMergeIsTakenAgain(t *testing.T) {
 		if first == nil {
 			first = b
 		}
-		return n.g.apply(ctx, b)
+		return n.g.merge.apply(ctx, b)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +408,7 @@ func TestAFullRelistRacedByATargetedOneLeavesNoUnchangedRelist(t *testing.T) {
 		job = must(model.CreateContainer(sb, crisim.ContainerConfig{Name: "job"}))
 		must(0, model.StartContainer(job))
 		n.mergeTargeted(t, sb, true)
-	}, n.g.apply)
+	}, n.g.merge.apply)
 	if err != nil {
 		t.Fatal(err)
 	}
