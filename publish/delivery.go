@@ -50,7 +50,7 @@ var errOvertaken = errors.New("no ack, while messages sent more than a second la
 // connection's goroutine through acks. It holds what Run gives it (the
 // outbox, the options, the connection and its publishing handle, the
 // checker), then the pods' queues and the messages in flight, the stall,
-// and the state of the read-back (reconcile.go) and of a new stream's
+// and the state of the read-back (readback.go) and of a new stream's
 // history (history.go).
 type delivery struct {
 	out  *outbox
@@ -98,7 +98,7 @@ type delivery struct {
 	spoolInUse bool
 
 	// reconciling is set until the read of what an earlier run stored
-	// arrives on reconciled (reconcile.go); nothing is published before.
+	// arrives on reconciled (readback.go); nothing is published before.
 	reconciling bool
 	reconciled  chan storedSet
 	// found maps the ids the read found to their sequences, for the run;
@@ -323,7 +323,7 @@ func (d *delivery) busy() int {
 // duplicate detection can be relied on (verify.go).
 func (d *delivery) needsCheck(e *outboxEvent, now time.Time) bool {
 	if e.unchecked && d.opts.ReconcileFrom == 0 {
-		// Without the read (reconcile.go), which knows every message an
+		// Without the read (readback.go), which knows every message an
 		// earlier run stored after its checkpoint, the entry is asked for.
 		return true
 	}

@@ -30,7 +30,7 @@
 //     publish those events again, and hands them to the checkpoint and the
 //     generator (Options.OnStored), so that a container whose start was
 //     stored just before a crash and which is gone now still gets its end
-//     (reconcile.go, stored.go). The checkpoint names the stream it
+//     (readback.go, stored.go). The checkpoint names the stream it
 //     belongs to: a Publisher that finds another (deleted and created
 //     again, another server's) starts that stream's history, putting the
 //     checkpoint's events into it before anything else, so that no

@@ -24,7 +24,7 @@ import (
 //
 // So the checkpoint names its stream (durable.StreamIdentity: name and
 // creation time), and before anything is published the read of what an
-// earlier run stored (reconcile.go) compares it with the stream it finds.
+// earlier run stored (readback.go) compares it with the stream it finds.
 // The stream is another history when its identity differs, when it ends
 // before the checkpoint's sequence (it was recreated and has fewer
 // messages, or restored from a backup older than the checkpoint: a

@@ -83,7 +83,7 @@ type Options struct {
 	// wrote), plus one. 0 means there is none to reconcile with (no
 	// checkpoint, or one without a sequence). Before it publishes
 	// anything, Run reads back the ids of this node's messages from there
-	// and does not publish those events again (reconcile.go).
+	// and does not publish those events again (readback.go).
 	ReconcileFrom uint64
 	// ReconcileSince, with ReconcileFrom 0, starts the same read at the
 	// messages stored since this time: when the checkpoint has written no
@@ -106,7 +106,7 @@ type Options struct {
 	// goroutine. It must not block for long: delivery waits for it. seq is
 	// not the event's own sequence but a watermark: every message this
 	// node stored at or below it was acked and reported to OnAck, by this
-	// run or by an earlier one that recorded it (reconcile.go). Record the
+	// run or by an earlier one that recorded it (readback.go). Record the
 	// highest seq with the acks, written together: the next run's
 	// ReconcileFrom is that plus one.
 	OnAck func(ev generator.Event, seq uint64)
@@ -127,7 +127,7 @@ type Options struct {
 	PodMeta func(podUID string) (meta *generator.PodMeta, known bool)
 	// OnStored, if set, is called once, from Run's goroutine, with the
 	// events of this node that an earlier run stored after ReconcileFrom
-	// (the read of reconcile.go, decoded), in stream order, after each was
+	// (the read of readback.go, decoded), in stream order, after each was
 	// reported to OnAck. The generator takes them as published
 	// (generator.Generator.Restore): a container among them that is gone
 	// gets the rest of its events. It must not block.
@@ -426,7 +426,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		// a checkpoint, known to be its stream).
 		d.reconciling = true
 		d.reconciled = make(chan storedSet, 1)
-		reading.Go(func() { p.reconcile(cctx, d.reconciled) })
+		reading.Go(func() { p.readBack(cctx, d.reconciled) })
 	}
 	if !d.reconciling {
 		d.check("the bridge started", true) // else once the read-back is in

@@ -40,7 +40,7 @@ import (
 // A check reads the ids (the Nats-Msg-Id header, no body) of this node's
 // messages from the lowest sequence the kept events were acked with to the
 // stream's last, one ephemeral consumer as the read-back of a restart
-// (reconcile.go). A kept event whose id it does not find, acked at a
+// (readback.go). A kept event whose id it does not find, acked at a
 // sequence the stream still covers (at or after its first sequence: older
 // ones went by the stream's limits or a purge), was lost. The read decides,
 // not the duplicate window: an event that is there is never published
@@ -516,7 +516,7 @@ func (p *Publisher) readKept(ctx context.Context, kept []durable.RetainedEvent) 
 			HeadersOnly:       true,
 			MemoryStorage:     true,
 			Replicas:          1,
-			InactiveThreshold: reconcileInactive,
+			InactiveThreshold: readBackInactive,
 		})
 		if err != nil {
 			return res, fmt.Errorf("create consumer on stream %s: %w", info.Config.Name, err)
@@ -552,7 +552,7 @@ func readIDs(ctx context.Context, cons jetstream.Consumer, last uint64, ids map[
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		batch, err := cons.FetchNoWait(int(min(pending, reconcileBatch)))
+		batch, err := cons.FetchNoWait(int(min(pending, readBackBatch)))
 		if err != nil {
 			return err
 		}

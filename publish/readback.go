@@ -13,7 +13,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
-// Reconciliation with an earlier run, and the sequence OnAck reports.
+// The read-back of what an earlier run stored, and the sequence OnAck reports.
 //
 // The checkpoint writes its acks every 100 ms, so a crash loses the acks of
 // the last tenth of a second or so, and of the messages in flight. Those
@@ -69,28 +69,28 @@ import (
 // A message the read could not decode (not an event of this bridge's
 // encoding: written by hand, or by a newer version) is not reported; it
 // holds the watermark at ReconcileFrom−1 until the generator reports its
-// event again, or reconcileHold has passed, so that a run that crashes
+// event again, or readBackHold has passed, so that a run that crashes
 // soon after its start leaves it to the next read. Every decoded message
 // is reported to OnAck with the read, so it holds nothing.
 //
 // The set of ids read lives for the run: an event reported again later in
 // it (a backfill, a second source) is still recognised.
 
-// reconcileBatch bounds the messages of one pull: the whole read, after a
+// readBackBatch bounds the messages of one pull: the whole read, after a
 // crash, most of the time.
-const reconcileBatch = 1024
+const readBackBatch = 1024
 
-// reconcileHold is how long the messages the read found and could not
+// readBackHold is how long the messages the read found and could not
 // decode hold the watermark back, waiting for the generator to report their
 // events again. Its first
 // relist and the runtime's replay of recent events come within seconds,
 // also on a full node; a minute leaves room for a slow start and costs the
 // next read no more than a minute of this node's messages.
-const reconcileHold = time.Minute
+const readBackHold = time.Minute
 
-// reconcileInactive is how long the server keeps the read's consumer when
+// readBackInactive is how long the server keeps the read's consumer when
 // the Publisher is gone without deleting it (a crash during the read).
-const reconcileInactive = 30 * time.Second
+const readBackInactive = 30 * time.Second
 
 // storedSet is what the read found: the stream sequence of each message id
 // this node stored from ReconcileFrom, the events of those it decoded in
@@ -120,10 +120,10 @@ type storedEvent struct {
 	seq uint64
 }
 
-// reconcile reads the stored set, retrying until it succeeds or ctx is
+// readBack reads the stored set, retrying until it succeeds or ctx is
 // done, and sends it on out, which has room for it. It logs the first
 // failure of a series at Warn, and the success after failures at Info.
-func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
+func (p *Publisher) readBack(ctx context.Context, out chan<- storedSet) {
 	var reconnected chan nats.Status
 	if nc := p.js.Conn(); nc != nil {
 		reconnected = nc.StatusChanged(nats.CONNECTED)
@@ -230,7 +230,7 @@ func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 		AckPolicy:         jetstream.AckNonePolicy,
 		MemoryStorage:     true,
 		Replicas:          1,
-		InactiveThreshold: reconcileInactive,
+		InactiveThreshold: readBackInactive,
 	}
 	if from == 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, 0, &since
@@ -241,7 +241,7 @@ func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 	}
 	name := cons.CachedInfo().Name
 	defer func() {
-		// The consumer would go after reconcileInactive; deleted now, it
+		// The consumer would go after readBackInactive; deleted now, it
 		// does not linger in listings.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AckTimeout)
 		defer cancel()
@@ -257,7 +257,7 @@ func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 		}
 		// No wait: the server sends what it has and says when it is
 		// done, so the last pull does not wait out an expiry.
-		batch, err := cons.FetchNoWait(int(min(pending, reconcileBatch)))
+		batch, err := cons.FetchNoWait(int(min(pending, readBackBatch)))
 		if err != nil {
 			return set, fmt.Errorf("fetch from consumer %s: %w", name, err)
 		}
@@ -347,7 +347,7 @@ func (d *delivery) reconciledWith(set storedSet, now time.Time) {
 	d.recognised = make(map[string]struct{}, len(set.ids))
 	d.wm.holding = true
 	d.wm.holdAt = max(set.from, 1) - 1
-	d.wm.holdUntil = now.Add(reconcileHold)
+	d.wm.holdUntil = now.Add(readBackHold)
 	events := make([]generator.Event, 0, len(set.events))
 	for _, s := range set.events {
 		d.recognised[EventID(s.ev.Container.ID, s.ev.Type)] = struct{}{}
@@ -381,7 +381,7 @@ func (d *delivery) recognise(pq *podQueue, id string, now time.Time) {
 }
 
 // checkHold ends the hold of the read's messages on the watermark once
-// every one was recognised, or reconcileHold is over, and logs how many
+// every one was recognised, or readBackHold is over, and logs how many
 // were.
 func (d *delivery) checkHold(now time.Time) {
 	if !d.wm.holding || (len(d.recognised) < len(d.found) && now.Before(d.wm.holdUntil)) {
@@ -390,77 +390,4 @@ func (d *delivery) checkHold(now time.Time) {
 	d.wm.holding = false
 	d.log.Info("recognised the events an earlier run stored after its checkpoint",
 		"recognised", len(d.recognised), "messages", len(d.found))
-}
-
-// watermark computes the sequence OnAck reports. Only Run's goroutine
-// touches it.
-type watermark struct {
-	// high is the highest sequence this run knows this node stored at:
-	// acks, checks, the read's end.
-	high uint64
-	// marks holds, in send order, a mark for the messages that may be
-	// stored and are not delivered, each with high at their first send;
-	// floors never decrease along it. Marks emptied at its front are
-	// dropped, those behind a live one wait for it.
-	marks []*sendMark
-	// holding is set while the read's messages hold the watermark at
-	// holdAt (ReconcileFrom−1), until holdUntil or all are recognised.
-	holding   bool
-	holdAt    uint64
-	holdUntil time.Time
-}
-
-// sendMark counts the messages first sent while high was floor, and not
-// delivered yet.
-type sendMark struct {
-	floor uint64
-	n     int
-}
-
-// stored takes in that this node's message is stored at seq.
-func (w *watermark) stored(seq uint64) { w.high = max(w.high, seq) }
-
-// sent returns the mark of a message sent now for the first time (or the
-// first time since a failure that proved it was not stored).
-func (w *watermark) sent() *sendMark {
-	if n := len(w.marks); n > 0 && w.marks[n-1].floor == w.high {
-		w.marks[n-1].n++
-		return w.marks[n-1]
-	}
-	m := &sendMark{floor: w.high, n: 1}
-	w.marks = append(w.marks, m)
-	return m
-}
-
-// settled releases the mark of a message that is delivered, or proved not
-// stored.
-func (w *watermark) settled(m *sendMark) {
-	m.n--
-	for len(w.marks) > 0 && w.marks[0].n == 0 {
-		w.marks[0] = nil
-		w.marks = w.marks[1:]
-	}
-}
-
-// rewind lowers the watermark to seq, at most: the stream went backwards
-// to seq, and gives the sequences above it again.
-func (w *watermark) rewind(seq uint64) {
-	w.high = min(w.high, seq)
-	for _, m := range w.marks {
-		m.floor = min(m.floor, seq)
-	}
-	w.holdAt = min(w.holdAt, seq)
-}
-
-// value returns the watermark: every message this node stored at or below
-// it was acked and reported to OnAck (or is held, above).
-func (w *watermark) value() uint64 {
-	v := w.high
-	if len(w.marks) > 0 {
-		v = w.marks[0].floor
-	}
-	if w.holding {
-		v = min(v, w.holdAt)
-	}
-	return v
 }
