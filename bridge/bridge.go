@@ -322,19 +322,21 @@ func build(opts Options) (_ *pipeline, err error) {
 		WriteThrough:    spool != nil,
 		Stream:          opts.Stream.Name,
 		DuplicateWindow: opts.Stream.DuplicateWindow,
-		ReconcileFrom:   reconcileFrom,
-		ReconcileSince:  reconcileSince,
-		Checkpoint:      ckpt,
-		PodMeta:         podMeta,
 		DrainTimeout:    opts.ShutdownTimeout,
 		Registerer:      p.reg,
 		Logger:          log,
 		OnAck:           onAck,
-		// What the stream stored after the checkpoint, read back before
-		// the first publish, completes the generator's restored state: a
-		// container whose ContainerStarted was stored just before a crash
-		// and which went away meanwhile gets its Died and Removed.
-		OnStored: func(events []generator.Event) { p.gen.Restore(events) },
+		Restart: publish.Restart{
+			From:       reconcileFrom,
+			Since:      reconcileSince,
+			Checkpoint: ckpt,
+			PodMeta:    podMeta,
+			// What the stream stored after the checkpoint, read back before
+			// the first publish, completes the generator's restored state: a
+			// container whose ContainerStarted was stored just before a crash
+			// and which went away meanwhile gets its Died and Removed.
+			OnStored: func(events []generator.Event) { p.gen.Restore(events) },
+		},
 		Retained: retained,
 		OnRepair: onRepair,
 	})

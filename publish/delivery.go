@@ -322,7 +322,7 @@ func (d *delivery) busy() int {
 // is published again: it may have been stored longer ago than JetStream's
 // duplicate detection can be relied on (verify.go).
 func (d *delivery) needsCheck(e *outboxEvent, now time.Time) bool {
-	if e.unchecked && d.opts.ReconcileFrom == 0 {
+	if e.unchecked && d.opts.Restart.From == 0 {
 		// Without the read (readback.go), which knows every message an
 		// earlier run stored after its checkpoint, the entry is asked for.
 		return true

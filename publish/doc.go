@@ -28,7 +28,7 @@
 //     window. Before it publishes anything, a restarted Publisher reads
 //     back what this node stored after the checkpoint's sequence, does not
 //     publish those events again, and hands them to the checkpoint and the
-//     generator (Options.OnStored), so that a container whose start was
+//     generator (Options.Restart.OnStored), so that a container whose start was
 //     stored just before a crash and which is gone now still gets its end
 //     (readback.go, stored.go). The checkpoint names the stream it
 //     belongs to: a Publisher that finds another (deleted and created

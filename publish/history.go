@@ -12,7 +12,7 @@ import (
 
 // One stream's history.
 //
-// The checkpoint (Options.Checkpoint) holds what JetStream acknowledged,
+// The checkpoint (Options.Restart.Checkpoint) holds what JetStream acknowledged,
 // and the generator, seeded with it, never reports those events again. That
 // is right only while the stream is the one that acknowledged them. The
 // node's data directory outlives an uninstall, and a stream can be deleted
@@ -58,7 +58,7 @@ import (
 //     gets the checkpoint's events after the latest of those. The events
 //     keep their own times, observedAt included; the pod's labels, which
 //     the checkpoint does not keep, come from the generator
-//     (Options.PodMeta), or from the pod's spooled events.
+//     (Options.Restart.PodMeta), or from the pod's spooled events.
 //  4. Once those are delivered, the checkpoint adopts the stream
 //     (durable.Checkpoint.Adopt).
 //
@@ -240,7 +240,7 @@ func sandboxOrder(ev generator.Event) int {
 // stream, disowns the checkpoint and says so, once, at Warn. tryCarry
 // inserts the carried events once the read's events were reported.
 func (d *delivery) renew(set storedSet, now time.Time) {
-	ck := d.opts.Checkpoint
+	ck := d.opts.Restart.Checkpoint
 	var spooled []generator.Event
 	if sp := d.opts.Spool; sp != nil {
 		spooled = sp.Restored() // nothing of this run is delivered yet
@@ -284,7 +284,7 @@ func (d *delivery) tryCarry(now time.Time) {
 		d.adopt()
 		return
 	}
-	if pm := d.opts.PodMeta; pm != nil {
+	if pm := d.opts.Restart.PodMeta; pm != nil {
 		if _, known := pm(d.carry[0].Pod.UID); !known && now.Before(d.carryUntil) && !d.draining {
 			d.carryTimer.Reset(carryMetaPoll)
 			d.carryArmed = true
@@ -296,7 +296,7 @@ func (d *delivery) tryCarry(now time.Time) {
 		ev := d.carry[i]
 		if ev.Pod.Meta == nil {
 			ev.Pod.Meta = d.carryMeta[ev.Pod.UID]
-			if pm := d.opts.PodMeta; pm != nil {
+			if pm := d.opts.Restart.PodMeta; pm != nil {
 				if m, _ := pm(ev.Pod.UID); m != nil {
 					ev.Pod.Meta = m
 				}
@@ -325,7 +325,7 @@ func (d *delivery) carriedOne() {
 func (d *delivery) adopt() {
 	id := *d.renewing
 	d.renewing = nil
-	d.opts.Checkpoint.Adopt(id)
+	d.opts.Restart.Checkpoint.Adopt(id)
 	d.log.Info("the checkpoint belongs to the stream from now on", "stream", id.String())
 }
 

@@ -77,19 +77,6 @@ type Options struct {
 	// stored more than half of it ago is checked against the stream before
 	// it is sent. It must not exceed the stream's window.
 	DuplicateWindow time.Duration
-	// ReconcileFrom is the first stream sequence whose messages an earlier
-	// run may have stored without its acks being recorded: the sequence
-	// the checkpoint holds (the highest OnAck reported with the acks it
-	// wrote), plus one. 0 means there is none to reconcile with (no
-	// checkpoint, or one without a sequence). Before it publishes
-	// anything, Run reads back the ids of this node's messages from there
-	// and does not publish those events again (readback.go).
-	ReconcileFrom uint64
-	// ReconcileSince, with ReconcileFrom 0, starts the same read at the
-	// messages stored since this time: when the checkpoint has written no
-	// sequence yet, since its store was created (less a margin for the
-	// clocks of node and server). Zero, with ReconcileFrom 0: no read.
-	ReconcileSince time.Time
 	// RetryBackoffMin and RetryBackoffMax bound the jittered, doubling wait
 	// before a failed publish is retried.
 	RetryBackoffMin, RetryBackoffMax time.Duration
@@ -108,8 +95,50 @@ type Options struct {
 	// node stored at or below it was acked and reported to OnAck, by this
 	// run or by an earlier one that recorded it (readback.go). Record the
 	// highest seq with the acks, written together: the next run's
-	// ReconcileFrom is that plus one.
+	// Restart.From is that plus one.
 	OnAck func(ev generator.Event, seq uint64)
+	// Restart is what this run takes over from an earlier one on the
+	// node; the zero value is a first start.
+	Restart Restart
+	// Retained, if set, keeps every acked event for its window
+	// (durable.Retained), and Run checks that the stream still holds them
+	// when it starts, after every reconnect, every election of the
+	// stream's leader and every ack whose sequence went backwards: what
+	// the servers lost is published again, with its id, before anything
+	// newer of its pod (repair.go). nil: no repair.
+	Retained *durable.Retained
+	// RepairQuickHold is how long a check holds publishing even while
+	// publishing works; 0 means DefaultRepairQuickHold. Past it, a check
+	// still on its way holds publishing only while publishing fails.
+	RepairQuickHold time.Duration
+	// OnRepair, if set, is called from Run's goroutine after a check put
+	// lost events back: the state bucket checks its keys too. It must not
+	// block.
+	OnRepair func(lost int)
+}
+
+// Restart is the state a Publisher takes over from an earlier run on the
+// node, and what it hands on once it has read the stream: before it
+// publishes anything, Run reads back what the earlier run stored after its
+// checkpoint (readback.go), and, if the stream is not the checkpoint's,
+// carries the checkpoint's history into it (history.go). The zero value is
+// a first start: nothing is read back and no stream's history is checked.
+// The bridge fills it from its durable store (durable.Checkpoint) and the
+// generator.
+type Restart struct {
+	// From is the first stream sequence whose messages an earlier run may
+	// have stored without its acks being recorded: the sequence the
+	// checkpoint holds (the highest OnAck reported with the acks it
+	// wrote), plus one. 0 means there is none to read back (no checkpoint,
+	// or one without a sequence). Before it publishes anything, Run reads
+	// back the ids of this node's messages from there and does not publish
+	// those events again (readback.go).
+	From uint64
+	// Since, with From 0, starts the same read at the messages stored
+	// since this time: when the checkpoint has written no sequence yet,
+	// since its store was created (less a margin for the clocks of node
+	// and server). Zero, with From 0: no read.
+	Since time.Time
 	// Checkpoint, if set, is the durable checkpoint OnAck records the acks
 	// in. Before it publishes anything, Run tells whether the stream is
 	// the one the checkpoint belongs to (durable.Checkpoint.Stream), and
@@ -126,27 +155,12 @@ type Options struct {
 	// before it carries anything. It must not block.
 	PodMeta func(podUID string) (meta *generator.PodMeta, known bool)
 	// OnStored, if set, is called once, from Run's goroutine, with the
-	// events of this node that an earlier run stored after ReconcileFrom
-	// (the read of readback.go, decoded), in stream order, after each was
+	// events of this node that an earlier run stored from From (the read
+	// of readback.go, decoded), in stream order, after each was
 	// reported to OnAck. The generator takes them as published
 	// (generator.Generator.Restore): a container among them that is gone
 	// gets the rest of its events. It must not block.
 	OnStored func(events []generator.Event)
-	// Retained, if set, keeps every acked event for its window
-	// (durable.Retained), and Run checks that the stream still holds them
-	// when it starts, after every reconnect, every election of the
-	// stream's leader and every ack whose sequence went backwards: what
-	// the servers lost is published again, with its id, before anything
-	// newer of its pod (repair.go). nil: no repair.
-	Retained *durable.Retained
-	// RepairQuickHold is how long a check holds publishing even while
-	// publishing works; 0 means DefaultRepairQuickHold. Past it, a check
-	// still on its way holds publishing only while publishing fails.
-	RepairQuickHold time.Duration
-	// OnRepair, if set, is called from Run's goroutine after a check put
-	// lost events back: the state bucket checks its keys too. It must not
-	// block.
-	OnRepair func(lost int)
 }
 
 // Publisher delivers Lifecycle events to JetStream, exactly once and in
@@ -421,7 +435,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		})
 	})
 	defer d.rep.close()
-	if p.opts.ReconcileFrom > 0 || !p.opts.ReconcileSince.IsZero() || p.opts.Checkpoint != nil {
+	if p.opts.Restart.From > 0 || !p.opts.Restart.Since.IsZero() || p.opts.Restart.Checkpoint != nil {
 		// Nothing is published before the stream is read back (and, with
 		// a checkpoint, known to be its stream).
 		d.reconciling = true

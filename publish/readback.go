@@ -30,8 +30,8 @@ import (
 //
 // So before the first publish of a run, the Publisher reads back every
 // message this node stored after the checkpoint's sequence
-// (Options.ReconcileFrom), or, while the checkpoint has written none, since
-// the durable store was created (Options.ReconcileSince: a bridge killed
+// (Options.Restart.From), or, while the checkpoint has written none, since
+// the durable store was created (Options.Restart.Since: a bridge killed
 // before its first checkpoint write), and decodes it (stored.go). Each event read is
 // reported to OnAck, in stream order, as an ack is (the checkpoint and the
 // state bucket record it), and all of them are given to OnStored (the
@@ -42,7 +42,7 @@ import (
 // pleg_bridge_publish_checks_total{result="reconciled"} counts it.
 //
 // The read is one ephemeral pull consumer, filtered to this node's subjects
-// (<prefix>.<node>.>), from ReconcileFrom up to the stream's last sequence
+// (<prefix>.<node>.>), from Restart.From up to the stream's last sequence
 // when the read starts: typically the few hundred messages of the half
 // second before a crash, a few hundred bytes each, held in memory only
 // until they are handed on. Nothing of this run is published before it
@@ -68,7 +68,7 @@ import (
 //
 // A message the read could not decode (not an event of this bridge's
 // encoding: written by hand, or by a newer version) is not reported; it
-// holds the watermark at ReconcileFrom−1 until the generator reports its
+// holds the watermark at Restart.From−1 until the generator reports its
 // event again, or readBackHold has passed, so that a run that crashes
 // soon after its start leaves it to the next read. Every decoded message
 // is reported to OnAck with the read, so it holds nothing.
@@ -93,7 +93,7 @@ const readBackHold = time.Minute
 const readBackInactive = 30 * time.Second
 
 // storedSet is what the read found: the stream sequence of each message id
-// this node stored from ReconcileFrom, the events of those it decoded in
+// this node stored from Restart.From, the events of those it decoded in
 // stream order, and the stream's last sequence when the read started.
 type storedSet struct {
 	ids    map[string]uint64
@@ -104,7 +104,7 @@ type storedSet struct {
 	// stream is the identity of the stream read.
 	stream durable.StreamIdentity
 	// from is the first sequence the read covered; 0 when it started at a
-	// time (ReconcileSince), or read nothing.
+	// time (Restart.Since), or read nothing.
 	from uint64
 	// renew, when not empty, says why the stream is not the one
 	// Options.Checkpoint belongs to (history.go): the read covered all of
@@ -136,7 +136,7 @@ func (p *Publisher) readBack(ctx context.Context, out chan<- storedSet) {
 		if err == nil {
 			p.log.Info("read the messages an earlier run stored after its checkpoint; publishing starts",
 				"stream", set.stream.String(), "messages", len(set.ids), "undecoded", set.undecoded, "from_sequence", set.from,
-				"since", p.opts.ReconcileSince, "to_sequence", set.last, "took", time.Since(start), "failed_attempts", failures)
+				"since", p.opts.Restart.Since, "to_sequence", set.last, "took", time.Since(start), "failed_attempts", failures)
 			out <- set
 			return
 		}
@@ -147,7 +147,7 @@ func (p *Publisher) readBack(ctx context.Context, out chan<- storedSet) {
 		delay := RetryDelay(p.opts.RetryBackoffMin, p.opts.RetryBackoffMax, failures)
 		// With a checkpoint, whose stream it is, is known only once it
 		// exists: a reinstall's stream is created by the bridge meanwhile.
-		missing := p.opts.Checkpoint != nil && errors.Is(err, jetstream.ErrStreamNotFound)
+		missing := p.opts.Restart.Checkpoint != nil && errors.Is(err, jetstream.ErrStreamNotFound)
 		switch {
 		case missing && !waiting:
 			waiting = true
@@ -156,7 +156,7 @@ func (p *Publisher) readBack(ctx context.Context, out chan<- storedSet) {
 		case !missing && !warned:
 			warned = true
 			p.log.Warn("cannot read what an earlier run stored; nothing is published until then, retrying",
-				"from_sequence", p.opts.ReconcileFrom, "retry_in", delay, "err", err)
+				"from_sequence", p.opts.Restart.From, "retry_in", delay, "err", err)
 		default:
 			p.log.Debug("read what an earlier run stored, will retry", "attempt", failures, "retry_in", delay, "err", err)
 		}
@@ -173,7 +173,7 @@ func (p *Publisher) readBack(ctx context.Context, out chan<- storedSet) {
 }
 
 // readStored reads every message on this node's subjects stored from
-// sequence ReconcileFrom (or, with that 0, stored since ReconcileSince) up
+// sequence Restart.From (or, with that 0, stored since Restart.Since) up
 // to the stream's last sequence: its Nats-Msg-Id, and the event it reports
 // (decodeStored). With a Checkpoint, it first tells whether the stream is
 // the checkpoint's (history.go): if not, it reads from the stream's first
@@ -181,12 +181,12 @@ func (p *Publisher) readBack(ctx context.Context, out chan<- storedSet) {
 // only its id is kept. Each request is bounded by AckTimeout.
 func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 	set := storedSet{ids: map[string]uint64{}}
-	from, since := p.opts.ReconcileFrom, p.opts.ReconcileSince
+	from, since := p.opts.Restart.From, p.opts.Restart.Since
 	filter := p.enc.nodeSubjects()
 	rctx, cancel := context.WithTimeout(ctx, p.opts.AckTimeout)
 	defer cancel()
 	stream, err := lookUpStream(rctx, p.js, p.opts.Stream, filter)
-	if from == 0 && p.opts.Checkpoint == nil && errors.Is(err, jetstream.ErrStreamNotFound) {
+	if from == 0 && p.opts.Restart.Checkpoint == nil && errors.Is(err, jetstream.ErrStreamNotFound) {
 		// No checkpoint sequence, no stream: a first start, with the
 		// stream being set up. Nothing of this node's is stored.
 		return set, nil
@@ -200,7 +200,7 @@ func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 	}
 	set.last = info.State.LastSeq
 	set.stream = durable.StreamIdentity{Name: info.Config.Name, Created: info.Created}
-	if ck := p.opts.Checkpoint; ck != nil {
+	if ck := p.opts.Restart.Checkpoint; ck != nil {
 		if set.renew = renewal(ck, set.stream, set.last); set.renew != "" {
 			from, since = 1, time.Time{}
 		} else if _, named := ck.Stream(); !named {
@@ -337,7 +337,7 @@ func (d *delivery) reconciledWith(set storedSet, now time.Time) {
 		d.renew(set, now)
 		defer d.tryCarry(now) // after the events read are reported
 	case set.adopt:
-		d.opts.Checkpoint.Adopt(set.stream)
+		d.opts.Restart.Checkpoint.Adopt(set.stream)
 		d.log.Info("the checkpoint names no stream yet: it belongs to this one", "stream", set.stream.String())
 	}
 	if len(set.ids) == 0 {
@@ -353,7 +353,7 @@ func (d *delivery) reconciledWith(set storedSet, now time.Time) {
 		d.recognised[EventID(s.ev.Container.ID, s.ev.Type)] = struct{}{}
 		events = append(events, s.ev)
 	}
-	// Reported with the watermark held at ReconcileFrom−1: a checkpoint
+	// Reported with the watermark held at Restart.From−1: a checkpoint
 	// written between two of these calls must not record a sequence past
 	// events it does not hold yet. The next ack carries the hold's end.
 	if d.opts.OnAck != nil {
@@ -363,8 +363,8 @@ func (d *delivery) reconciledWith(set storedSet, now time.Time) {
 	}
 	d.checkHold(now)
 	d.metrics.readBack.Add(float64(len(events)))
-	if d.opts.OnStored != nil && len(events) > 0 {
-		d.opts.OnStored(events)
+	if d.opts.Restart.OnStored != nil && len(events) > 0 {
+		d.opts.Restart.OnStored(events)
 	}
 }
 

@@ -406,7 +406,7 @@ func (d *delivery) applyRepair() {
 		}
 	}()
 	own := r.stream
-	if ck := d.opts.Checkpoint; ck != nil {
+	if ck := d.opts.Restart.Checkpoint; ck != nil {
 		if id, named := ck.Stream(); named && !id.IsZero() {
 			own = id // what was kept was acked by the checkpoint's stream
 		}
@@ -424,7 +424,7 @@ func (d *delivery) applyRepair() {
 			"stream", res.stream.Name, "last_sequence", res.last, "acked_sequence", r.highest, "reason", res.reason)
 		r.highest = res.last
 		d.wm.rewind(res.last)
-		if ck := d.opts.Checkpoint; ck != nil {
+		if ck := d.opts.Restart.Checkpoint; ck != nil {
 			ck.Rewind(res.last)
 		}
 	}

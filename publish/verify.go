@@ -36,7 +36,7 @@ import (
 // published) is found by the read at start (readback.go) instead, which
 // is exact: the last message on a subject is not, when two containers of a
 // pod had events of one type stored after the checkpoint. Only without
-// that read (Options.ReconcileFrom 0: a checkpoint of a bridge that did not
+// that read (Options.Restart.From 0: a checkpoint of a bridge that did not
 // record sequences) is an earlier run's spool entry asked for this way.
 //
 // An expected-last-subject-sequence condition on every publish would make

@@ -16,7 +16,7 @@ type watermark struct {
 	// dropped, those behind a live one wait for it.
 	marks []*sendMark
 	// holding is set while the read's messages hold the watermark at
-	// holdAt (ReconcileFrom−1), until holdUntil or all are recognised.
+	// holdAt (Restart.From−1), until holdUntil or all are recognised.
 	holding   bool
 	holdAt    uint64
 	holdUntil time.Time
