@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/pleg-bridge/pleg-bridge/durable"
-	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
 // stallAfter is how long publishing may go without an ack, with messages
@@ -50,8 +46,8 @@ var errOvertaken = errors.New("no ack, while messages sent more than a second la
 // connection's goroutine through acks. It holds what Run gives it (the
 // outbox, the options, the connection and its publishing handle, the
 // checker), then the pods' queues and the messages in flight, the stall,
-// and the state of the read-back (readback.go) and of a new stream's
-// history (history.go).
+// the watermark OnAck reports, and the start-up protocol (startup.go) and
+// the repair checks (repair.go), each a type of its own.
 type delivery struct {
 	out  *outbox
 	opts Options // the Publisher's, defaults applied; read only
@@ -62,9 +58,6 @@ type delivery struct {
 	chk     *checker
 	log     *slog.Logger
 	metrics *metrics
-	// carrying is the Publisher's count of the events carried from the
-	// checkpoint and not yet delivered, which Pending reads.
-	carrying *atomic.Int64
 
 	// pods holds the events in memory of each pod with any. A pod is in
 	// exactly one of: ready, in flight (published or being checked),
@@ -97,32 +90,15 @@ type delivery struct {
 	// so that the spool's emptying is logged once.
 	spoolInUse bool
 
-	// reconciling is set until the read of what an earlier run stored
-	// arrives on reconciled (readback.go); nothing is published before.
-	reconciling bool
-	reconciled  chan storedSet
-	// found maps the ids the read found to their sequences, for the run;
-	// recognised holds those that were reported again.
-	found      map[string]uint64
-	recognised map[string]struct{}
-	wm         watermark
 	// lastAckedSent is when the latest-sent message that JetStream acked
 	// was sent (abandonStragglers).
 	lastAckedSent time.Time
+	// wm is the sequence OnAck reports (watermark.go).
+	wm watermark
 
-	// renewing is the stream whose history Run is starting (history.go),
-	// until the checkpoint adopts it; nil otherwise.
-	renewing *durable.StreamIdentity
-	// carry holds the events to carry into it until they are inserted
-	// (tryCarry); nothing is published before. carryMeta holds the pod
-	// labels of the spooled events, carryUntil ends the wait for the
-	// generator's. carryTimer fires while carryArmed.
-	carry      []generator.Event
-	carryMeta  map[string]*generator.PodMeta
-	carryUntil time.Time
-	carryTimer *time.Timer
-	carryArmed bool
-
+	// start is the start-up protocol: the read-back of what an earlier
+	// run stored and a new stream's history (startup.go).
+	start *startup
 	// rep checks that the stream still holds what it acked (repair.go);
 	// nil without Options.Retained.
 	rep *repairer
@@ -184,9 +160,9 @@ func (d *delivery) run(ctx context.Context) error {
 			d.handle(r)
 		case r := <-d.chk.results:
 			d.checked(r)
-		case set := <-d.reconciled:
-			d.reconciledWith(set, time.Now())
-		case now := <-d.carryC():
+		case set := <-d.start.readC():
+			d.readBackIn(set, time.Now())
+		case now := <-d.start.carryC():
 			d.tryCarry(now)
 		case res := <-d.rep.resultC():
 			d.repairAnswered(res)
@@ -201,7 +177,7 @@ func (d *delivery) run(ctx context.Context) error {
 		case now := <-d.stallC(stallCheck):
 			d.abandonStragglers(now)
 			d.checkStall(now)
-			d.checkHold(now)
+			d.start.checkHold(&d.wm, now)
 		case <-reconnected:
 			d.retryAllNow()
 			d.noticeReconnect() // a check at once, also with nothing to publish
@@ -215,7 +191,7 @@ func (d *delivery) run(ctx context.Context) error {
 			if d.rep != nil {
 				d.rep.holding = false // a check does not hold the drain
 			}
-			if d.carry != nil {
+			if d.start.carryWaits() {
 				d.tryCarry(time.Now()) // no more waiting for labels
 			}
 			t := time.NewTimer(d.opts.DrainTimeout)
@@ -286,7 +262,7 @@ func (d *delivery) takeIn() {
 // is room in flight. It returns an error only when the connection is
 // closed for good.
 func (d *delivery) dispatch() error {
-	if d.reconciling || d.carry != nil || d.repairHolds() {
+	if d.start.holds() || d.repairHolds() {
 		return nil
 	}
 	for d.busy() < d.opts.MaxInFlight && len(d.ready) > 0 {
@@ -349,12 +325,9 @@ func (d *delivery) publish(pq *podQueue) error {
 	if d.busy() == 0 {
 		d.progressAt = sent
 	}
-	if d.found != nil {
-		id := e.msg.Header.Get(jetstream.MsgIDHeader)
-		if _, ok := d.found[id]; ok {
-			d.recognise(pq, id, sent)
-			return nil
-		}
+	if id, seq, ok := d.start.storedBy(e.msg); ok {
+		d.recognise(pq, id, seq, sent)
+		return nil
 	}
 	if d.needsCheck(e, sent) {
 		d.checking[pq] = struct{}{}
@@ -524,7 +497,7 @@ func (d *delivery) advance(pq *podQueue) {
 	e := pq.events[0]
 	switch {
 	case e.carried:
-		defer d.carriedOne() // once the event is out of the queue
+		defer d.start.carriedOne() // once the event is out of the queue
 	case e.repaired:
 		d.repairedOne(e)
 	case !e.spooled:

@@ -418,14 +418,12 @@ func (p *Publisher) Run(ctx context.Context) error {
 		chk:      chk,
 		log:      p.log,
 		metrics:  p.metrics,
-		carrying: &p.carrying,
 		pods:     make(map[string]*podQueue),
 		inflight: make(map[*nats.Msg]inflight, p.opts.MaxInFlight),
 		checking: make(map[*podQueue]struct{}),
+		start:    newStartup(p.opts.Restart, p.opts.Spool, p.log, &p.carrying),
 	}
-	d.carryTimer = time.NewTimer(time.Hour)
-	d.carryTimer.Stop()
-	defer d.carryTimer.Stop()
+	defer d.start.stop()
 	d.rep = newRepairer(p.opts.Retained, p.nc, p.opts.Stream, func(kept []durable.RetainedEvent, reason string) {
 		results := d.rep.results
 		reading.Go(func() {
@@ -435,14 +433,12 @@ func (p *Publisher) Run(ctx context.Context) error {
 		})
 	})
 	defer d.rep.close()
-	if p.opts.Restart.From > 0 || !p.opts.Restart.Since.IsZero() || p.opts.Restart.Checkpoint != nil {
+	if d.start.reading {
 		// Nothing is published before the stream is read back (and, with
 		// a checkpoint, known to be its stream).
-		d.reconciling = true
-		d.reconciled = make(chan storedSet, 1)
-		reading.Go(func() { p.readBack(cctx, d.reconciled) })
-	}
-	if !d.reconciling {
+		read := d.start.read
+		reading.Go(func() { p.readBack(cctx, read) })
+	} else {
 		d.check("the bridge started", true) // else once the read-back is in
 	}
 	if sp := p.opts.Spool; sp != nil && sp.Len() > 0 {

@@ -200,6 +200,15 @@ func (r *repairer) close() {
 	}
 }
 
+// forget drops the events kept for the checks: they were acked by a
+// stream that is not the one Run publishes to.
+func (r *repairer) forget() {
+	if r == nil {
+		return
+	}
+	r.kept.Clear()
+}
+
 // retryC returns the channel of the next try of a failed check, or nil.
 func (r *repairer) retryC() <-chan time.Time {
 	if r == nil || !r.retrying {
