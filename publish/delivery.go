@@ -75,24 +75,13 @@ type delivery struct {
 	// drain waits for those only, the spooled ones stay in the spool.
 	volatile int
 	draining bool
-	// progressAt is when publishing last made progress: the last ack, or
-	// the first publish after nothing was in flight.
-	progressAt time.Time
-	// stalledAt is when publishing stalled: the last progress, once an
-	// attempt failed since or it is stallAfter ago with messages in
-	// flight. Zero while publishing flows. stallFailures counts the failed
-	// attempts since.
-	stalledAt     time.Time
-	stallFailures int
+	stall    stall
 	// taken is the buffer of takeIn, reused.
 	taken []*outboxEvent
 	// spoolInUse is set while events taken from the spool are undelivered,
 	// so that the spool's emptying is logged once.
 	spoolInUse bool
 
-	// lastAckedSent is when the latest-sent message that JetStream acked
-	// was sent (abandonStragglers).
-	lastAckedSent time.Time
 	// wm is the sequence OnAck reports (watermark.go).
 	wm watermark
 
@@ -102,6 +91,25 @@ type delivery struct {
 	// rep checks that the stream still holds what it acked (repair.go);
 	// nil without Options.Retained.
 	rep *repairer
+}
+
+// stall tells whether publishing stalled, and since when: no ack while
+// messages are in flight, as during a stream leader's election or an
+// outage (checkStall, failed, delivered), and which messages in flight to
+// take as lost (abandonStragglers).
+type stall struct {
+	// progressAt is when publishing last made progress: the last ack, or
+	// the first publish after nothing was in flight.
+	progressAt time.Time
+	// since is when publishing stalled: the last progress, once an
+	// attempt failed since or it is stallAfter ago with messages in
+	// flight. Zero while publishing flows. failures counts the failed
+	// attempts since.
+	since    time.Time
+	failures int
+	// lastAckedSent is when the latest-sent message that JetStream acked
+	// was sent.
+	lastAckedSent time.Time
 }
 
 type inflight struct {
@@ -323,7 +331,7 @@ func (d *delivery) publish(pq *podQueue) error {
 	}
 	sent := time.Now()
 	if d.busy() == 0 {
-		d.progressAt = sent
+		d.stall.progressAt = sent
 	}
 	if id, seq, ok := d.start.storedBy(e.msg); ok {
 		d.recognise(pq, id, seq, sent)
@@ -395,8 +403,8 @@ func (d *delivery) handle(r ackResult) {
 	}
 	d.wm.stored(r.ack.Sequence)
 	d.noticeAck(r.ack)
-	if f.sent.After(d.lastAckedSent) {
-		d.lastAckedSent = f.sent
+	if f.sent.After(d.stall.lastAckedSent) {
+		d.stall.lastAckedSent = f.sent
 	}
 	if r.ack.Duplicate {
 		d.metrics.duplicate.Inc()
@@ -442,12 +450,12 @@ func (d *delivery) checked(r checkResult) {
 // reach the disk together).
 func (d *delivery) delivered(pq *podQueue, seq uint64) {
 	now := time.Now()
-	d.progressAt = now
-	if !d.stalledAt.IsZero() {
+	d.stall.progressAt = now
+	if !d.stall.since.IsZero() {
 		d.log.Info("publishing resumed",
-			"stalled_for", now.Sub(d.stalledAt), "failed_attempts", d.stallFailures)
-		d.stalledAt = time.Time{}
-		d.stallFailures = 0
+			"stalled_for", now.Sub(d.stall.since), "failed_attempts", d.stall.failures)
+		d.stall.since = time.Time{}
+		d.stall.failures = 0
 		// As after a reconnect: the stall (an election, say) is over.
 		d.retryAllNow()
 	}
@@ -520,14 +528,14 @@ func (d *delivery) advance(pq *podQueue) {
 // outage does not flood the log; the next ack logs that publishing resumed.
 func (d *delivery) failed(pq *podQueue, err error) {
 	pq.failures++
-	d.stallFailures++
+	d.stall.failures++
 	delay := RetryDelay(d.opts.RetryBackoffMin, d.opts.RetryBackoffMax, pq.failures)
 	ev := pq.events[0].ev
 	attrs := []any{"pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", string(ev.Type),
 		"attempt", pq.failures, "retry_in", delay, "err", err}
 	now := time.Now()
-	if d.stalledAt.IsZero() {
-		d.stalledAt = d.progressAt
+	if d.stall.since.IsZero() {
+		d.stall.since = d.stall.progressAt
 		d.log.Warn("publishing stalled: publish event failed, will retry until acks resume", attrs...)
 	} else {
 		d.log.Debug("publish event failed, will retry", attrs...)
@@ -546,12 +554,12 @@ func (d *delivery) failed(pq *podQueue, err error) {
 // against the stream if it comes late for the duplicate window (verify.go).
 // A late answer to the abandoned attempt is ignored.
 func (d *delivery) abandonStragglers(now time.Time) {
-	stalled := now.Sub(d.progressAt) > stalledResendAfter
-	if d.lastAckedSent.IsZero() && !stalled {
+	stalled := now.Sub(d.stall.progressAt) > stalledResendAfter
+	if d.stall.lastAckedSent.IsZero() && !stalled {
 		return
 	}
 	for msg, f := range d.inflight {
-		overtaken := !d.lastAckedSent.IsZero() && d.lastAckedSent.Sub(f.sent) > stragglerAfter
+		overtaken := !d.stall.lastAckedSent.IsZero() && d.stall.lastAckedSent.Sub(f.sent) > stragglerAfter
 		if !overtaken && !(stalled && now.Sub(f.sent) > stalledResendAfter) {
 			continue
 		}
@@ -569,12 +577,12 @@ func (d *delivery) abandonStragglers(now time.Time) {
 // flight and no ack for stallAfter, as while a stream leader is elected
 // (an ack timeout would say so only after AckTimeout).
 func (d *delivery) checkStall(now time.Time) {
-	if !d.stalledAt.IsZero() || d.busy() == 0 || now.Sub(d.progressAt) < stallAfter {
+	if !d.stall.since.IsZero() || d.busy() == 0 || now.Sub(d.stall.progressAt) < stallAfter {
 		return
 	}
-	d.stalledAt = d.progressAt
+	d.stall.since = d.stall.progressAt
 	d.log.Warn("publishing stalled: no ack, will wait and retry until acks resume",
-		"for", now.Sub(d.progressAt), "in_flight", d.busy())
+		"for", now.Sub(d.stall.progressAt), "in_flight", d.busy())
 }
 
 // RetryDelay is the wait before the next attempt after failures failed ones

@@ -269,7 +269,7 @@ func (d *delivery) repairHolds() bool {
 	// again once it fails: a stream that is not back yet takes nothing,
 	// and what it takes once back must not overtake what the check puts
 	// back.
-	return !d.stalledAt.IsZero() || d.nc.IsReconnecting()
+	return !d.stall.since.IsZero() || d.nc.IsReconnecting()
 }
 
 // check starts a check for reason, holding publishing until it answers
