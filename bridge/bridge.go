@@ -337,8 +337,7 @@ func build(opts Options) (_ *pipeline, err error) {
 			// and which went away meanwhile gets its Died and Removed.
 			OnStored: func(events []generator.Event) { p.gen.Restore(events) },
 		},
-		Retained: retained,
-		OnRepair: onRepair,
+		Repair: publish.Repair{Retained: retained, OnRepaired: onRepair},
 	})
 	if err != nil {
 		return nil, err

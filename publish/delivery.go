@@ -89,7 +89,7 @@ type delivery struct {
 	// run stored and a new stream's history (startup.go).
 	start *startup
 	// rep checks that the stream still holds what it acked (repair.go);
-	// nil without Options.Retained.
+	// nil without Options.Repair.Retained.
 	rep *repairer
 }
 
@@ -469,8 +469,8 @@ func (d *delivery) delivered(pq *podQueue, seq uint64) {
 	if d.opts.OnAck != nil {
 		d.opts.OnAck(e.ev, d.wm.value())
 	}
-	if d.opts.Retained != nil {
-		d.opts.Retained.Record(e.ev, seq, now)
+	if kept := d.opts.Repair.Retained; kept != nil {
+		kept.Record(e.ev, seq, now)
 	}
 	if e.spooled || e.written {
 		d.done(e.seq)

@@ -100,21 +100,31 @@ type Options struct {
 	// Restart is what this run takes over from an earlier one on the
 	// node; the zero value is a first start.
 	Restart Restart
+	// Repair checks that the stream still holds what it acked, and
+	// publishes again what the servers lost; the zero value checks
+	// nothing.
+	Repair Repair
+}
+
+// Repair configures the repair of what the NATS servers lost after acking
+// it (repair.go): the acked events kept on disk, and what Run does while
+// and after it checks the stream for them. Run checks when it starts,
+// after every reconnect, every election of the stream's leader and every
+// ack whose sequence went backwards. The zero value checks nothing.
+type Repair struct {
 	// Retained, if set, keeps every acked event for its window
-	// (durable.Retained), and Run checks that the stream still holds them
-	// when it starts, after every reconnect, every election of the
-	// stream's leader and every ack whose sequence went backwards: what
-	// the servers lost is published again, with its id, before anything
-	// newer of its pod (repair.go). nil: no repair.
+	// (durable.Retained), and Run checks that the stream still holds
+	// them: what the servers lost is published again, with its id, before
+	// anything newer of its pod. nil: no repair.
 	Retained *durable.Retained
-	// RepairQuickHold is how long a check holds publishing even while
+	// QuickHold is how long a check holds publishing even while
 	// publishing works; 0 means DefaultRepairQuickHold. Past it, a check
 	// still on its way holds publishing only while publishing fails.
-	RepairQuickHold time.Duration
-	// OnRepair, if set, is called from Run's goroutine after a check put
-	// lost events back: the state bucket checks its keys too. It must not
-	// block.
-	OnRepair func(lost int)
+	QuickHold time.Duration
+	// OnRepaired, if set, is called from Run's goroutine after a check
+	// put lost events back: the state bucket checks its keys too. It must
+	// not block.
+	OnRepaired func(lost int)
 }
 
 // Restart is the state a Publisher takes over from an earlier run on the
@@ -251,7 +261,7 @@ func New(nc *nats.Conn, opts Options) (*Publisher, error) {
 		log:  log,
 		out:  newOutbox(opts.OutboxSize, opts.Spool, opts.WriteThrough, log),
 	}
-	m, err := newMetrics(opts.Registerer, p.out.Len, opts.OutboxSize, opts.Spool, opts.Retained)
+	m, err := newMetrics(opts.Registerer, p.out.Len, opts.OutboxSize, opts.Spool, opts.Repair.Retained)
 	if err != nil {
 		return nil, fmt.Errorf("create publisher: %w", err)
 	}
@@ -316,7 +326,7 @@ func applyDefaults(o *Options) error {
 		{"ack timeout", &o.AckTimeout, DefaultAckTimeout},
 		{"drain timeout", &o.DrainTimeout, DefaultDrainTimeout},
 		{"duplicate window", &o.DuplicateWindow, DefaultDuplicateWindow},
-		{"repair quick hold", &o.RepairQuickHold, DefaultRepairQuickHold},
+		{"repair quick hold", &o.Repair.QuickHold, DefaultRepairQuickHold},
 	}
 	for _, f := range durations {
 		if *f.v < 0 {
@@ -424,7 +434,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		start:    newStartup(p.opts.Restart, p.opts.Spool, p.log, &p.carrying),
 	}
 	defer d.start.stop()
-	d.rep = newRepairer(p.opts.Retained, p.nc, p.opts.Stream, func(kept []durable.RetainedEvent, reason string) {
+	d.rep = newRepairer(p.opts.Repair.Retained, p.nc, p.opts.Stream, func(kept []durable.RetainedEvent, reason string) {
 		results := d.rep.results
 		reading.Go(func() {
 			res, err := p.readKept(cctx, kept)

@@ -21,7 +21,7 @@ import (
 // Publisher forgets an event once it is acked, so without more, such an
 // event is never published again.
 //
-// So, with Options.Retained, every acked event is kept for a window
+// So, with Options.Repair.Retained, every acked event is kept for a window
 // (durable.Retained: on disk, longer than the servers' flush), and after
 // anything that can follow a loss the Publisher checks that the stream
 // still holds them:
@@ -57,7 +57,7 @@ import (
 // pleg_bridge_repair_checks_total counts the checks by result.
 //
 // While the first read after a reconnect or an election is on its way,
-// nothing is published for Options.RepairQuickHold (a second; a check of a
+// nothing is published for Options.Repair.QuickHold (a second; a check of a
 // healthy stream takes milliseconds), and after that only while publishing
 // fails too (servers still recovering), for a minute at most: so no later
 // event of a pod reaches the stream before an earlier one the check puts
@@ -125,7 +125,7 @@ type repairer struct {
 	// have held publishing: the next check does.
 	againHolds bool
 	// heldSince is when the hold started; holdTimer fires when its quick
-	// part (Options.RepairQuickHold) is over, to wake the delivery.
+	// part (Options.Repair.QuickHold) is over, to wake the delivery.
 	heldSince time.Time
 	holdTimer *time.Timer
 	// answer is a read's answer waiting for the messages in flight to
@@ -243,7 +243,7 @@ func (r *repairer) holdC() <-chan time.Time {
 }
 
 // repairHolds reports whether publishing waits for a check: an answer that
-// is not applied yet, or a check on its way for RepairQuickHold, and for
+// is not applied yet, or a check on its way for Repair.QuickHold, and for
 // up to repairHoldMax while publishing fails too.
 func (d *delivery) repairHolds() bool {
 	r := d.rep
@@ -262,7 +262,7 @@ func (d *delivery) repairHolds() bool {
 		r.holding = false
 		d.log.Debug("publishing goes on while the check of the acknowledged events is on its way", "held_for", held, "reason", r.reason)
 		return false
-	case held < d.opts.RepairQuickHold:
+	case held < d.opts.Repair.QuickHold:
 		return true
 	}
 	// Past the quick hold, publishing goes on while it works, and waits
@@ -291,7 +291,7 @@ func (d *delivery) check(reason string, hold bool) {
 		if hold && !d.draining {
 			if !r.holding {
 				r.heldSince = now
-				r.holdTimer.Reset(d.opts.RepairQuickHold)
+				r.holdTimer.Reset(d.opts.Repair.QuickHold)
 			}
 			r.holding = true
 		}
@@ -307,7 +307,7 @@ func (d *delivery) check(reason string, hold bool) {
 	r.retry.Stop()
 	if hold && !r.holding && !d.draining {
 		r.heldSince = now
-		r.holdTimer.Reset(d.opts.RepairQuickHold)
+		r.holdTimer.Reset(d.opts.Repair.QuickHold)
 	}
 	r.holding = hold && !d.draining
 	r.launch(kept, reason)
@@ -469,8 +469,8 @@ func (d *delivery) applyRepair() {
 		"events", len(lost), "pods", pods, "kept", res.kept, "stream", res.stream.Name,
 		"first_sequence", res.first, "last_sequence", res.last, "reason", res.reason,
 		"oldest_acked_at", lost[0].AckedAt)
-	if d.opts.OnRepair != nil {
-		d.opts.OnRepair(len(lost))
+	if on := d.opts.Repair.OnRepaired; on != nil {
+		on(len(lost))
 	}
 }
 
