@@ -78,9 +78,6 @@ type delivery struct {
 	stall    stall
 	// taken is the buffer of takeIn, reused.
 	taken []*outboxEvent
-	// spoolInUse is set while events taken from the spool are undelivered,
-	// so that the spool's emptying is logged once.
-	spoolInUse bool
 
 	// wm is the sequence OnAck reports (watermark.go).
 	wm watermark
@@ -258,9 +255,6 @@ func (d *delivery) putFront(events []*outboxEvent) int {
 func (d *delivery) takeIn() {
 	d.taken = d.out.Take(d.taken[:0])
 	for i, e := range d.taken {
-		if e.spooled {
-			d.spoolInUse = true
-		}
 		d.add(e)
 		d.taken[i] = nil
 	}
@@ -472,20 +466,7 @@ func (d *delivery) delivered(pq *podQueue, seq uint64) {
 	if kept := d.opts.Repair.Retained; kept != nil {
 		kept.Record(e.ev, seq, now)
 	}
-	if e.spooled || e.written {
-		d.done(e.seq)
-	}
-}
-
-// done marks a spool entry delivered or given up, and logs when that
-// emptied the spool.
-func (d *delivery) done(seq uint64) {
-	sp := d.opts.Spool
-	sp.Done(seq)
-	if d.spoolInUse && sp.Len() == 0 {
-		d.spoolInUse = false
-		d.log.Info("spool empty: every spooled event is delivered")
-	}
+	d.out.Done(e)
 }
 
 // giveUpHead drops the head event of pq, which cannot be delivered.
@@ -493,9 +474,7 @@ func (d *delivery) giveUpHead(pq *podQueue, reason string, err error) {
 	e := pq.events[0]
 	d.drop(e, reason, err)
 	d.advance(pq) // frees its slot
-	if e.spooled || e.written {
-		d.done(e.seq)
-	}
+	d.out.Done(e)
 }
 
 // advance removes the head event of pq, which is delivered or given up, and

@@ -451,10 +451,6 @@ func (p *Publisher) Run(ctx context.Context) error {
 	} else {
 		d.check("the bridge started", true) // else once the read-back is in
 	}
-	if sp := p.opts.Spool; sp != nil && sp.Len() > 0 {
-		p.log.Info("delivering the events an earlier run left in the spool, before newer ones",
-			"entries", sp.Len(), "bytes", sp.Bytes())
-		d.spoolInUse = true
-	}
+	p.out.Resume()
 	return d.run(ctx)
 }
