@@ -84,7 +84,7 @@ type delivery struct {
 
 	// start is the start-up protocol: the read-back of what an earlier
 	// run stored and a new stream's history (startup.go).
-	start *startup
+	start startup
 	// rep checks that the stream still holds what it acked (repair.go);
 	// nil without Options.Repair.Retained.
 	rep *repairer

@@ -61,8 +61,8 @@ type startup struct {
 // newStartup returns the start-up state of a Run over opts. With anything
 // to read back (a checkpoint, or a sequence or time to read from), it is
 // reading: the caller starts the read, which sends its set on s.read.
-func newStartup(opts Restart, spool *durable.Spool, log *slog.Logger, carrying *atomic.Int64) *startup {
-	s := &startup{opts: opts, spool: spool, log: log, carrying: carrying, carryTimer: time.NewTimer(time.Hour)}
+func newStartup(opts Restart, spool *durable.Spool, log *slog.Logger, carrying *atomic.Int64) startup {
+	s := startup{opts: opts, spool: spool, log: log, carrying: carrying, carryTimer: time.NewTimer(time.Hour)}
 	s.carryTimer.Stop()
 	if opts.From > 0 || !opts.Since.IsZero() || opts.Checkpoint != nil {
 		s.reading = true
