@@ -74,11 +74,13 @@ type delivery struct {
 	// volatile counts the events in pods that Send kept in memory: the
 	// drain waits for those only, the spooled ones stay in the spool.
 	volatile int
+	// draining is set once Run's ctx is done: Send refuses events, and
+	// what is in memory is delivered for up to DrainTimeout.
 	draining bool
-	stall    stall
+	// stall tells whether, and since when, publishing stalled.
+	stall stall
 	// taken is the buffer of takeIn, reused.
 	taken []*outboxEvent
-
 	// wm is the sequence OnAck reports (watermark.go).
 	wm watermark
 
