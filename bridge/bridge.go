@@ -391,26 +391,8 @@ func (p *pipeline) buildStateWriter(enc *publish.Encoder, pub *publisherSlot) (e
 	return err
 }
 
-// restartState is what the publisher of a restart starts from. Without a
-// durable store only onStored is set.
-type restartState struct {
-	// from and since start the read-back of what this node stored that
-	// the checkpoint may not know (publish.Options.ReconcileFrom and
-	// ReconcileSince).
-	from  uint64
-	since time.Time
-	// checkpoint records the acks; podMeta gives the labels it does not
-	// keep to what it carries into a new stream (publish/history.go).
-	checkpoint *durable.Checkpoint
-	podMeta    func(podUID string) (*generator.PodMeta, bool)
-	// onStored takes into the generator what the read-back found.
-	onStored func([]generator.Event)
-	// retained keeps the acked events the repair checks the stream for.
-	retained *durable.Retained
-}
-
-// restart returns the restart state, from the durable store and the
-// generator.
+// restart returns what the publisher of a restart starts from, from the
+// durable store and the generator. Without a store only OnStored is set.
 //
 // The checkpoint records each ack with the publisher's watermark, and the
 // publisher of a restart reads back what this node stored after the
@@ -418,20 +400,32 @@ type restartState struct {
 // those events again, however long the bridge was down. What it reads
 // back completes the generator's restored state: a container whose
 // ContainerStarted was stored just before a crash and which went away
-// meanwhile gets its Died and Removed.
-func (p *pipeline) restart() restartState {
-	r := restartState{onStored: p.gen.Restore}
+// meanwhile gets its Died and Removed. The checkpoint keeps no labels:
+// what it carries into a new stream takes them from the generator.
+func (p *pipeline) restart() publish.Restart {
+	r := publish.Restart{OnStored: p.gen.Restore}
 	if p.store == nil {
 		return r
 	}
-	r.checkpoint, r.podMeta, r.retained = p.store.Checkpoint(), p.gen.PodMeta, p.store.Retained()
-	if seq := r.checkpoint.Sequence(); seq > 0 {
-		r.from = seq + 1
-	} else if created := r.checkpoint.Created(); !created.IsZero() {
+	r.Checkpoint, r.PodMeta = p.store.Checkpoint(), p.gen.PodMeta
+	if seq := r.Checkpoint.Sequence(); seq > 0 {
+		r.From = seq + 1
+	} else if created := r.Checkpoint.Created(); !created.IsZero() {
 		// Killed before its first checkpoint write, a bridge stored
 		// events that nothing here knows of: read back what this node
 		// stored since the store was made.
-		r.since = created.Add(-reconcileClockMargin)
+		r.Since = created.Add(-reconcileClockMargin)
+	}
+	return r
+}
+
+// repair returns the repair's options: the acked events the store keeps
+// (none without a store), and the state bucket reading its keys again
+// after a repair, which the same loss may have rolled back.
+func (p *pipeline) repair(h ackHooks) publish.Repair {
+	r := publish.Repair{OnRepaired: h.onRepair}
+	if p.store != nil {
+		r.Retained = p.store.Retained()
 	}
 	return r
 }
@@ -473,7 +467,7 @@ func (p *pipeline) acked() ackHooks {
 
 // publisherOptions is the publisher's configuration, from the options and
 // what the steps before it made. It builds the literal and nothing else.
-func (p *pipeline) publisherOptions(enc *publish.Encoder, spool *durable.Spool, r restartState, h ackHooks) publish.Options {
+func (p *pipeline) publisherOptions(enc *publish.Encoder, spool *durable.Spool, r publish.Restart, h ackHooks) publish.Options {
 	return publish.Options{
 		Encoder:     enc,
 		MaxInFlight: p.opts.PublishMaxInFlight,
@@ -483,17 +477,12 @@ func (p *pipeline) publisherOptions(enc *publish.Encoder, spool *durable.Spool, 
 		WriteThrough:    spool != nil,
 		Stream:          p.opts.Stream.Name,
 		DuplicateWindow: p.opts.Stream.DuplicateWindow,
-		ReconcileFrom:   r.from,
-		ReconcileSince:  r.since,
-		Checkpoint:      r.checkpoint,
-		PodMeta:         r.podMeta,
 		DrainTimeout:    p.opts.ShutdownTimeout,
 		Registerer:      p.reg,
 		Logger:          p.opts.Logger,
 		OnAck:           h.onAck,
-		OnStored:        r.onStored,
-		Retained:        r.retained,
-		OnRepair:        h.onRepair,
+		Restart:         r,
+		Repair:          p.repair(h),
 	}
 }
 

@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/pleg-bridge/pleg-bridge/durable"
-	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
 // stallAfter is how long publishing may go without an ack, with messages
@@ -50,8 +46,8 @@ var errOvertaken = errors.New("no ack, while messages sent more than a second la
 // connection's goroutine through acks. It holds what Run gives it (the
 // outbox, the options, the connection and its publishing handle, the
 // checker), then the pods' queues and the messages in flight, the stall,
-// and the state of the read-back (reconcile.go) and of a new stream's
-// history (history.go).
+// the watermark OnAck reports, and the start-up protocol (startup.go) and
+// the repair checks (repair.go), each a type of its own.
 type delivery struct {
 	out  *outbox
 	opts Options // the Publisher's, defaults applied; read only
@@ -62,9 +58,6 @@ type delivery struct {
 	chk     *checker
 	log     *slog.Logger
 	metrics *metrics
-	// carrying is the Publisher's count of the events carried from the
-	// checkpoint and not yet delivered, which Pending reads.
-	carrying *atomic.Int64
 
 	// pods holds the events in memory of each pod with any. A pod is in
 	// exactly one of: ready, in flight (published or being checked),
@@ -81,51 +74,41 @@ type delivery struct {
 	// volatile counts the events in pods that Send kept in memory: the
 	// drain waits for those only, the spooled ones stay in the spool.
 	volatile int
+	// draining is set once Run's ctx is done: Send refuses events, and
+	// what is in memory is delivered for up to DrainTimeout.
 	draining bool
+	// stall tells whether, and since when, publishing stalled.
+	stall stall
+	// taken is the buffer of takeIn, reused.
+	taken []*outboxEvent
+	// wm is the sequence OnAck reports (watermark.go).
+	wm watermark
+
+	// start is the start-up protocol: the read-back of what an earlier
+	// run stored and a new stream's history (startup.go).
+	start startup
+	// rep checks that the stream still holds what it acked (repair.go);
+	// nil without Options.Repair.Retained.
+	rep *repairer
+}
+
+// stall tells whether publishing stalled, and since when: no ack while
+// messages are in flight, as during a stream leader's election or an
+// outage (checkStall, failed, delivered), and which messages in flight to
+// take as lost (abandonStragglers).
+type stall struct {
 	// progressAt is when publishing last made progress: the last ack, or
 	// the first publish after nothing was in flight.
 	progressAt time.Time
-	// stalledAt is when publishing stalled: the last progress, once an
+	// since is when publishing stalled: the last progress, once an
 	// attempt failed since or it is stallAfter ago with messages in
-	// flight. Zero while publishing flows. stallFailures counts the failed
+	// flight. Zero while publishing flows. failures counts the failed
 	// attempts since.
-	stalledAt     time.Time
-	stallFailures int
-	// taken is the buffer of takeIn, reused.
-	taken []*outboxEvent
-	// spoolInUse is set while events taken from the spool are undelivered,
-	// so that the spool's emptying is logged once.
-	spoolInUse bool
-
-	// reconciling is set until the read of what an earlier run stored
-	// arrives on reconciled (reconcile.go); nothing is published before.
-	reconciling bool
-	reconciled  chan storedSet
-	// found maps the ids the read found to their sequences, for the run;
-	// recognised holds those that were reported again.
-	found      map[string]uint64
-	recognised map[string]struct{}
-	wm         watermark
+	since    time.Time
+	failures int
 	// lastAckedSent is when the latest-sent message that JetStream acked
-	// was sent (abandonStragglers).
+	// was sent.
 	lastAckedSent time.Time
-
-	// renewing is the stream whose history Run is starting (history.go),
-	// until the checkpoint adopts it; nil otherwise.
-	renewing *durable.StreamIdentity
-	// carry holds the events to carry into it until they are inserted
-	// (tryCarry); nothing is published before. carryMeta holds the pod
-	// labels of the spooled events, carryUntil ends the wait for the
-	// generator's. carryTimer fires while carryArmed.
-	carry      []generator.Event
-	carryMeta  map[string]*generator.PodMeta
-	carryUntil time.Time
-	carryTimer *time.Timer
-	carryArmed bool
-
-	// rep checks that the stream still holds what it acked (repair.go);
-	// nil without Options.Retained.
-	rep *repairer
 }
 
 type inflight struct {
@@ -184,9 +167,9 @@ func (d *delivery) run(ctx context.Context) error {
 			d.handle(r)
 		case r := <-d.chk.results:
 			d.checked(r)
-		case set := <-d.reconciled:
-			d.reconciledWith(set, time.Now())
-		case now := <-d.carryC():
+		case set := <-d.start.readC():
+			d.readBackIn(set, time.Now())
+		case now := <-d.start.carryC():
 			d.tryCarry(now)
 		case res := <-d.rep.resultC():
 			d.repairAnswered(res)
@@ -201,7 +184,7 @@ func (d *delivery) run(ctx context.Context) error {
 		case now := <-d.stallC(stallCheck):
 			d.abandonStragglers(now)
 			d.checkStall(now)
-			d.checkHold(now)
+			d.start.checkHold(&d.wm, now)
 		case <-reconnected:
 			d.retryAllNow()
 			d.noticeReconnect() // a check at once, also with nothing to publish
@@ -215,7 +198,7 @@ func (d *delivery) run(ctx context.Context) error {
 			if d.rep != nil {
 				d.rep.holding = false // a check does not hold the drain
 			}
-			if d.carry != nil {
+			if d.start.carryWaits() {
 				d.tryCarry(time.Now()) // no more waiting for labels
 			}
 			t := time.NewTimer(d.opts.DrainTimeout)
@@ -274,9 +257,6 @@ func (d *delivery) putFront(events []*outboxEvent) int {
 func (d *delivery) takeIn() {
 	d.taken = d.out.Take(d.taken[:0])
 	for i, e := range d.taken {
-		if e.spooled {
-			d.spoolInUse = true
-		}
 		d.add(e)
 		d.taken[i] = nil
 	}
@@ -286,7 +266,7 @@ func (d *delivery) takeIn() {
 // is room in flight. It returns an error only when the connection is
 // closed for good.
 func (d *delivery) dispatch() error {
-	if d.reconciling || d.carry != nil || d.repairHolds() {
+	if d.start.holds() || d.repairHolds() {
 		return nil
 	}
 	for d.busy() < d.opts.MaxInFlight && len(d.ready) > 0 {
@@ -322,8 +302,8 @@ func (d *delivery) busy() int {
 // is published again: it may have been stored longer ago than JetStream's
 // duplicate detection can be relied on (verify.go).
 func (d *delivery) needsCheck(e *outboxEvent, now time.Time) bool {
-	if e.unchecked && d.opts.ReconcileFrom == 0 {
-		// Without the read (reconcile.go), which knows every message an
+	if e.unchecked && d.opts.Restart.From == 0 {
+		// Without the read (readback.go), which knows every message an
 		// earlier run stored after its checkpoint, the entry is asked for.
 		return true
 	}
@@ -347,14 +327,11 @@ func (d *delivery) publish(pq *podQueue) error {
 	}
 	sent := time.Now()
 	if d.busy() == 0 {
-		d.progressAt = sent
+		d.stall.progressAt = sent
 	}
-	if d.found != nil {
-		id := e.msg.Header.Get(jetstream.MsgIDHeader)
-		if _, ok := d.found[id]; ok {
-			d.recognise(pq, id, sent)
-			return nil
-		}
+	if id, seq, ok := d.start.storedBy(e.msg); ok {
+		d.recognise(pq, id, seq, sent)
+		return nil
 	}
 	if d.needsCheck(e, sent) {
 		d.checking[pq] = struct{}{}
@@ -422,8 +399,8 @@ func (d *delivery) handle(r ackResult) {
 	}
 	d.wm.stored(r.ack.Sequence)
 	d.noticeAck(r.ack)
-	if f.sent.After(d.lastAckedSent) {
-		d.lastAckedSent = f.sent
+	if f.sent.After(d.stall.lastAckedSent) {
+		d.stall.lastAckedSent = f.sent
 	}
 	if r.ack.Duplicate {
 		d.metrics.duplicate.Inc()
@@ -469,12 +446,12 @@ func (d *delivery) checked(r checkResult) {
 // reach the disk together).
 func (d *delivery) delivered(pq *podQueue, seq uint64) {
 	now := time.Now()
-	d.progressAt = now
-	if !d.stalledAt.IsZero() {
+	d.stall.progressAt = now
+	if !d.stall.since.IsZero() {
 		d.log.Info("publishing resumed",
-			"stalled_for", now.Sub(d.stalledAt), "failed_attempts", d.stallFailures)
-		d.stalledAt = time.Time{}
-		d.stallFailures = 0
+			"stalled_for", now.Sub(d.stall.since), "failed_attempts", d.stall.failures)
+		d.stall.since = time.Time{}
+		d.stall.failures = 0
 		// As after a reconnect: the stall (an election, say) is over.
 		d.retryAllNow()
 	}
@@ -488,23 +465,10 @@ func (d *delivery) delivered(pq *podQueue, seq uint64) {
 	if d.opts.OnAck != nil {
 		d.opts.OnAck(e.ev, d.wm.value())
 	}
-	if d.opts.Retained != nil {
-		d.opts.Retained.Record(e.ev, seq, now)
+	if kept := d.opts.Repair.Retained; kept != nil {
+		kept.Record(e.ev, seq, now)
 	}
-	if e.spooled || e.written {
-		d.done(e.seq)
-	}
-}
-
-// done marks a spool entry delivered or given up, and logs when that
-// emptied the spool.
-func (d *delivery) done(seq uint64) {
-	sp := d.opts.Spool
-	sp.Done(seq)
-	if d.spoolInUse && sp.Len() == 0 {
-		d.spoolInUse = false
-		d.log.Info("spool empty: every spooled event is delivered")
-	}
+	d.out.Done(e)
 }
 
 // giveUpHead drops the head event of pq, which cannot be delivered.
@@ -512,9 +476,7 @@ func (d *delivery) giveUpHead(pq *podQueue, reason string, err error) {
 	e := pq.events[0]
 	d.drop(e, reason, err)
 	d.advance(pq) // frees its slot
-	if e.spooled || e.written {
-		d.done(e.seq)
-	}
+	d.out.Done(e)
 }
 
 // advance removes the head event of pq, which is delivered or given up, and
@@ -524,7 +486,7 @@ func (d *delivery) advance(pq *podQueue) {
 	e := pq.events[0]
 	switch {
 	case e.carried:
-		defer d.carriedOne() // once the event is out of the queue
+		defer d.start.carriedOne() // once the event is out of the queue
 	case e.repaired:
 		d.repairedOne(e)
 	case !e.spooled:
@@ -547,14 +509,14 @@ func (d *delivery) advance(pq *podQueue) {
 // outage does not flood the log; the next ack logs that publishing resumed.
 func (d *delivery) failed(pq *podQueue, err error) {
 	pq.failures++
-	d.stallFailures++
+	d.stall.failures++
 	delay := RetryDelay(d.opts.RetryBackoffMin, d.opts.RetryBackoffMax, pq.failures)
 	ev := pq.events[0].ev
 	attrs := []any{"pod_uid", ev.Pod.UID, "container_id", ev.Container.ID, "event_type", string(ev.Type),
 		"attempt", pq.failures, "retry_in", delay, "err", err}
 	now := time.Now()
-	if d.stalledAt.IsZero() {
-		d.stalledAt = d.progressAt
+	if d.stall.since.IsZero() {
+		d.stall.since = d.stall.progressAt
 		d.log.Warn("publishing stalled: publish event failed, will retry until acks resume", attrs...)
 	} else {
 		d.log.Debug("publish event failed, will retry", attrs...)
@@ -573,12 +535,12 @@ func (d *delivery) failed(pq *podQueue, err error) {
 // against the stream if it comes late for the duplicate window (verify.go).
 // A late answer to the abandoned attempt is ignored.
 func (d *delivery) abandonStragglers(now time.Time) {
-	stalled := now.Sub(d.progressAt) > stalledResendAfter
-	if d.lastAckedSent.IsZero() && !stalled {
+	stalled := now.Sub(d.stall.progressAt) > stalledResendAfter
+	if d.stall.lastAckedSent.IsZero() && !stalled {
 		return
 	}
 	for msg, f := range d.inflight {
-		overtaken := !d.lastAckedSent.IsZero() && d.lastAckedSent.Sub(f.sent) > stragglerAfter
+		overtaken := !d.stall.lastAckedSent.IsZero() && d.stall.lastAckedSent.Sub(f.sent) > stragglerAfter
 		if !overtaken && !(stalled && now.Sub(f.sent) > stalledResendAfter) {
 			continue
 		}
@@ -596,12 +558,12 @@ func (d *delivery) abandonStragglers(now time.Time) {
 // flight and no ack for stallAfter, as while a stream leader is elected
 // (an ack timeout would say so only after AckTimeout).
 func (d *delivery) checkStall(now time.Time) {
-	if !d.stalledAt.IsZero() || d.busy() == 0 || now.Sub(d.progressAt) < stallAfter {
+	if !d.stall.since.IsZero() || d.busy() == 0 || now.Sub(d.stall.progressAt) < stallAfter {
 		return
 	}
-	d.stalledAt = d.progressAt
+	d.stall.since = d.stall.progressAt
 	d.log.Warn("publishing stalled: no ack, will wait and retry until acks resume",
-		"for", now.Sub(d.progressAt), "in_flight", d.busy())
+		"for", now.Sub(d.stall.progressAt), "in_flight", d.busy())
 }
 
 // RetryDelay is the wait before the next attempt after failures failed ones

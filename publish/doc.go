@@ -25,18 +25,22 @@
 //     cluster that is down) is logged once when it starts and once when
 //     acks resume.
 //   - Exactly once across restarts and past the stream's duplicate
-//     window. Before it publishes anything, a restarted Publisher reads
-//     back what this node stored after the checkpoint's sequence, does not
-//     publish those events again, and hands them to the checkpoint and the
-//     generator (Options.OnStored), so that a container whose start was
-//     stored just before a crash and which is gone now still gets its end
-//     (reconcile.go, stored.go). The checkpoint names the stream it
-//     belongs to: a Publisher that finds another (deleted and created
-//     again, another server's) starts that stream's history, putting the
-//     checkpoint's events into it before anything else, so that no
-//     container's end is published without its start in the same stream
-//     (history.go). A retry that could come after the duplicate window is
-//     checked against the stream before it is published (verify.go).
+//     window. What a run takes over from an earlier one comes in
+//     Options.Restart. Before it publishes anything, a restarted Publisher
+//     reads back what this node stored after the checkpoint's sequence,
+//     does not publish those events again, and hands them to the
+//     checkpoint and the generator (Restart.OnStored), so that a container
+//     whose start was stored just before a crash and which is gone now
+//     still gets its end (readback.go, stored.go). The checkpoint names
+//     the stream it belongs to: a Publisher that finds another (deleted
+//     and created again, another server's) starts that stream's history,
+//     putting the checkpoint's events into it before anything else, so
+//     that no container's end is published without its start in the same
+//     stream (history.go). Run's side of both, the start-up protocol, is
+//     one type beside the delivery (startup.go). A retry that could come
+//     after the duplicate window is checked against the stream before it
+//     is published (verify.go), and with Options.Repair what the servers
+//     lost after acking it is published again (repair.go).
 //
 // The state bucket, the node's current containers kept from the acked
 // events, is package statebucket's: it builds on the Encoder and OnAck,

@@ -12,7 +12,7 @@ import (
 
 // One stream's history.
 //
-// The checkpoint (Options.Checkpoint) holds what JetStream acknowledged,
+// The checkpoint (Options.Restart.Checkpoint) holds what JetStream acknowledged,
 // and the generator, seeded with it, never reports those events again. That
 // is right only while the stream is the one that acknowledged them. The
 // node's data directory outlives an uninstall, and a stream can be deleted
@@ -24,7 +24,7 @@ import (
 //
 // So the checkpoint names its stream (durable.StreamIdentity: name and
 // creation time), and before anything is published the read of what an
-// earlier run stored (reconcile.go) compares it with the stream it finds.
+// earlier run stored (readback.go) compares it with the stream it finds.
 // The stream is another history when its identity differs, when it ends
 // before the checkpoint's sequence (it was recreated and has fewer
 // messages, or restored from a backup older than the checkpoint: a
@@ -58,7 +58,7 @@ import (
 //     gets the checkpoint's events after the latest of those. The events
 //     keep their own times, observedAt included; the pod's labels, which
 //     the checkpoint does not keep, come from the generator
-//     (Options.PodMeta), or from the pod's spooled events.
+//     (Options.Restart.PodMeta), or from the pod's spooled events.
 //  4. Once those are delivered, the checkpoint adopts the stream
 //     (durable.Checkpoint.Adopt).
 //
@@ -232,107 +232,4 @@ func sandboxOrder(ev generator.Event) int {
 		return -1
 	}
 	return 1
-}
-
-// renew starts the history of a stream that is not the checkpoint's (see
-// the comment at the top of this file), from Run's goroutine, before the
-// events the read found are reported: it works out what to carry into the
-// stream, disowns the checkpoint and says so, once, at Warn. tryCarry
-// inserts the carried events once the read's events were reported.
-func (d *delivery) renew(set storedSet, now time.Time) {
-	ck := d.opts.Checkpoint
-	var spooled []generator.Event
-	if sp := d.opts.Spool; sp != nil {
-		spooled = sp.Restored() // nothing of this run is delivered yet
-	}
-	d.carry = carryHistory(ck.Restored(), spooled, set.ids, now)
-	d.carryMeta = map[string]*generator.PodMeta{}
-	for _, ev := range spooled {
-		if ev.Pod.Meta != nil {
-			d.carryMeta[ev.Pod.UID] = ev.Pod.Meta
-		}
-	}
-	d.carryUntil = now.Add(carryMetaWait)
-	d.renewing = &set.stream
-	containers := map[string]struct{}{}
-	for _, ev := range d.carry {
-		containers[ev.Container.ID] = struct{}{}
-	}
-	own, _ := ck.Stream()
-	ck.Disown()
-	if kept := d.opts.Retained; kept != nil {
-		// What was kept was acked by the old stream, at its sequences:
-		// none of it is this stream's to repair.
-		kept.Clear()
-	}
-	d.log.Warn("the stream is not the one the checkpoint belongs to; starting its history: "+
-		"the checkpoint's events of the containers it does not hold go into it first, then what waits",
-		"stream", set.stream.Name, "reason", set.renew, "old_stream", own.String(), "new_stream", set.stream.String(),
-		"checkpoint_sequence", ck.Sequence(), "last_sequence", set.last, "found", len(set.ids),
-		"carried_containers", len(containers), "carried_events", len(d.carry))
-}
-
-// tryCarry inserts the carried events at the front of their pods' queues
-// once the pods' labels can be known, carryMetaWait is over, or Run is
-// draining: nothing is published before. With nothing to carry, the stream is adopted at
-// once.
-func (d *delivery) tryCarry(now time.Time) {
-	d.carryArmed = false
-	d.carryTimer.Stop()
-	if len(d.carry) == 0 {
-		d.carry, d.carryMeta = nil, nil
-		d.adopt()
-		return
-	}
-	if pm := d.opts.PodMeta; pm != nil {
-		if _, known := pm(d.carry[0].Pod.UID); !known && now.Before(d.carryUntil) && !d.draining {
-			d.carryTimer.Reset(carryMetaPoll)
-			d.carryArmed = true
-			return
-		}
-	}
-	front := make([]*outboxEvent, 0, len(d.carry))
-	for i := range d.carry {
-		ev := d.carry[i]
-		if ev.Pod.Meta == nil {
-			ev.Pod.Meta = d.carryMeta[ev.Pod.UID]
-			if pm := d.opts.PodMeta; pm != nil {
-				if m, _ := pm(ev.Pod.UID); m != nil {
-					ev.Pod.Meta = m
-				}
-			}
-		}
-		front = append(front, &outboxEvent{ev: ev, carried: true, earlier: true})
-	}
-	// Nothing was published yet: no pod is in flight, checked or waiting
-	// for a retry, and its queue's head may change.
-	pods := d.putFront(front)
-	d.carrying.Store(int64(len(d.carry)))
-	d.log.Debug("carrying the checkpoint's history into the stream",
-		"stream", d.renewing.Name, "events", len(d.carry), "pods", pods)
-	d.carry, d.carryMeta = nil, nil
-}
-
-// carriedOne takes in that a carried event is delivered or given up; the
-// last adopts the stream.
-func (d *delivery) carriedOne() {
-	if d.carrying.Add(-1) == 0 {
-		d.adopt()
-	}
-}
-
-// adopt makes the checkpoint the new stream's, once its history is in it.
-func (d *delivery) adopt() {
-	id := *d.renewing
-	d.renewing = nil
-	d.opts.Checkpoint.Adopt(id)
-	d.log.Info("the checkpoint belongs to the stream from now on", "stream", id.String())
-}
-
-// carryC returns the channel of the wait for the pods' labels, or nil.
-func (d *delivery) carryC() <-chan time.Time {
-	if !d.carryArmed {
-		return nil
-	}
-	return d.carryTimer.C
 }

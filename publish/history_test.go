@@ -108,9 +108,10 @@ func TestANewStreamGetsTheCheckpointsHistoryFirst(t *testing.T) {
 		st, closeStore := openStore(t, dir, 1<<20)
 		ck := st.Checkpoint()
 		return newFixtureOn(t, js, publish.Options{
-			Stream: "PLEG", DuplicateWindow: shortWindow, Checkpoint: ck, Spool: st.Spool(), ReconcileFrom: ck.Sequence() + 1,
-			PodMeta: func(string) (*generator.PodMeta, bool) { return labels, true },
-			OnAck:   func(ev generator.Event, seq uint64) { ck.RecordAck(ev, seq) },
+			Stream: "PLEG", DuplicateWindow: shortWindow, Spool: st.Spool(),
+			Restart: publish.Restart{From: ck.Sequence() + 1, Checkpoint: ck,
+				PodMeta: func(string) (*generator.PodMeta, bool) { return labels, true }},
+			OnAck: func(ev generator.Event, seq uint64) { ck.RecordAck(ev, seq) },
 		}), closeStore
 	}
 	f, closeStore := run()
@@ -221,7 +222,7 @@ func TestAnInterruptedCarryIsCompletedWithoutStoringTwice(t *testing.T) {
 
 	st, closeStore = openStore(t, dir, 0)
 	defer closeStore()
-	f := newFixtureOn(t, js, publish.Options{Stream: "PLEG", Checkpoint: st.Checkpoint(), DuplicateWindow: shortWindow})
+	f := newFixtureOn(t, js, publish.Options{Stream: "PLEG", Restart: publish.Restart{Checkpoint: st.Checkpoint()}, DuplicateWindow: shortWindow})
 	f.run(t)
 	f.waitLog(t, renewedStream)
 	f.waitLog(t, "the checkpoint belongs to the stream from now on")
@@ -254,8 +255,8 @@ func TestACheckpointThatNamesNoStreamAdoptsOneThatCoversItsSequence(t *testing.T
 	if _, named := ck.Stream(); named {
 		t.Fatal("the checkpoint names a stream before any was adopted")
 	}
-	f := newFixtureOn(t, js, publish.Options{Stream: "PLEG", DuplicateWindow: shortWindow, Checkpoint: ck,
-		ReconcileFrom: ck.Sequence() + 1, OnAck: func(ev generator.Event, seq uint64) { ck.RecordAck(ev, seq) }})
+	f := newFixtureOn(t, js, publish.Options{Stream: "PLEG", DuplicateWindow: shortWindow,
+		Restart: publish.Restart{Checkpoint: ck, From: ck.Sequence() + 1}, OnAck: func(ev generator.Event, seq uint64) { ck.RecordAck(ev, seq) }})
 	stop := f.run(t)
 	logs := f.logsUntil(t, "the checkpoint names no stream yet")
 	f.send(t, b)
@@ -295,7 +296,7 @@ func TestTheCarryWaitsForThePodsLabels(t *testing.T) {
 	asked := make(chan struct{}, 100)
 	relisted := make(chan struct{})
 	labels := generator.NewPodMeta(map[string]string{"app": "web"}, nil)
-	f := newFixtureOn(t, js, publish.Options{Stream: "PLEG", Checkpoint: st.Checkpoint(),
+	f := newFixtureOn(t, js, publish.Options{Stream: "PLEG", Restart: publish.Restart{Checkpoint: st.Checkpoint(),
 		PodMeta: func(string) (*generator.PodMeta, bool) {
 			select {
 			case <-relisted:
@@ -307,7 +308,7 @@ func TestTheCarryWaitsForThePodsLabels(t *testing.T) {
 				}
 				return nil, false
 			}
-		}})
+		}}})
 	f.run(t)
 	f.waitLog(t, renewedStream)
 	for range 2 { // asked, and asked again: waiting

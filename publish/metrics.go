@@ -17,7 +17,7 @@ const (
 	resultStored    = "stored"
 	resultMissing   = "missing"
 	// resultReconciled: found by the read of what an earlier run stored
-	// (reconcile.go), not by a check.
+	// (readback.go), not by a check.
 	resultReconciled = "reconciled"
 )
 

@@ -36,7 +36,8 @@ const refillBatch = 1024
 // whose entries stay there for the next start.
 //
 // Put, Len, Progress, Ready and Close are safe for concurrent use; Take,
-// Settle and Release have one caller, Run's delivery. The struct is above
+// Settle, Release and Done have one caller, Run's delivery, and Resume is
+// called by Run before the delivery starts. The struct is above
 // a dozen fields because the FIFO's state is what mu guards as one: the
 // fields above mu never change after newOutbox.
 type outbox struct {
@@ -67,6 +68,11 @@ type outbox struct {
 	// recorded counts the events Put recorded (in memory or in the spool),
 	// settled those of them that were settled (see Progress).
 	recorded, settled atomic.Uint64
+
+	// spoolInUse is set while events taken from the spool are undelivered,
+	// so that the spool's emptying is logged once. Only the side of Run's
+	// delivery touches it (Resume, Take, Done), without mu.
+	spoolInUse bool
 }
 
 // newOutbox returns an outbox of size slots over spool (nil: memory only).
@@ -201,6 +207,9 @@ func (o *outbox) Take(dst []*outboxEvent) []*outboxEvent {
 		}
 		entries := o.spool.Take(n)
 		o.unreserve(n - len(entries))
+		if len(entries) > 0 {
+			o.spoolInUse = true
+		}
 		for _, en := range entries {
 			dst = append(dst, &outboxEvent{ev: en.Event, spooled: true, seq: en.Seq, earlier: en.Earlier, unchecked: en.Earlier})
 		}
@@ -216,6 +225,34 @@ func (o *outbox) Take(dst []*outboxEvent) []*outboxEvent {
 		o.spilling = false
 	}
 	return dst
+}
+
+// Resume logs, when Run starts, that an earlier run left events in the
+// spool, which Take yields before anything newer; Done logs once they are
+// all delivered.
+func (o *outbox) Resume() {
+	if o.spool == nil || o.spool.Len() == 0 {
+		return
+	}
+	o.log.Info("delivering the events an earlier run left in the spool, before newer ones",
+		"entries", o.spool.Len(), "bytes", o.spool.Bytes())
+	o.spoolInUse = true
+}
+
+// Done marks the spool entry of e, which Take yielded from the spool or
+// which was written through to it, delivered or given up (nothing for an
+// event with no entry), and logs when that emptied the spool. The caller
+// reported e's ack first: the checkpoint's ack and the entry's removal
+// reach the disk together.
+func (o *outbox) Done(e *outboxEvent) {
+	if !e.spooled && !e.written {
+		return
+	}
+	o.spool.Done(e.seq)
+	if o.spoolInUse && o.spool.Len() == 0 {
+		o.spoolInUse = false
+		o.log.Info("spool empty: every spooled event is delivered")
+	}
 }
 
 // reserve takes up to n free slots, and returns how many it took.

@@ -77,19 +77,6 @@ type Options struct {
 	// stored more than half of it ago is checked against the stream before
 	// it is sent. It must not exceed the stream's window.
 	DuplicateWindow time.Duration
-	// ReconcileFrom is the first stream sequence whose messages an earlier
-	// run may have stored without its acks being recorded: the sequence
-	// the checkpoint holds (the highest OnAck reported with the acks it
-	// wrote), plus one. 0 means there is none to reconcile with (no
-	// checkpoint, or one without a sequence). Before it publishes
-	// anything, Run reads back the ids of this node's messages from there
-	// and does not publish those events again (reconcile.go).
-	ReconcileFrom uint64
-	// ReconcileSince, with ReconcileFrom 0, starts the same read at the
-	// messages stored since this time: when the checkpoint has written no
-	// sequence yet, since its store was created (less a margin for the
-	// clocks of node and server). Zero, with ReconcileFrom 0: no read.
-	ReconcileSince time.Time
 	// RetryBackoffMin and RetryBackoffMax bound the jittered, doubling wait
 	// before a failed publish is retried.
 	RetryBackoffMin, RetryBackoffMax time.Duration
@@ -106,10 +93,62 @@ type Options struct {
 	// goroutine. It must not block for long: delivery waits for it. seq is
 	// not the event's own sequence but a watermark: every message this
 	// node stored at or below it was acked and reported to OnAck, by this
-	// run or by an earlier one that recorded it (reconcile.go). Record the
+	// run or by an earlier one that recorded it (readback.go). Record the
 	// highest seq with the acks, written together: the next run's
-	// ReconcileFrom is that plus one.
+	// Restart.From is that plus one.
 	OnAck func(ev generator.Event, seq uint64)
+	// Restart is what this run takes over from an earlier one on the
+	// node; the zero value is a first start.
+	Restart Restart
+	// Repair checks that the stream still holds what it acked, and
+	// publishes again what the servers lost; the zero value checks
+	// nothing.
+	Repair Repair
+}
+
+// Repair configures the repair of what the NATS servers lost after acking
+// it (repair.go): the acked events kept on disk, and what Run does while
+// and after it checks the stream for them. Run checks when it starts,
+// after every reconnect, every election of the stream's leader and every
+// ack whose sequence went backwards. The zero value checks nothing.
+type Repair struct {
+	// Retained, if set, keeps every acked event for its window
+	// (durable.Retained), and Run checks that the stream still holds
+	// them: what the servers lost is published again, with its id, before
+	// anything newer of its pod. nil: no repair.
+	Retained *durable.Retained
+	// QuickHold is how long a check holds publishing even while
+	// publishing works; 0 means DefaultRepairQuickHold. Past it, a check
+	// still on its way holds publishing only while publishing fails.
+	QuickHold time.Duration
+	// OnRepaired, if set, is called from Run's goroutine after a check
+	// put lost events back: the state bucket checks its keys too. It must
+	// not block.
+	OnRepaired func(lost int)
+}
+
+// Restart is the state a Publisher takes over from an earlier run on the
+// node, and what it hands on once it has read the stream: before it
+// publishes anything, Run reads back what the earlier run stored after its
+// checkpoint (readback.go), and, if the stream is not the checkpoint's,
+// carries the checkpoint's history into it (history.go). The zero value is
+// a first start: nothing is read back and no stream's history is checked.
+// The bridge fills it from its durable store (durable.Checkpoint) and the
+// generator.
+type Restart struct {
+	// From is the first stream sequence whose messages an earlier run may
+	// have stored without its acks being recorded: the sequence the
+	// checkpoint holds (the highest OnAck reported with the acks it
+	// wrote), plus one. 0 means there is none to read back (no checkpoint,
+	// or one without a sequence). Before it publishes anything, Run reads
+	// back the ids of this node's messages from there and does not publish
+	// those events again (readback.go).
+	From uint64
+	// Since, with From 0, starts the same read at the messages stored
+	// since this time: when the checkpoint has written no sequence yet,
+	// since its store was created (less a margin for the clocks of node
+	// and server). Zero, with From 0: no read.
+	Since time.Time
 	// Checkpoint, if set, is the durable checkpoint OnAck records the acks
 	// in. Before it publishes anything, Run tells whether the stream is
 	// the one the checkpoint belongs to (durable.Checkpoint.Stream), and
@@ -126,27 +165,12 @@ type Options struct {
 	// before it carries anything. It must not block.
 	PodMeta func(podUID string) (meta *generator.PodMeta, known bool)
 	// OnStored, if set, is called once, from Run's goroutine, with the
-	// events of this node that an earlier run stored after ReconcileFrom
-	// (the read of reconcile.go, decoded), in stream order, after each was
+	// events of this node that an earlier run stored from From (the read
+	// of readback.go, decoded), in stream order, after each was
 	// reported to OnAck. The generator takes them as published
 	// (generator.Generator.Restore): a container among them that is gone
 	// gets the rest of its events. It must not block.
 	OnStored func(events []generator.Event)
-	// Retained, if set, keeps every acked event for its window
-	// (durable.Retained), and Run checks that the stream still holds them
-	// when it starts, after every reconnect, every election of the
-	// stream's leader and every ack whose sequence went backwards: what
-	// the servers lost is published again, with its id, before anything
-	// newer of its pod (repair.go). nil: no repair.
-	Retained *durable.Retained
-	// RepairQuickHold is how long a check holds publishing even while
-	// publishing works; 0 means DefaultRepairQuickHold. Past it, a check
-	// still on its way holds publishing only while publishing fails.
-	RepairQuickHold time.Duration
-	// OnRepair, if set, is called from Run's goroutine after a check put
-	// lost events back: the state bucket checks its keys too. It must not
-	// block.
-	OnRepair func(lost int)
 }
 
 // Publisher delivers Lifecycle events to JetStream, exactly once and in
@@ -237,7 +261,7 @@ func New(nc *nats.Conn, opts Options) (*Publisher, error) {
 		log:  log,
 		out:  newOutbox(opts.OutboxSize, opts.Spool, opts.WriteThrough, log),
 	}
-	m, err := newMetrics(opts.Registerer, p.out.Len, opts.OutboxSize, opts.Spool, opts.Retained)
+	m, err := newMetrics(opts.Registerer, p.out.Len, opts.OutboxSize, opts.Spool, opts.Repair.Retained)
 	if err != nil {
 		return nil, fmt.Errorf("create publisher: %w", err)
 	}
@@ -302,7 +326,7 @@ func applyDefaults(o *Options) error {
 		{"ack timeout", &o.AckTimeout, DefaultAckTimeout},
 		{"drain timeout", &o.DrainTimeout, DefaultDrainTimeout},
 		{"duplicate window", &o.DuplicateWindow, DefaultDuplicateWindow},
-		{"repair quick hold", &o.RepairQuickHold, DefaultRepairQuickHold},
+		{"repair quick hold", &o.Repair.QuickHold, DefaultRepairQuickHold},
 	}
 	for _, f := range durations {
 		if *f.v < 0 {
@@ -404,15 +428,13 @@ func (p *Publisher) Run(ctx context.Context) error {
 		chk:      chk,
 		log:      p.log,
 		metrics:  p.metrics,
-		carrying: &p.carrying,
 		pods:     make(map[string]*podQueue),
 		inflight: make(map[*nats.Msg]inflight, p.opts.MaxInFlight),
 		checking: make(map[*podQueue]struct{}),
+		start:    newStartup(p.opts.Restart, p.opts.Spool, p.log, &p.carrying),
 	}
-	d.carryTimer = time.NewTimer(time.Hour)
-	d.carryTimer.Stop()
-	defer d.carryTimer.Stop()
-	d.rep = newRepairer(p.opts.Retained, p.nc, p.opts.Stream, func(kept []durable.RetainedEvent, reason string) {
+	defer d.start.stop()
+	d.rep = newRepairer(p.opts.Repair.Retained, p.nc, p.opts.Stream, func(kept []durable.RetainedEvent, reason string) {
 		results := d.rep.results
 		reading.Go(func() {
 			res, err := p.readKept(cctx, kept)
@@ -421,20 +443,14 @@ func (p *Publisher) Run(ctx context.Context) error {
 		})
 	})
 	defer d.rep.close()
-	if p.opts.ReconcileFrom > 0 || !p.opts.ReconcileSince.IsZero() || p.opts.Checkpoint != nil {
+	if d.start.reading {
 		// Nothing is published before the stream is read back (and, with
 		// a checkpoint, known to be its stream).
-		d.reconciling = true
-		d.reconciled = make(chan storedSet, 1)
-		reading.Go(func() { p.reconcile(cctx, d.reconciled) })
-	}
-	if !d.reconciling {
+		read := d.start.read
+		reading.Go(func() { p.readBack(cctx, read) })
+	} else {
 		d.check("the bridge started", true) // else once the read-back is in
 	}
-	if sp := p.opts.Spool; sp != nil && sp.Len() > 0 {
-		p.log.Info("delivering the events an earlier run left in the spool, before newer ones",
-			"entries", sp.Len(), "bytes", sp.Bytes())
-		d.spoolInUse = true
-	}
+	p.out.Resume()
 	return d.run(ctx)
 }

@@ -21,7 +21,7 @@ import (
 // Publisher forgets an event once it is acked, so without more, such an
 // event is never published again.
 //
-// So, with Options.Retained, every acked event is kept for a window
+// So, with Options.Repair.Retained, every acked event is kept for a window
 // (durable.Retained: on disk, longer than the servers' flush), and after
 // anything that can follow a loss the Publisher checks that the stream
 // still holds them:
@@ -40,7 +40,7 @@ import (
 // A check reads the ids (the Nats-Msg-Id header, no body) of this node's
 // messages from the lowest sequence the kept events were acked with to the
 // stream's last, one ephemeral consumer as the read-back of a restart
-// (reconcile.go). A kept event whose id it does not find, acked at a
+// (readback.go). A kept event whose id it does not find, acked at a
 // sequence the stream still covers (at or after its first sequence: older
 // ones went by the stream's limits or a purge), was lost. The read decides,
 // not the duplicate window: an event that is there is never published
@@ -57,7 +57,7 @@ import (
 // pleg_bridge_repair_checks_total counts the checks by result.
 //
 // While the first read after a reconnect or an election is on its way,
-// nothing is published for Options.RepairQuickHold (a second; a check of a
+// nothing is published for Options.Repair.QuickHold (a second; a check of a
 // healthy stream takes milliseconds), and after that only while publishing
 // fails too (servers still recovering), for a minute at most: so no later
 // event of a pod reaches the stream before an earlier one the check puts
@@ -125,7 +125,7 @@ type repairer struct {
 	// have held publishing: the next check does.
 	againHolds bool
 	// heldSince is when the hold started; holdTimer fires when its quick
-	// part (Options.RepairQuickHold) is over, to wake the delivery.
+	// part (Options.Repair.QuickHold) is over, to wake the delivery.
 	heldSince time.Time
 	holdTimer *time.Timer
 	// answer is a read's answer waiting for the messages in flight to
@@ -200,6 +200,15 @@ func (r *repairer) close() {
 	}
 }
 
+// forget drops the events kept for the checks: they were acked by a
+// stream that is not the one Run publishes to.
+func (r *repairer) forget() {
+	if r == nil {
+		return
+	}
+	r.kept.Clear()
+}
+
 // retryC returns the channel of the next try of a failed check, or nil.
 func (r *repairer) retryC() <-chan time.Time {
 	if r == nil || !r.retrying {
@@ -234,7 +243,7 @@ func (r *repairer) holdC() <-chan time.Time {
 }
 
 // repairHolds reports whether publishing waits for a check: an answer that
-// is not applied yet, or a check on its way for RepairQuickHold, and for
+// is not applied yet, or a check on its way for Repair.QuickHold, and for
 // up to repairHoldMax while publishing fails too.
 func (d *delivery) repairHolds() bool {
 	r := d.rep
@@ -253,14 +262,14 @@ func (d *delivery) repairHolds() bool {
 		r.holding = false
 		d.log.Debug("publishing goes on while the check of the acknowledged events is on its way", "held_for", held, "reason", r.reason)
 		return false
-	case held < d.opts.RepairQuickHold:
+	case held < d.opts.Repair.QuickHold:
 		return true
 	}
 	// Past the quick hold, publishing goes on while it works, and waits
 	// again once it fails: a stream that is not back yet takes nothing,
 	// and what it takes once back must not overtake what the check puts
 	// back.
-	return !d.stalledAt.IsZero() || d.nc.IsReconnecting()
+	return !d.stall.since.IsZero() || d.nc.IsReconnecting()
 }
 
 // check starts a check for reason, holding publishing until it answers
@@ -282,7 +291,7 @@ func (d *delivery) check(reason string, hold bool) {
 		if hold && !d.draining {
 			if !r.holding {
 				r.heldSince = now
-				r.holdTimer.Reset(d.opts.RepairQuickHold)
+				r.holdTimer.Reset(d.opts.Repair.QuickHold)
 			}
 			r.holding = true
 		}
@@ -298,7 +307,7 @@ func (d *delivery) check(reason string, hold bool) {
 	r.retry.Stop()
 	if hold && !r.holding && !d.draining {
 		r.heldSince = now
-		r.holdTimer.Reset(d.opts.RepairQuickHold)
+		r.holdTimer.Reset(d.opts.Repair.QuickHold)
 	}
 	r.holding = hold && !d.draining
 	r.launch(kept, reason)
@@ -406,7 +415,7 @@ func (d *delivery) applyRepair() {
 		}
 	}()
 	own := r.stream
-	if ck := d.opts.Checkpoint; ck != nil {
+	if ck := d.opts.Restart.Checkpoint; ck != nil {
 		if id, named := ck.Stream(); named && !id.IsZero() {
 			own = id // what was kept was acked by the checkpoint's stream
 		}
@@ -424,7 +433,7 @@ func (d *delivery) applyRepair() {
 			"stream", res.stream.Name, "last_sequence", res.last, "acked_sequence", r.highest, "reason", res.reason)
 		r.highest = res.last
 		d.wm.rewind(res.last)
-		if ck := d.opts.Checkpoint; ck != nil {
+		if ck := d.opts.Restart.Checkpoint; ck != nil {
 			ck.Rewind(res.last)
 		}
 	}
@@ -460,8 +469,8 @@ func (d *delivery) applyRepair() {
 		"events", len(lost), "pods", pods, "kept", res.kept, "stream", res.stream.Name,
 		"first_sequence", res.first, "last_sequence", res.last, "reason", res.reason,
 		"oldest_acked_at", lost[0].AckedAt)
-	if d.opts.OnRepair != nil {
-		d.opts.OnRepair(len(lost))
+	if on := d.opts.Repair.OnRepaired; on != nil {
+		on(len(lost))
 	}
 }
 
@@ -516,7 +525,7 @@ func (p *Publisher) readKept(ctx context.Context, kept []durable.RetainedEvent) 
 			HeadersOnly:       true,
 			MemoryStorage:     true,
 			Replicas:          1,
-			InactiveThreshold: reconcileInactive,
+			InactiveThreshold: readBackInactive,
 		})
 		if err != nil {
 			return res, fmt.Errorf("create consumer on stream %s: %w", info.Config.Name, err)
@@ -552,7 +561,7 @@ func readIDs(ctx context.Context, cons jetstream.Consumer, last uint64, ids map[
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		batch, err := cons.FetchNoWait(int(min(pending, reconcileBatch)))
+		batch, err := cons.FetchNoWait(int(min(pending, readBackBatch)))
 		if err != nil {
 			return err
 		}

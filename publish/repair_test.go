@@ -84,13 +84,13 @@ func TestTheRepairPublishesAgainWhatTheServerLostAfterAckingIt(t *testing.T) {
 			opts := publish.Options{
 				Stream:          "PLEG",
 				MaxInFlight:     8,
-				RepairQuickHold: waitTimeout,
+				Repair:          publish.Repair{QuickHold: waitTimeout},
 				AckTimeout:      500 * time.Millisecond,
 				RetryBackoffMin: 10 * time.Millisecond,
 				RetryBackoffMax: 100 * time.Millisecond,
 			}
 			if repair {
-				opts.Retained = openRetaining(t)
+				opts.Repair.Retained = openRetaining(t)
 			}
 			f := newFixtureOn(t, js, opts)
 			f.run(t)
@@ -151,7 +151,7 @@ func TestTheRepairNeverStoresAnEventTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixtureOn(t, js, publish.Options{
-		Stream: "PLEG", Retained: openRetaining(t), DuplicateWindow: 100 * time.Millisecond,
+		Stream: "PLEG", Repair: publish.Repair{Retained: openRetaining(t)}, DuplicateWindow: 100 * time.Millisecond,
 		AckTimeout: 500 * time.Millisecond, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond,
 	})
 	f.run(t)
@@ -183,7 +183,7 @@ func TestTheRepairLeavesWhatTheStreamsLimitsRemoved(t *testing.T) {
 	_, js := publishtest.Connect(t, rs.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	ensureStream(t, js)
 	f := newFixtureOn(t, js, publish.Options{
-		Stream: "PLEG", Retained: openRetaining(t),
+		Stream: "PLEG", Repair: publish.Repair{Retained: openRetaining(t)},
 		AckTimeout: 500 * time.Millisecond, RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond,
 	})
 	f.run(t)
@@ -226,7 +226,7 @@ func TestACheckRefusedByPermissionsIsReportedOnceAndPublishingGoesOn(t *testing.
 	ensureStream(t, admin)
 	_, js := publishtest.Connect(t, s.ClientURL(), nats.UserInfo("node", "node"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	kept := openRetaining(t)
-	opts := publish.Options{Stream: "PLEG", Retained: kept, AckTimeout: 300 * time.Millisecond,
+	opts := publish.Options{Stream: "PLEG", Repair: publish.Repair{Retained: kept}, AckTimeout: 300 * time.Millisecond,
 		RetryBackoffMin: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond}
 
 	first := newFixtureOn(t, js, opts)

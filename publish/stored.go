@@ -11,7 +11,7 @@ import (
 
 // decodeStored turns a message this node stored back into the event it
 // reports: what the read of an earlier run's messages gives the generator
-// and the checkpoint (reconcile.go). It decodes with the consumer package,
+// and the checkpoint (readback.go). It decodes with the consumer package,
 // as any subscriber reads the stream, in either content mode, and checks
 // that the message id is the one this bridge derives for the event: a
 // message that is not one of its events is refused, naming what is wrong.

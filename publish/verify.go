@@ -33,10 +33,10 @@ import (
 //
 // That argument holds within one run only. What an earlier run stored and
 // its checkpoint does not know of (acks a crash lost, spool entries it
-// published) is found by the read at start (reconcile.go) instead, which
+// published) is found by the read at start (readback.go) instead, which
 // is exact: the last message on a subject is not, when two containers of a
 // pod had events of one type stored after the checkpoint. Only without
-// that read (Options.ReconcileFrom 0: a checkpoint of a bridge that did not
+// that read (Options.Restart.From 0: a checkpoint of a bridge that did not
 // record sequences) is an earlier run's spool entry asked for this way.
 //
 // An expected-last-subject-sequence condition on every publish would make

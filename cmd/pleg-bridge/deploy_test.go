@@ -945,7 +945,7 @@ func TestNATSAccountsWorkForTheBridgeAndTheReader(t *testing.T) {
 		t.Fatalf("the bridge user cannot publish an event: %v", err)
 	}
 	// What a restarted bridge reads back before it publishes
-	// (publish/reconcile.go), and the check of a late retry (verify.go).
+	// (publish/readback.go), and the check of a late retry (verify.go).
 	streamB, err := jsB.Stream(t.Context(), cfg.Name)
 	if err != nil {
 		t.Fatal(err)

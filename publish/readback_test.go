@@ -81,7 +81,7 @@ func TestARestartAfterTheDuplicateWindowDoesNotStoreWhatTheCrashForgot(t *testin
 	}
 	publishtest.WaitOutDuplicateWindow(t, js, "PLEG")
 
-	second := newFixtureOn(t, js, publish.Options{Stream: "PLEG", DuplicateWindow: shortWindow, ReconcileFrom: checkpoint + 1})
+	second := newFixtureOn(t, js, publish.Options{Stream: "PLEG", DuplicateWindow: shortWindow, Restart: publish.Restart{From: checkpoint + 1}})
 	second.run(t)
 	// As the generator seeded with the checkpoint reports them: the
 	// forgotten events again, among new ones.
@@ -152,7 +152,7 @@ func TestSpoolEntriesOfACrashedRunAreRecognisedInTheStream(t *testing.T) {
 	st, _ = openStore(t, dir, 1<<20)
 	// No stream name: the read finds the stream by this node's subjects.
 	f := newFixtureOn(t, js, publish.Options{Encoder: enc, Spool: st.Spool(),
-		DuplicateWindow: shortWindow, ReconcileFrom: ack.Sequence + 1})
+		DuplicateWindow: shortWindow, Restart: publish.Restart{From: ack.Sequence + 1}})
 	f.run(t)
 	f.waitAcks(t, 3)
 	checkPerPodOrder(t, fetchAll(t, js, 4), []generator.Event{recorded, landed[0], landed[1], notLanded})
@@ -175,7 +175,7 @@ func TestNothingIsPublishedBeforeTheStreamIsReadBack(t *testing.T) {
 	_, js := publishtest.Connect(t, url)
 	f := newFixtureOn(t, js, publish.Options{
 		Stream:          "PLEG",
-		ReconcileFrom:   5,
+		Restart:         publish.Restart{From: 5},
 		RetryBackoffMin: 20 * time.Millisecond,
 		RetryBackoffMax: 50 * time.Millisecond,
 	})
@@ -210,7 +210,7 @@ func TestRunReturnsWhileTheReadIsRetried(t *testing.T) {
 	_, js := publishtest.Connect(t, rs.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	ensureStream(t, js)
 	stop()
-	f := newFixtureOn(t, js, publish.Options{ReconcileFrom: 1, DrainTimeout: 100 * time.Millisecond})
+	f := newFixtureOn(t, js, publish.Options{Restart: publish.Restart{From: 1}, DrainTimeout: 100 * time.Millisecond})
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() { errc <- f.pub.Run(ctx) }()
@@ -281,12 +281,12 @@ func TestTheReadGivesBackTheEventsAnEarlierRunStored(t *testing.T) {
 				opts publish.Options
 				want []generator.Event
 			}{
-				{"after the checkpoint's sequence", publish.Options{ReconcileFrom: firstSeq}, sent[1:]},
-				{"since the store was made", publish.Options{ReconcileSince: began.Add(-time.Minute)}, sent},
+				{"after the checkpoint's sequence", publish.Options{Restart: publish.Restart{From: firstSeq}}, sent[1:]},
+				{"since the store was made", publish.Options{Restart: publish.Restart{Since: began.Add(-time.Minute)}}, sent},
 			} {
 				stored := make(chan []generator.Event, 1)
 				tc.opts.Encoder, tc.opts.Stream = enc, "PLEG"
-				tc.opts.OnStored = func(evs []generator.Event) { stored <- evs }
+				tc.opts.Restart.OnStored = func(evs []generator.Event) { stored <- evs }
 				f := newFixtureOn(t, js, tc.opts)
 				stop := f.run(t)
 				acked := f.waitAcked(t, len(tc.want))
@@ -304,7 +304,7 @@ func TestTheReadGivesBackTheEventsAnEarlierRunStored(t *testing.T) {
 					if !sameEvent(acked[i].ev, ev) {
 						t.Errorf("%s: OnAck %d got %+v, want %+v", tc.name, i, acked[i].ev, ev)
 					}
-					if want := max(tc.opts.ReconcileFrom, 1) - 1; acked[i].seq != want {
+					if want := max(tc.opts.Restart.From, 1) - 1; acked[i].seq != want {
 						t.Errorf("%s: OnAck %d with watermark %d, want %d: the foreign message holds it", tc.name, i, acked[i].seq, want)
 					}
 				}

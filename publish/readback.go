@@ -13,7 +13,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
-// Reconciliation with an earlier run, and the sequence OnAck reports.
+// The read-back of what an earlier run stored, and the sequence OnAck reports.
 //
 // The checkpoint writes its acks every 100 ms, so a crash loses the acks of
 // the last tenth of a second or so, and of the messages in flight. Those
@@ -30,8 +30,8 @@ import (
 //
 // So before the first publish of a run, the Publisher reads back every
 // message this node stored after the checkpoint's sequence
-// (Options.ReconcileFrom), or, while the checkpoint has written none, since
-// the durable store was created (Options.ReconcileSince: a bridge killed
+// (Options.Restart.From), or, while the checkpoint has written none, since
+// the durable store was created (Options.Restart.Since: a bridge killed
 // before its first checkpoint write), and decodes it (stored.go). Each event read is
 // reported to OnAck, in stream order, as an ack is (the checkpoint and the
 // state bucket record it), and all of them are given to OnStored (the
@@ -42,7 +42,7 @@ import (
 // pleg_bridge_publish_checks_total{result="reconciled"} counts it.
 //
 // The read is one ephemeral pull consumer, filtered to this node's subjects
-// (<prefix>.<node>.>), from ReconcileFrom up to the stream's last sequence
+// (<prefix>.<node>.>), from Restart.From up to the stream's last sequence
 // when the read starts: typically the few hundred messages of the half
 // second before a crash, a few hundred bytes each, held in memory only
 // until they are handed on. Nothing of this run is published before it
@@ -68,32 +68,32 @@ import (
 //
 // A message the read could not decode (not an event of this bridge's
 // encoding: written by hand, or by a newer version) is not reported; it
-// holds the watermark at ReconcileFrom−1 until the generator reports its
-// event again, or reconcileHold has passed, so that a run that crashes
+// holds the watermark at Restart.From−1 until the generator reports its
+// event again, or readBackHold has passed, so that a run that crashes
 // soon after its start leaves it to the next read. Every decoded message
 // is reported to OnAck with the read, so it holds nothing.
 //
 // The set of ids read lives for the run: an event reported again later in
 // it (a backfill, a second source) is still recognised.
 
-// reconcileBatch bounds the messages of one pull: the whole read, after a
+// readBackBatch bounds the messages of one pull: the whole read, after a
 // crash, most of the time.
-const reconcileBatch = 1024
+const readBackBatch = 1024
 
-// reconcileHold is how long the messages the read found and could not
+// readBackHold is how long the messages the read found and could not
 // decode hold the watermark back, waiting for the generator to report their
 // events again. Its first
 // relist and the runtime's replay of recent events come within seconds,
 // also on a full node; a minute leaves room for a slow start and costs the
 // next read no more than a minute of this node's messages.
-const reconcileHold = time.Minute
+const readBackHold = time.Minute
 
-// reconcileInactive is how long the server keeps the read's consumer when
+// readBackInactive is how long the server keeps the read's consumer when
 // the Publisher is gone without deleting it (a crash during the read).
-const reconcileInactive = 30 * time.Second
+const readBackInactive = 30 * time.Second
 
 // storedSet is what the read found: the stream sequence of each message id
-// this node stored from ReconcileFrom, the events of those it decoded in
+// this node stored from Restart.From, the events of those it decoded in
 // stream order, and the stream's last sequence when the read started.
 type storedSet struct {
 	ids    map[string]uint64
@@ -104,7 +104,7 @@ type storedSet struct {
 	// stream is the identity of the stream read.
 	stream durable.StreamIdentity
 	// from is the first sequence the read covered; 0 when it started at a
-	// time (ReconcileSince), or read nothing.
+	// time (Restart.Since), or read nothing.
 	from uint64
 	// renew, when not empty, says why the stream is not the one
 	// Options.Checkpoint belongs to (history.go): the read covered all of
@@ -120,10 +120,10 @@ type storedEvent struct {
 	seq uint64
 }
 
-// reconcile reads the stored set, retrying until it succeeds or ctx is
+// readBack reads the stored set, retrying until it succeeds or ctx is
 // done, and sends it on out, which has room for it. It logs the first
 // failure of a series at Warn, and the success after failures at Info.
-func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
+func (p *Publisher) readBack(ctx context.Context, out chan<- storedSet) {
 	var reconnected chan nats.Status
 	if nc := p.js.Conn(); nc != nil {
 		reconnected = nc.StatusChanged(nats.CONNECTED)
@@ -136,7 +136,7 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 		if err == nil {
 			p.log.Info("read the messages an earlier run stored after its checkpoint; publishing starts",
 				"stream", set.stream.String(), "messages", len(set.ids), "undecoded", set.undecoded, "from_sequence", set.from,
-				"since", p.opts.ReconcileSince, "to_sequence", set.last, "took", time.Since(start), "failed_attempts", failures)
+				"since", p.opts.Restart.Since, "to_sequence", set.last, "took", time.Since(start), "failed_attempts", failures)
 			out <- set
 			return
 		}
@@ -147,7 +147,7 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 		delay := RetryDelay(p.opts.RetryBackoffMin, p.opts.RetryBackoffMax, failures)
 		// With a checkpoint, whose stream it is, is known only once it
 		// exists: a reinstall's stream is created by the bridge meanwhile.
-		missing := p.opts.Checkpoint != nil && errors.Is(err, jetstream.ErrStreamNotFound)
+		missing := p.opts.Restart.Checkpoint != nil && errors.Is(err, jetstream.ErrStreamNotFound)
 		switch {
 		case missing && !waiting:
 			waiting = true
@@ -156,7 +156,7 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 		case !missing && !warned:
 			warned = true
 			p.log.Warn("cannot read what an earlier run stored; nothing is published until then, retrying",
-				"from_sequence", p.opts.ReconcileFrom, "retry_in", delay, "err", err)
+				"from_sequence", p.opts.Restart.From, "retry_in", delay, "err", err)
 		default:
 			p.log.Debug("read what an earlier run stored, will retry", "attempt", failures, "retry_in", delay, "err", err)
 		}
@@ -173,7 +173,7 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 }
 
 // readStored reads every message on this node's subjects stored from
-// sequence ReconcileFrom (or, with that 0, stored since ReconcileSince) up
+// sequence Restart.From (or, with that 0, stored since Restart.Since) up
 // to the stream's last sequence: its Nats-Msg-Id, and the event it reports
 // (decodeStored). With a Checkpoint, it first tells whether the stream is
 // the checkpoint's (history.go): if not, it reads from the stream's first
@@ -181,12 +181,12 @@ func (p *Publisher) reconcile(ctx context.Context, out chan<- storedSet) {
 // only its id is kept. Each request is bounded by AckTimeout.
 func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 	set := storedSet{ids: map[string]uint64{}}
-	from, since := p.opts.ReconcileFrom, p.opts.ReconcileSince
+	from, since := p.opts.Restart.From, p.opts.Restart.Since
 	filter := p.enc.nodeSubjects()
 	rctx, cancel := context.WithTimeout(ctx, p.opts.AckTimeout)
 	defer cancel()
 	stream, err := lookUpStream(rctx, p.js, p.opts.Stream, filter)
-	if from == 0 && p.opts.Checkpoint == nil && errors.Is(err, jetstream.ErrStreamNotFound) {
+	if from == 0 && p.opts.Restart.Checkpoint == nil && errors.Is(err, jetstream.ErrStreamNotFound) {
 		// No checkpoint sequence, no stream: a first start, with the
 		// stream being set up. Nothing of this node's is stored.
 		return set, nil
@@ -200,7 +200,7 @@ func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 	}
 	set.last = info.State.LastSeq
 	set.stream = durable.StreamIdentity{Name: info.Config.Name, Created: info.Created}
-	if ck := p.opts.Checkpoint; ck != nil {
+	if ck := p.opts.Restart.Checkpoint; ck != nil {
 		if set.renew = renewal(ck, set.stream, set.last); set.renew != "" {
 			from, since = 1, time.Time{}
 		} else if _, named := ck.Stream(); !named {
@@ -230,7 +230,7 @@ func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 		AckPolicy:         jetstream.AckNonePolicy,
 		MemoryStorage:     true,
 		Replicas:          1,
-		InactiveThreshold: reconcileInactive,
+		InactiveThreshold: readBackInactive,
 	}
 	if from == 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, 0, &since
@@ -241,7 +241,7 @@ func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 	}
 	name := cons.CachedInfo().Name
 	defer func() {
-		// The consumer would go after reconcileInactive; deleted now, it
+		// The consumer would go after readBackInactive; deleted now, it
 		// does not linger in listings.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.AckTimeout)
 		defer cancel()
@@ -257,7 +257,7 @@ func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 		}
 		// No wait: the server sends what it has and says when it is
 		// done, so the last pull does not wait out an expiry.
-		batch, err := cons.FetchNoWait(int(min(pending, reconcileBatch)))
+		batch, err := cons.FetchNoWait(int(min(pending, readBackBatch)))
 		if err != nil {
 			return set, fmt.Errorf("fetch from consumer %s: %w", name, err)
 		}
@@ -319,148 +319,4 @@ func lookUpStream(ctx context.Context, js jetstream.JetStream, name, subject str
 		return nil, fmt.Errorf("look up stream %s: %w", name, err)
 	}
 	return s, nil
-}
-
-// reconciledWith takes in the read of what an earlier run stored: each
-// decoded event is reported to OnAck in stream order and recognised, all
-// of them go to OnStored, and publishing may start.
-//
-// With a checkpoint, it adopts the stream (a checkpoint that named none),
-// or starts the stream's history (history.go).
-func (d *delivery) reconciledWith(set storedSet, now time.Time) {
-	d.reconciling = false
-	d.wm.stored(set.last)
-	// The stream is known now: whether what was kept belongs to it.
-	defer d.check("the bridge started", true)
-	switch {
-	case set.renew != "":
-		d.renew(set, now)
-		defer d.tryCarry(now) // after the events read are reported
-	case set.adopt:
-		d.opts.Checkpoint.Adopt(set.stream)
-		d.log.Info("the checkpoint names no stream yet: it belongs to this one", "stream", set.stream.String())
-	}
-	if len(set.ids) == 0 {
-		return // found left nil: publish looks nothing up
-	}
-	d.found = set.ids
-	d.recognised = make(map[string]struct{}, len(set.ids))
-	d.wm.holding = true
-	d.wm.holdAt = max(set.from, 1) - 1
-	d.wm.holdUntil = now.Add(reconcileHold)
-	events := make([]generator.Event, 0, len(set.events))
-	for _, s := range set.events {
-		d.recognised[EventID(s.ev.Container.ID, s.ev.Type)] = struct{}{}
-		events = append(events, s.ev)
-	}
-	// Reported with the watermark held at ReconcileFrom−1: a checkpoint
-	// written between two of these calls must not record a sequence past
-	// events it does not hold yet. The next ack carries the hold's end.
-	if d.opts.OnAck != nil {
-		for _, ev := range events {
-			d.opts.OnAck(ev, d.wm.value())
-		}
-	}
-	d.checkHold(now)
-	d.metrics.readBack.Add(float64(len(events)))
-	if d.opts.OnStored != nil && len(events) > 0 {
-		d.opts.OnStored(events)
-	}
-}
-
-// recognise delivers the head event of pq, which the read found stored by
-// an earlier run, without publishing it.
-func (d *delivery) recognise(pq *podQueue, id string, now time.Time) {
-	e := pq.events[0]
-	d.metrics.checkReconciled.Inc()
-	d.log.Debug("event stored by an earlier run: not publishing it again",
-		"pod_uid", e.ev.Pod.UID, "container_id", e.ev.Container.ID, "event_type", string(e.ev.Type), "sequence", d.found[id])
-	d.recognised[id] = struct{}{}
-	d.checkHold(now)
-	d.delivered(pq, d.found[id])
-}
-
-// checkHold ends the hold of the read's messages on the watermark once
-// every one was recognised, or reconcileHold is over, and logs how many
-// were.
-func (d *delivery) checkHold(now time.Time) {
-	if !d.wm.holding || (len(d.recognised) < len(d.found) && now.Before(d.wm.holdUntil)) {
-		return
-	}
-	d.wm.holding = false
-	d.log.Info("recognised the events an earlier run stored after its checkpoint",
-		"recognised", len(d.recognised), "messages", len(d.found))
-}
-
-// watermark computes the sequence OnAck reports. Only Run's goroutine
-// touches it.
-type watermark struct {
-	// high is the highest sequence this run knows this node stored at:
-	// acks, checks, the read's end.
-	high uint64
-	// marks holds, in send order, a mark for the messages that may be
-	// stored and are not delivered, each with high at their first send;
-	// floors never decrease along it. Marks emptied at its front are
-	// dropped, those behind a live one wait for it.
-	marks []*sendMark
-	// holding is set while the read's messages hold the watermark at
-	// holdAt (ReconcileFrom−1), until holdUntil or all are recognised.
-	holding   bool
-	holdAt    uint64
-	holdUntil time.Time
-}
-
-// sendMark counts the messages first sent while high was floor, and not
-// delivered yet.
-type sendMark struct {
-	floor uint64
-	n     int
-}
-
-// stored takes in that this node's message is stored at seq.
-func (w *watermark) stored(seq uint64) { w.high = max(w.high, seq) }
-
-// sent returns the mark of a message sent now for the first time (or the
-// first time since a failure that proved it was not stored).
-func (w *watermark) sent() *sendMark {
-	if n := len(w.marks); n > 0 && w.marks[n-1].floor == w.high {
-		w.marks[n-1].n++
-		return w.marks[n-1]
-	}
-	m := &sendMark{floor: w.high, n: 1}
-	w.marks = append(w.marks, m)
-	return m
-}
-
-// settled releases the mark of a message that is delivered, or proved not
-// stored.
-func (w *watermark) settled(m *sendMark) {
-	m.n--
-	for len(w.marks) > 0 && w.marks[0].n == 0 {
-		w.marks[0] = nil
-		w.marks = w.marks[1:]
-	}
-}
-
-// rewind lowers the watermark to seq, at most: the stream went backwards
-// to seq, and gives the sequences above it again.
-func (w *watermark) rewind(seq uint64) {
-	w.high = min(w.high, seq)
-	for _, m := range w.marks {
-		m.floor = min(m.floor, seq)
-	}
-	w.holdAt = min(w.holdAt, seq)
-}
-
-// value returns the watermark: every message this node stored at or below
-// it was acked and reported to OnAck (or is held, above).
-func (w *watermark) value() uint64 {
-	v := w.high
-	if len(w.marks) > 0 {
-		v = w.marks[0].floor
-	}
-	if w.holding {
-		v = min(v, w.holdAt)
-	}
-	return v
 }

@@ -45,8 +45,8 @@ func BenchmarkReadBack(b *testing.B) {
 			for b.Loop() {
 				stored := make(chan []generator.Event, 1)
 				pub, err := publish.New(js.Conn(), publish.Options{
-					Encoder: enc, Stream: "PLEG", ReconcileFrom: 1, Logger: slog.New(slog.DiscardHandler),
-					OnStored: func(evs []generator.Event) { stored <- evs },
+					Encoder: enc, Stream: "PLEG", Logger: slog.New(slog.DiscardHandler),
+					Restart: publish.Restart{From: 1, OnStored: func(evs []generator.Event) { stored <- evs }},
 				})
 				if err != nil {
 					b.Fatal(err)
