@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -400,7 +400,7 @@ func TestWriterWritesWhatIsDirtyWhenStopped(t *testing.T) {
 	t.Parallel()
 	_, url := publishtest.NewServer(t)
 	_, js := publishtest.Connect(t, url)
-	logs := &lockedLog{}
+	logs := &logtest.Buffer{}
 	w := newWriter(t, js, statebucket.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	stop := statebuckettest.Run(t, w)
 	b := watchBucket(t, js, "STATE")
@@ -418,24 +418,6 @@ func TestWriterWritesWhatIsDirtyWhenStopped(t *testing.T) {
 	if l := logs.String(); l != "" {
 		t.Errorf("a stop logged warnings:\n%s", l)
 	}
-}
-
-// lockedLog is a log destination safe for the writer's goroutine.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder // guarded by mu
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // waitNothingPending waits, bounded, until w has written everything. The

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,29 +12,12 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 	"github.com/pleg-bridge/pleg-bridge/statebucket"
 	"github.com/pleg-bridge/pleg-bridge/statebucket/statebuckettest"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // guarded by mu
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestNATSAccountsLetTheBridgeKeepAndTheReaderWatchTheStateBucket runs
 // accounts.conf in a real server: the bridge user creates the state
@@ -55,7 +36,7 @@ func TestNATSAccountsLetTheBridgeKeepAndTheReaderWatchTheStateBucket(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	stateOpts := statebucket.Options{
 		Bucket: schemas.DefaultStateBucket, Encoder: enc, Manage: true, Ready: func() bool { return true },
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),

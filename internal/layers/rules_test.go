@@ -90,6 +90,11 @@ var rules = []rule{
 		importedBy:    []string{"cri", "generator/generatortest"},
 	},
 	{
+		pkg:       "internal/logtest",
+		may:       []string{},
+		externals: stdlibOnly,
+	},
+	{
 		pkg:        "natsauth",
 		may:        []string{"consumer", "schemas"},
 		externals:  []string{"github.com/nats-io/jwt/...", "github.com/nats-io/nkeys/..."},
