@@ -15,6 +15,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas/schemastest"
 )
@@ -76,17 +77,10 @@ func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) uint64 {
 // or fails the test after 30 s.
 func waitSettled(t *testing.T, b *bridge.Bridge) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for range tick.C {
-		if st := b.Status(); st.Synced && st.Pending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bridge not settled within 30s: %+v", b.Status())
-		}
-	}
+	waittest.Until(t, 30*time.Second, "the bridge to settle", func() (bool, error) {
+		st := b.Status()
+		return st.Synced && st.Pending == 0, fmt.Errorf("status %+v", st)
+	})
 }
 
 // checkpointStream returns the stream the checkpoint in dir names.

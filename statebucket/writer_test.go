@@ -19,6 +19,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
@@ -90,20 +91,12 @@ type bucketWatch struct {
 // watchBucket waits for bucket to exist and watches every key.
 func watchBucket(t *testing.T, js jetstream.JetStream, bucket string) *bucketWatch {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	var kv jetstream.KeyValue
-	for {
-		var err error
-		// Every writer creates the bucket at once; this waits for that
-		// request, not for time to pass.
-		kv, err = js.KeyValue(context.Background(), bucket)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bucket %s: %v", bucket, err)
-		}
-		publishtest.WaitStream(t, js, "KV_"+bucket)
+	// Every writer creates the bucket at once; this waits for that
+	// request, not for time to pass.
+	publishtest.WaitStream(t, js, "KV_"+bucket)
+	kv, err := js.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatalf("bucket %s: %v", bucket, err)
 	}
 	w, err := kv.WatchAll(context.Background())
 	if err != nil {
@@ -426,11 +419,8 @@ func TestWriterWritesWhatIsDirtyWhenStopped(t *testing.T) {
 // the purge) shows nothing to a watcher that did not see the key.
 func waitNothingPending(t *testing.T, w *statebucket.Writer) {
 	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for deadline := time.Now().Add(waitTimeout); w.Pending() != 0; <-tick.C {
-		if time.Now().After(deadline) {
-			t.Fatalf("the state writer still has %d keys pending after %s", w.Pending(), waitTimeout)
-		}
-	}
+	waittest.Until(t, waitTimeout, "the state writer to have no key pending", func() (bool, error) {
+		n := w.Pending()
+		return n == 0, fmt.Errorf("%d keys pending", n)
+	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 	"github.com/pleg-bridge/pleg-bridge/statebucket"
@@ -90,13 +92,10 @@ func TestNATSAccountsLetTheBridgeKeepAndTheReaderWatchTheStateBucket(t *testing.
 	}
 	// The reader can see a alone before the purge of b, which the writer
 	// may have folded into one write with b's start, is done.
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for deadline := time.Now().Add(10 * time.Second); w.Pending() != 0; <-tick.C {
-		if time.Now().After(deadline) {
-			t.Fatalf("the bridge's writer still has %d keys pending\n%s", w.Pending(), logs.String())
-		}
-	}
+	waittest.Until(t, 10*time.Second, "the bridge's writer to have no key pending", func() (bool, error) {
+		n := w.Pending()
+		return n == 0, fmt.Errorf("%d keys pending\n%s", n, logs.String())
+	})
 
 	// The reader gets a key directly, and cannot write, delete or purge.
 	kvR, err := jsR.KeyValue(t.Context(), schemas.DefaultStateBucket)

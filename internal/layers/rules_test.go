@@ -95,6 +95,11 @@ var rules = []rule{
 		externals: stdlibOnly,
 	},
 	{
+		pkg:       "internal/waittest",
+		may:       []string{},
+		externals: stdlibOnly,
+	},
+	{
 		pkg:        "natsauth",
 		may:        []string{"consumer", "schemas"},
 		externals:  []string{"github.com/nats-io/jwt/...", "github.com/nats-io/nkeys/..."},
