@@ -23,6 +23,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas/schemastest"
 )
@@ -296,10 +297,10 @@ func TestRestartFromTheCheckpointNeitherRepublishesNorForgets(t *testing.T) {
 	t.Parallel()
 	n := newTestNode(t)
 	dir := t.TempDir()
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	opts := testOptions(n.endpoint, n.url, dir)
 	opts.Stream.DuplicateWindow = 100 * time.Millisecond // the shortest JetStream takes
-	opts.Logger = logs.logger()
+	opts.Logger = logs.JSONLogger(slog.LevelInfo)
 	sb, ids := n.startPod(t, "keep", "gone")
 	var stored []string // what the stream holds, in order
 	// runOnce runs a bridge until the stream holds want more events, stops
@@ -313,7 +314,7 @@ func TestRestartFromTheCheckpointNeitherRepublishesNorForgets(t *testing.T) {
 		if n := streamMsgs(t, n.js, "PLEG"); n != uint64(len(got)) {
 			t.Errorf("the stream holds %d events, want %d: %v", n, len(got), got)
 		}
-		if w := logs.take(t, "WARN"); len(w) != 0 {
+		if w := logs.TakeRecords(t, "WARN"); len(w) != 0 {
 			t.Errorf("warnings: %v", w)
 		}
 		publishtest.WaitOutDuplicateWindow(t, n.js, "PLEG")

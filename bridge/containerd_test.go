@@ -1,6 +1,7 @@
 package bridge_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
 
@@ -32,12 +34,10 @@ func TestContainerdEventsFromTheirOwnEndpoint(t *testing.T) {
 	opts.ContainerdEndpoint = ctrdEndpoint
 	b, _ := runBridge(t, opts)
 	publishtest.WaitStream(t, js, "PLEG")
-	deadline := time.Now().Add(30 * time.Second)
-	for tick := time.NewTicker(10 * time.Millisecond); b.Status().Mode != generator.ModeEvented || model.Stats().TaskSubscribers == 0; <-tick.C {
-		if time.Now().After(deadline) {
-			t.Fatalf("not subscribed to containerd's events after 30s: status %+v, %d subscribers", b.Status(), model.Stats().TaskSubscribers)
-		}
-	}
+	waittest.Until(t, 30*time.Second, "the bridge to subscribe to containerd's events", func() (bool, error) {
+		st, subs := b.Status(), model.Stats().TaskSubscribers
+		return st.Mode == generator.ModeEvented && subs != 0, fmt.Errorf("status %+v, %d subscribers", st, subs)
+	})
 
 	sb, err := model.RunPodSandbox(crisim.PodConfig{Name: "web-0", Namespace: "shop", UID: "uid-1"})
 	if err != nil {

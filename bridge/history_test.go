@@ -1,13 +1,10 @@
 package bridge_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +14,8 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas/schemastest"
 )
@@ -24,45 +23,6 @@ import (
 // renewedStream is the message of the warning a bridge logs when its
 // stream is not the one its checkpoint belongs to.
 const renewedStream = "the stream is not the one the checkpoint belongs to"
-
-// logCapture collects a bridge's JSON log lines; it is safe for
-// concurrent use.
-type logCapture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *logCapture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-// logger returns a logger that writes to c, from Info up.
-func (c *logCapture) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(c, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-// take returns the records logged at level ("WARN", ...) since the last
-// take, and forgets every record logged so far.
-func (c *logCapture) take(t *testing.T, level string) []map[string]any {
-	t.Helper()
-	c.mu.Lock()
-	logs := c.buf.String()
-	c.buf.Reset()
-	c.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(logs) {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if rec["level"] == level {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
 
 // readEvents reads the first n events of stream, checks each against the
 // contract, and returns them decoded, in stream order.
@@ -117,17 +77,10 @@ func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) uint64 {
 // or fails the test after 30 s.
 func waitSettled(t *testing.T, b *bridge.Bridge) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for range tick.C {
-		if st := b.Status(); st.Synced && st.Pending == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bridge not settled within 30s: %+v", b.Status())
-		}
-	}
+	waittest.Until(t, 30*time.Second, "the bridge to settle", func() (bool, error) {
+		st := b.Status()
+		return st.Synced && st.Pending == 0, fmt.Errorf("status %+v", st)
+	})
 }
 
 // checkpointStream returns the stream the checkpoint in dir names.
@@ -154,10 +107,10 @@ func TestAReinstallAgainstANewStreamStartsItsHistory(t *testing.T) {
 	t.Parallel()
 	n := newTestNode(t)
 	dir := t.TempDir()
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	opts := testOptions(n.endpoint, n.url, dir)
 	opts.Stream.DuplicateWindow = 100 * time.Millisecond // the shortest JetStream takes
-	opts.Logger = logs.logger()
+	opts.Logger = logs.JSONLogger(slog.LevelInfo)
 	sb, ids := n.startPod(t, "keep", "exits", "goes")
 	_, stop := runBridge(t, opts)
 	fetchAll(t, n.js, "PLEG", 4)
@@ -166,7 +119,7 @@ func TestAReinstallAgainstANewStreamStartsItsHistory(t *testing.T) {
 	if !ok || old.Name != "PLEG" {
 		t.Fatalf("the first run's checkpoint names stream %v, %v; want PLEG", old, ok)
 	}
-	if w := logs.take(t, "WARN"); len(w) != 0 {
+	if w := logs.TakeRecords(t, "WARN"); len(w) != 0 {
 		t.Errorf("warnings of a first run: %v", w)
 	}
 
@@ -208,7 +161,7 @@ func TestAReinstallAgainstANewStreamStartsItsHistory(t *testing.T) {
 	if got := streamMsgs(t, n.js, "PLEG"); got != 8 {
 		t.Errorf("the new stream holds %d events, want 8", got)
 	}
-	warnings := logs.take(t, "WARN")
+	warnings := logs.TakeRecords(t, "WARN")
 	if len(warnings) != 1 || warnings[0]["msg"] == nil || !strings.HasPrefix(warnings[0]["msg"].(string), renewedStream) {
 		t.Fatalf("warnings = %v, want one: %q", warnings, renewedStream)
 	}
@@ -230,7 +183,7 @@ func TestAReinstallAgainstANewStreamStartsItsHistory(t *testing.T) {
 	if got := streamMsgs(t, n.js, "PLEG"); got != 8 {
 		t.Errorf("after a restart against the same stream, it holds %d events, want 8", got)
 	}
-	if w := logs.take(t, "WARN"); len(w) != 0 {
+	if w := logs.TakeRecords(t, "WARN"); len(w) != 0 {
 		t.Errorf("warnings of a restart against the same stream: %v", w)
 	}
 }

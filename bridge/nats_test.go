@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,27 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 )
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers: the NATS
-// connection's callbacks log from their own goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // guarded by mu
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestTokenFileIsReadAgainAtReconnect rotates the token of a real server:
 // the server drops the bridge's connection, and the bridge reconnects with
@@ -49,7 +30,7 @@ func TestTokenFileIsReadAgainAtReconnect(t *testing.T) {
 	opts := &server.Options{Host: "127.0.0.1", Port: -1, Authorization: "first-token"}
 	s := publishtest.RunServer(t, opts)
 
-	logs := &lockedBuffer{}
+	logs := &logtest.Buffer{}
 	nc, err := connectNATS(s.ClientURL(), "pleg-bridge node-1", NATSOptions{TokenFile: tokenFile}, nil, prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"}), slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,9 @@
 package bridge_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,30 +13,12 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/natsauth"
 	"github.com/pleg-bridge/pleg-bridge/natsauth/natsauthtest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
-
-// logBuffer collects a bridge's logs; the NATS callbacks write from their
-// own goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // guarded by mu
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // readSubjects reads the first n messages of stream and returns their
 // subjects.
@@ -103,7 +83,7 @@ func TestBridgeRunsWithItsNodesMintedCredentials(t *testing.T) {
 	}
 	app := start("app")
 
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	opts := testOptions(endpoint, srv.URL, t.TempDir())
 	opts.Node = node
 	opts.NATS.Creds = srv.Mint(t, node)

@@ -33,7 +33,8 @@
 // (TestImportRules).
 //
 // The import arrow points one way: cri imports generator for the
-// interfaces it implements and the TaskEvent it produces; generator must not
+// interfaces it implements and the TaskEvent it produces, and
+// internal/taskevent to decode containerd's events; generator must not
 // import cri. It imports the CRI API, containerd's event API and gRPC; it
 // must not import publish, NATS or anything under cmd.
 package cri

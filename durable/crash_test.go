@@ -82,7 +82,7 @@ func TestStoreSurvivesSIGKILL(t *testing.T) {
 
 	s, logs := open(t, dir, durable.Options{SpoolMaxBytes: 1 << 30})
 	defer closeStore(t, s)
-	if w := logs.records(t, "WARN"); len(w) != 0 {
+	if w := logs.Records(t, "WARN"); len(w) != 0 {
 		t.Fatalf("warnings opening the store a SIGKILL left: %v", w)
 	}
 	acked := map[string]bool{}

@@ -1,16 +1,12 @@
 package durable_test
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/json"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +14,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 )
 
 var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -39,42 +36,11 @@ func event(uid, id string, typ generator.LifecycleEventType, at time.Time) gener
 	return ev
 }
 
-// logBuffer collects a store's JSON log lines; it is safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// records returns the records logged at level ("WARN", "INFO", ...).
-func (b *logBuffer) records(t *testing.T, level string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	logs := b.buf.String()
-	b.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(logs) {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if rec["level"] == level {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
 // open opens the store in dir for node-1, with opts' spool bound, and
 // returns it with what it logs.
-func open(t *testing.T, dir string, opts durable.Options) (*durable.Store, *logBuffer) {
+func open(t *testing.T, dir string, opts durable.Options) (*durable.Store, *logtest.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	if opts.Node == "" {
 		opts.Node = "node-1"
 	}
@@ -150,5 +116,3 @@ func glob(t *testing.T, dir, pattern string) []string {
 	}
 	return m
 }
-
-var _ io.Writer = (*logBuffer)(nil)

@@ -87,7 +87,7 @@ func TestOpenImportsTheEarlierCheckpointFiles(t *testing.T) {
 
 			s, logs := open(t, dir, durable.Options{})
 			checkEvents(t, "imported", s.Checkpoint().Restored(), tt.want...)
-			w := logs.records(t, "WARN")
+			w := logs.Records(t, "WARN")
 			switch {
 			case tt.warn == "" && len(w) != 0:
 				t.Errorf("warnings: %v", w)
@@ -130,7 +130,7 @@ func TestOpenSetsUnusableEarlierCheckpointFilesAside(t *testing.T) {
 			if got := s.Checkpoint().Restored(); len(got) != 0 {
 				t.Errorf("imported %v from unusable files", got)
 			}
-			w := logs.records(t, "WARN")
+			w := logs.Records(t, "WARN")
 			if len(w) == 0 {
 				t.Fatal("no warning")
 			}
@@ -165,7 +165,7 @@ func TestOpenImportsTheEarlierCheckpointOnlyOnce(t *testing.T) {
 	if left := glob(t, dir, "checkpoint.*"); len(left) != 0 {
 		t.Errorf("files left: %v", left)
 	}
-	if w := logs.records(t, "WARN"); len(w) != 0 {
+	if w := logs.Records(t, "WARN"); len(w) != 0 {
 		t.Errorf("warnings: %v", w)
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".checkpoint-123456")); !os.IsNotExist(err) {

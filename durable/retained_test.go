@@ -10,9 +10,10 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/durable"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 )
 
-func openRetaining(t *testing.T, dir string, window time.Duration, maxBytes int64, logs *logBuffer) *durable.Store {
+func openRetaining(t *testing.T, dir string, window time.Duration, maxBytes int64, logs *logtest.Buffer) *durable.Store {
 	t.Helper()
 	opts := durable.Options{Node: "node-1", RetainWindow: window, RetainMaxBytes: maxBytes}
 	if logs != nil {
@@ -112,7 +113,7 @@ func TestRetainedKeepsTheWindowOnly(t *testing.T) {
 // TestRetainedByteBoundDropsTheOldestAndSaysSo: past RetainMaxBytes the
 // oldest go first, and the shortened window is logged once.
 func TestRetainedByteBoundDropsTheOldestAndSaysSo(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	s := openRetaining(t, t.TempDir(), time.Hour, 4096, logs)
 	defer s.Close()
 	kept := s.Retained()
@@ -128,7 +129,7 @@ func TestRetainedByteBoundDropsTheOldestAndSaysSo(t *testing.T) {
 	if last := got[len(got)-1]; last.Sequence != 100 {
 		t.Fatalf("the newest kept is sequence %d, want 100: the oldest go first", last.Sequence)
 	}
-	if warns := logs.records(t, "WARN"); len(warns) != 1 {
+	if warns := logs.Records(t, "WARN"); len(warns) != 1 {
 		t.Fatalf("logged %d warnings, want 1 about the byte bound: %v", len(warns), warns)
 	}
 }

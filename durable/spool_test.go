@@ -149,7 +149,7 @@ func TestSpoolDisabledWithoutABound(t *testing.T) {
 	if s.Spool() != nil {
 		t.Error("a store without SpoolMaxBytes has a spool")
 	}
-	if w := logs.records(t, "WARN"); len(w) != 1 || w[0]["spool_entries"] != 2.0 {
+	if w := logs.Records(t, "WARN"); len(w) != 1 || w[0]["spool_entries"] != 2.0 {
 		t.Errorf("want one warning counting 2 entries, got %v", w)
 	}
 	closeStore(t, s)
@@ -549,7 +549,7 @@ func TestSpoolDropsAnEarlierEntryOfAContainerWhoseRemovalWasAcked(t *testing.T) 
 	}
 	got := s.Spool().Take(10)
 	checkOrder(t, "taken after the restart", eventsOf(got), []generator.Event{kept})
-	if !slices.ContainsFunc(logs.records(t, "INFO"), func(r map[string]any) bool {
+	if !slices.ContainsFunc(logs.Records(t, "INFO"), func(r map[string]any) bool {
 		return strings.HasPrefix(r["msg"].(string), "dropped spool entries") && r["spool_entries"] == 1.0
 	}) {
 		t.Error("no Info log of the one entry dropped")

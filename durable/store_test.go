@@ -49,7 +49,7 @@ func TestStoreRestoresTheCheckpointAfterCloseAndOpen(t *testing.T) {
 	// b was removed before its earlier acks were written: its removal is
 	// all that is kept of it.
 	checkEvents(t, "restored", s.Checkpoint().Restored(), acked[0], acked[1], acked[2], acked[5])
-	if w := logs.records(t, "WARN"); len(w) != 0 {
+	if w := logs.Records(t, "WARN"); len(w) != 0 {
 		t.Errorf("warnings opening a good store: %v", w)
 	}
 }
@@ -143,7 +143,7 @@ func TestSpoolDropsEntriesTheCheckpointHoldsAsAcked(t *testing.T) {
 		t.Errorf("Spool().Len() = %d after the Take, want 2", got)
 	}
 	checkEvents(t, "checkpoint restored", s.Checkpoint().Restored(), started)
-	info := logs.records(t, "INFO")
+	info := logs.Records(t, "INFO")
 	if !slices.ContainsFunc(info, func(r map[string]any) bool {
 		return strings.HasPrefix(r["msg"].(string), "dropped spool entries") && r["spool_entries"] == 1.0
 	}) {
@@ -319,7 +319,7 @@ func TestOpenSetsAnotherNodesStoreAside(t *testing.T) {
 	if got := s.Checkpoint().Restored(); len(got) != 0 {
 		t.Errorf("node-2 restored node-1's %v", got)
 	}
-	w := logs.records(t, "WARN")
+	w := logs.Records(t, "WARN")
 	aside := glob(t, dir, durable.FileName+".other-node-*")
 	if len(w) != 1 || len(aside) != 1 || w[0]["aside"] != aside[0] || !strings.Contains(w[0]["err"].(string), `"node-1"`) {
 		t.Fatalf("want one warning naming the file set aside (%v) and node-1, got %v", aside, w)
@@ -378,7 +378,7 @@ func TestOpenSetsACorruptStoreAside(t *testing.T) {
 			if got := s.Checkpoint().Restored(); len(got) != 0 {
 				t.Errorf("restored %v from a corrupt store", got)
 			}
-			w := logs.records(t, "WARN")
+			w := logs.Records(t, "WARN")
 			aside := glob(t, dir, durable.FileName+".corrupt-*")
 			if len(w) != 1 || len(aside) != 1 || w[0]["aside"] != aside[0] || w[0]["path"] != path {
 				t.Fatalf("want one warning naming %s and the file set aside (%v), got %v", path, aside, w)
@@ -393,7 +393,7 @@ func TestOpenSetsACorruptStoreAside(t *testing.T) {
 			s, logs = open(t, dir, durable.Options{})
 			defer closeStore(t, s)
 			checkEvents(t, "the fresh store", s.Checkpoint().Restored(), b)
-			if w := logs.records(t, "WARN"); len(w) != 0 {
+			if w := logs.Records(t, "WARN"); len(w) != 0 {
 				t.Errorf("warnings opening the fresh store: %v", w)
 			}
 		})
@@ -572,7 +572,7 @@ func TestOpenSetsAStoreOfAnUnknownFormatAside(t *testing.T) {
 			if got := s.Checkpoint().Restored(); len(got) != 0 {
 				t.Errorf("restored %v", got)
 			}
-			if aside := glob(t, dir, durable.FileName+".corrupt-*"); len(aside) != 1 || len(logs.records(t, "WARN")) != 1 {
+			if aside := glob(t, dir, durable.FileName+".corrupt-*"); len(aside) != 1 || len(logs.Records(t, "WARN")) != 1 {
 				t.Errorf("want the store set aside once with a warning, got %v", aside)
 			}
 		})

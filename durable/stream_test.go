@@ -42,7 +42,7 @@ func TestCheckpointNamesItsStreamOnceAdoptionIsWritten(t *testing.T) {
 		t.Errorf("Sequence() = %d, want 4: adopting a stream keeps the sequence", got)
 	}
 	checkEvents(t, "restored", s.Checkpoint().Restored(), a)
-	if infos := logs.records(t, "INFO"); len(infos) == 0 || infos[len(infos)-1]["stream"] != pleg.String() {
+	if infos := logs.Records(t, "INFO"); len(infos) == 0 || infos[len(infos)-1]["stream"] != pleg.String() {
 		t.Errorf("the open log does not name the stream %q: %v", pleg, infos)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/generator/generatortest"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -34,9 +35,9 @@ func (f *fixture) start(t *testing.T) (stop func()) {
 }
 
 // newLoggedFixture is newFixture with the generator's log kept.
-func newLoggedFixture(t *testing.T, gopts generator.Options) (*fixture, *syncBuffer) {
+func newLoggedFixture(t *testing.T, gopts generator.Options) (*fixture, *logtest.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	f := &fixture{rt: generatortest.NewFakeRuntime(crisim.Options{}), rec: generatortest.NewRecorder(), reg: prometheus.NewRegistry()}
 	gopts.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	if gopts.Mode == "" {

@@ -1,14 +1,12 @@
 package generator_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/generator/generatortest"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -709,7 +708,7 @@ func TestAutoModeRelistsWhenTheRuntimeHasNoVersion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := generatortest.NewFakeRuntime(crisim.Options{})
 		rt.FailNext("Version", status.Error(codes.Unimplemented, "no Version here"))
-		var logs syncBuffer
+		var logs logtest.Buffer
 		gen := generator.New(rt, generatortest.NewRecorder(), generator.Options{
 			Mode: generator.ModeAuto, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		})
@@ -728,24 +727,6 @@ func TestAutoModeRelistsWhenTheRuntimeHasNoVersion(t *testing.T) {
 			t.Fatalf("Run = %v", err)
 		}
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // replayScenario starts and ends pods on m while the stream is down, enough

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -265,21 +266,16 @@ func tally(t *testing.T, js jetstream.JetStream, sent []generator.Event) streamT
 	// Right after a server's restart, the client may be connected to it
 	// before its JetStream answers: "no responders" then means "not yet",
 	// and the reading starts over.
-	retry := time.NewTicker(50 * time.Millisecond)
-	defer retry.Stop()
 	deadline := time.Now().Add(waitTimeout)
 	var ids []string
-	for {
+	waittest.Until(t, waitTimeout, "the stream to be read back", func() (bool, error) {
 		var err error
 		ids, err = readIDs(t.Context(), js, deadline)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
 			t.Fatalf("read the stream back: %v", err)
 		}
-		<-retry.C
-	}
+		return err == nil, err
+	})
 
 	byID := map[string]generator.Event{}
 	wantOrder := map[string][]string{}

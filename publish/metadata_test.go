@@ -1,11 +1,9 @@
 package publish_test
 
 import (
-	"bytes"
-	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,41 +11,18 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
-// logRecords collects the JSON records of a logger.
-type logRecords struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (l *logRecords) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logRecords) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// take returns the messages logged since the last call, each with its level.
-func (l *logRecords) take(t *testing.T) []string {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// levelMsgs returns each record's level and message.
+func levelMsgs(recs []map[string]any) []string {
 	var out []string
-	for line := range strings.Lines(l.buf.String()) {
-		var r struct{ Level, Msg string }
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, r.Level+" "+r.Msg)
+	for _, r := range recs {
+		out = append(out, fmt.Sprint(r["level"], " ", r["msg"]))
 	}
-	l.buf.Reset()
 	return out
 }
 
@@ -128,16 +103,16 @@ func TestEnsureStreamRecordsTheContractVersionOncePerContract(t *testing.T) {
 	}
 	ensure := func(version string, maxAge time.Duration) []string {
 		t.Helper()
-		var logs logRecords
+		var logs logtest.Buffer
 		if _, err := publish.EnsureStream(ctx, js, publish.StreamOptions{SubjectPrefix: "pleg", MaxAge: maxAge,
-			Version: version, Logger: logs.logger()}); err != nil {
+			Version: version, Logger: logs.JSONLogger(slog.LevelDebug)}); err != nil {
 			t.Fatalf("EnsureStream: %v", err)
 		}
 		if _, err := publish.EnsureArchive(ctx, js, publish.ArchiveOptions{SubjectPrefix: "pleg", MaxAge: maxAge,
-			Version: version, Logger: logs.logger()}); err != nil {
+			Version: version, Logger: logs.JSONLogger(slog.LevelDebug)}); err != nil {
 			t.Fatalf("EnsureArchive: %v", err)
 		}
-		return logs.take(t)
+		return levelMsgs(logs.TakeRecords(t, ""))
 	}
 
 	got := ensure("v1.4.0", time.Hour)
@@ -186,11 +161,11 @@ func TestEnsureStreamKeepsTheMetadataOfANewerContract(t *testing.T) {
 		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Metadata: newer}); err != nil {
 		t.Fatal(err)
 	}
-	var logs logRecords
-	if _, err := publish.EnsureStream(ctx, js, publish.StreamOptions{SubjectPrefix: "pleg", Version: "v1.4.0", Logger: logs.logger()}); err != nil {
+	var logs logtest.Buffer
+	if _, err := publish.EnsureStream(ctx, js, publish.StreamOptions{SubjectPrefix: "pleg", Version: "v1.4.0", Logger: logs.JSONLogger(slog.LevelDebug)}); err != nil {
 		t.Fatalf("EnsureStream: %v", err)
 	}
-	if got, want := logs.take(t), []string{"WARN the stream was set up by a bridge of a newer contract version; this bridge publishes its own"}; strings.Join(got, "\n") != strings.Join(want, "\n") {
+	if got, want := levelMsgs(logs.TakeRecords(t, "")), []string{"WARN the stream was set up by a bridge of a newer contract version; this bridge publishes its own"}; strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("logged %q, want %q", got, want)
 	}
 	if got := ours(metadataOf(t, js, "PLEG")); got[schemas.MetadataContractVersion] != "99" || got[schemas.MetadataVersion] != "v9.0.0" {
@@ -222,15 +197,15 @@ func TestEnsureStreamGoesOnWithoutTheRightToRecordItsContract(t *testing.T) {
 	}
 	_, js := publishtest.Connect(t, s.ClientURL(), nats.UserInfo("bridge", "bridge"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 
-	var logs logRecords
+	var logs logtest.Buffer
 	start := time.Now()
-	if _, err := publish.EnsureStream(ctx, js, publish.StreamOptions{SubjectPrefix: "pleg", Version: "v1.4.0", Logger: logs.logger()}); err != nil {
+	if _, err := publish.EnsureStream(ctx, js, publish.StreamOptions{SubjectPrefix: "pleg", Version: "v1.4.0", Logger: logs.JSONLogger(slog.LevelDebug)}); err != nil {
 		t.Fatalf("EnsureStream: %v", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("EnsureStream took %v", d)
 	}
-	if got, want := logs.take(t), []string{"WARN cannot record the contract version in the stream's metadata; going on without"}; strings.Join(got, "\n") != strings.Join(want, "\n") {
+	if got, want := levelMsgs(logs.TakeRecords(t, "")), []string{"WARN cannot record the contract version in the stream's metadata; going on without"}; strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("logged %q, want %q", got, want)
 	}
 	if md := ours(metadataOf(t, admin, "PLEG")); len(md) != 0 {

@@ -75,8 +75,8 @@ type Options struct {
 	Seed []generator.Event
 	// Ready, if set, says when every event of the node's first relist has
 	// been acked and recorded: then the writer reconciles the node's keys
-	// once (reconcile below). nil: it never reconciles unless it had to
-	// forget deletes.
+	// once (it reads them back and rewrites the stale ones). nil: it never
+	// reconciles unless it had to forget deletes.
 	Ready func() bool
 	// MaxDeletes bounds the deletes waiting to be written; 0 means
 	// DefaultMaxDeletes.
@@ -401,7 +401,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		resync := w.resync
 		w.mu.Unlock()
 		if (!reconciled && w.opts.Ready() || resync) && failures == 0 {
-			if w.reconcileOrLog(ctx, kv, reconcileFailures) {
+			if w.markStaleKeysOrLog(ctx, kv, reconcileFailures) {
 				reconciled, readyC, reconcileFailures = true, nil, 0
 			} else {
 				reconcileFailures++

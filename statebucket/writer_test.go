@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
@@ -90,20 +91,12 @@ type bucketWatch struct {
 // watchBucket waits for bucket to exist and watches every key.
 func watchBucket(t *testing.T, js jetstream.JetStream, bucket string) *bucketWatch {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	var kv jetstream.KeyValue
-	for {
-		var err error
-		// Every writer creates the bucket at once; this waits for that
-		// request, not for time to pass.
-		kv, err = js.KeyValue(context.Background(), bucket)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bucket %s: %v", bucket, err)
-		}
-		publishtest.WaitStream(t, js, "KV_"+bucket)
+	// Every writer creates the bucket at once; this waits for that
+	// request, not for time to pass.
+	publishtest.WaitStream(t, js, "KV_"+bucket)
+	kv, err := js.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatalf("bucket %s: %v", bucket, err)
 	}
 	w, err := kv.WatchAll(context.Background())
 	if err != nil {
@@ -400,7 +393,7 @@ func TestWriterWritesWhatIsDirtyWhenStopped(t *testing.T) {
 	t.Parallel()
 	_, url := publishtest.NewServer(t)
 	_, js := publishtest.Connect(t, url)
-	logs := &lockedLog{}
+	logs := &logtest.Buffer{}
 	w := newWriter(t, js, statebucket.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	stop := statebuckettest.Run(t, w)
 	b := watchBucket(t, js, "STATE")
@@ -420,35 +413,14 @@ func TestWriterWritesWhatIsDirtyWhenStopped(t *testing.T) {
 	}
 }
 
-// lockedLog is a log destination safe for the writer's goroutine.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder // guarded by mu
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // waitNothingPending waits, bounded, until w has written everything. The
 // bucket can look converged to a watcher before the writer is done: the
 // purge of a container whose key was never written (its start folded into
 // the purge) shows nothing to a watcher that did not see the key.
 func waitNothingPending(t *testing.T, w *statebucket.Writer) {
 	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for deadline := time.Now().Add(waitTimeout); w.Pending() != 0; <-tick.C {
-		if time.Now().After(deadline) {
-			t.Fatalf("the state writer still has %d keys pending after %s", w.Pending(), waitTimeout)
-		}
-	}
+	waittest.Until(t, waitTimeout, "the state writer to have no key pending", func() (bool, error) {
+		n := w.Pending()
+		return n == 0, fmt.Errorf("%d keys pending", n)
+	})
 }

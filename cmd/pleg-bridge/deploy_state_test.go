@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,29 +13,13 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 	"github.com/pleg-bridge/pleg-bridge/statebucket"
 	"github.com/pleg-bridge/pleg-bridge/statebucket/statebuckettest"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // guarded by mu
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestNATSAccountsLetTheBridgeKeepAndTheReaderWatchTheStateBucket runs
 // accounts.conf in a real server: the bridge user creates the state
@@ -55,7 +38,7 @@ func TestNATSAccountsLetTheBridgeKeepAndTheReaderWatchTheStateBucket(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	stateOpts := statebucket.Options{
 		Bucket: schemas.DefaultStateBucket, Encoder: enc, Manage: true, Ready: func() bool { return true },
 		Logger: slog.New(slog.NewTextHandler(logs, nil)),
@@ -109,13 +92,10 @@ func TestNATSAccountsLetTheBridgeKeepAndTheReaderWatchTheStateBucket(t *testing.
 	}
 	// The reader can see a alone before the purge of b, which the writer
 	// may have folded into one write with b's start, is done.
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for deadline := time.Now().Add(10 * time.Second); w.Pending() != 0; <-tick.C {
-		if time.Now().After(deadline) {
-			t.Fatalf("the bridge's writer still has %d keys pending\n%s", w.Pending(), logs.String())
-		}
-	}
+	waittest.Until(t, 10*time.Second, "the bridge's writer to have no key pending", func() (bool, error) {
+		n := w.Pending()
+		return n == 0, fmt.Errorf("%d keys pending\n%s", n, logs.String())
+	})
 
 	// The reader gets a key directly, and cannot write, delete or purge.
 	kvR, err := jsR.KeyValue(t.Context(), schemas.DefaultStateBucket)

@@ -45,6 +45,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/natsauth"
 	"github.com/pleg-bridge/pleg-bridge/natsauth/natsauthtest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -721,7 +722,7 @@ func TestHelmChartAuthenticatesTheBridgeWithEveryCredential(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			var stderr lockedBuffer
+			var stderr logtest.Buffer
 			done := make(chan error, 1)
 			go func() { done <- run(ctx, args, envFrom(t, env), io.Discard, &stderr) }()
 			deadline := time.After(30 * time.Second)

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
 	"github.com/pleg-bridge/pleg-bridge/schemas/schemastest"
 )
@@ -98,7 +98,7 @@ func TestRunEndToEnd(t *testing.T) {
 	_, js := publishtest.Connect(t, url)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"run"}, env, &bytes.Buffer{}, &stderr) }()
 
@@ -209,7 +209,8 @@ func TestHelpListsEveryVariableWithItsDefault(t *testing.T) {
 
 func TestDemoShowsEventsAsASubscriberSeesThem(t *testing.T) {
 	t.Parallel()
-	out := &lockedBuffer{changed: make(chan struct{}, 1)}
+	out := &logtest.Buffer{}
+	changed := out.Changed()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
@@ -226,7 +227,7 @@ func TestDemoShowsEventsAsASubscriberSeesThem(t *testing.T) {
 	deadline := time.After(30 * time.Second)
 	for !containsAll(out.String(), want) {
 		select {
-		case <-out.changed:
+		case <-changed:
 		case err := <-done:
 			t.Fatalf("demo ended early: %v\n%s", err, out.String())
 		case <-deadline:
@@ -289,31 +290,6 @@ func containsAll(s string, subs []string) bool {
 		}
 	}
 	return true
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	changed chan struct{} // optional, capacity 1: signalled on every write
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.changed != nil {
-		select {
-		case l.changed <- struct{}{}:
-		default:
-		}
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestDemoNamesATakenPort: a taken --listen stops the demo before its

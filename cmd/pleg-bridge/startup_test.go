@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/internal/cli"
+	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 )
 
 // runFailing runs the run command with env and, when environ is not nil,
@@ -20,7 +21,7 @@ import (
 // command must fail on its own within 20 s.
 func runFailing(t *testing.T, env lookupFunc, environ []string) (string, error) {
 	t.Helper()
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	root := newRootCommand(commandEnv{lookup: env, stdout: io.Discard, stderr: &stderr})
 	if environ != nil {
 		root = newRootCommand(commandEnv{lookup: env, environ: func() []string { return environ }, stdout: io.Discard, stderr: &stderr})

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/natsauth"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -220,17 +221,12 @@ func freePorts(t *testing.T, n int) []int {
 // election, so this polls, as natsembed.StartCluster does.
 func waitMetaLeader(t *testing.T, servers []*server.Server) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for range tick.C {
+	waittest.Until(t, 30*time.Second, "a JetStream meta leader that sees the three servers", func() (bool, error) {
 		for _, s := range servers {
 			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(servers) {
-				return
+				return true, nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no JetStream meta leader that sees the three servers after 30s")
-		}
-	}
+		return false, nil
+	})
 }

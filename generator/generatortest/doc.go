@@ -7,6 +7,7 @@
 //
 // Only test files import it (the tests and benchmarks of generator and
 // cri); the product, the harnesses and the commands do not. It imports
-// generator and crisim, and must not import cri: it stands in for the
-// runtime below the CRI client, which imports generator.
+// generator, crisim and internal/taskevent (to decode crisim's containerd
+// events as the CRI client does), and must not import cri: it stands in
+// for the CRI client, which imports generator.
 package generatortest

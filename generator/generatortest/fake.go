@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pleg-bridge/pleg-bridge/cri"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/internal/taskevent"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -308,7 +308,7 @@ func (f *FakeRuntime) WatchTaskEvents(ctx context.Context, fn func(generator.Tas
 		muted := f.muted
 		f.mu.Unlock()
 		if !muted {
-			fn(cri.DecodeEnvelope(env))
+			fn(taskevent.Decode(env))
 		}
 	}
 	err := sub.Err()

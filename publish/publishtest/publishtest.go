@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
 )
 
@@ -239,14 +240,11 @@ func WaitOutDuplicateWindow(t testing.TB, js jetstream.JetStream, stream string)
 	if first.Duplicate {
 		t.Fatalf("the first probe %s is a duplicate", id)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	again := probe()
-	for again.Duplicate {
-		if time.Now().After(deadline) {
-			t.Fatal("the probe id was still remembered 30s after it was stored")
-		}
+	var again *jetstream.PubAck
+	waittest.Until(t, 30*time.Second, "the probe id to be forgotten after it was stored", func() (bool, error) {
 		again = probe()
-	}
+		return !again.Duplicate, nil
+	})
 	for _, seq := range []uint64{first.Sequence, again.Sequence} {
 		if err := s.DeleteMsg(ctx, seq); err != nil {
 			t.Fatalf("delete probe %d: %v", seq, err)

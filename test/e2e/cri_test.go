@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -227,17 +228,12 @@ func (c *cri) removePod(p pod) {
 // containerd's task exit), and CRI's view is what the tests compare with.
 func (c *cri) exitedStatus(id string) *runtimeapi.ContainerStatus {
 	c.t.Helper()
-	deadline := time.Now().Add(eventTimeout)
-	for {
-		st := c.status(id)
-		if st.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-			return st
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("container %s is still %v %v after the bridge reported its exit", id, st.State, eventTimeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var st *runtimeapi.ContainerStatus
+	waittest.Until(c.t, eventTimeout, fmt.Sprintf("CRI to show container %s exited, as the bridge reported", id), func() (bool, error) {
+		st = c.status(id)
+		return st.State == runtimeapi.ContainerState_CONTAINER_EXITED, fmt.Errorf("it is %v", st.State)
+	})
+	return st
 }
 
 // status returns the container's status as the runtime reports it.

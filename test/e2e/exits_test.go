@@ -15,6 +15,7 @@ import (
 
 	eventtypes "github.com/containerd/containerd/api/events"
 	eventsapi "github.com/containerd/containerd/api/services/events/v1"
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -275,21 +276,13 @@ func runBurst(t *testing.T, c *cri, round, size int) ([]pod, []string, []*runtim
 	if late := time.Since(until); late > -100*time.Millisecond {
 		t.Fatalf("starting %d containers took until %v after the instant they were to exit together: the machine is too slow for this burst", size, late)
 	}
-	time.Sleep(time.Until(until))
 	statuses := make([]*runtimeapi.ContainerStatus, size)
-	deadline := time.Now().Add(eventTimeout)
 	for i, id := range ids {
-		for {
+		waittest.Until(t, time.Until(until)+eventTimeout, fmt.Sprintf("container %s to exit", id), func() (bool, error) {
 			st := c.status(id)
-			if st.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-				statuses[i] = st
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("container %s still %v %v after it was to exit", id, st.State, eventTimeout)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			statuses[i] = st
+			return st.State == runtimeapi.ContainerState_CONTAINER_EXITED, fmt.Errorf("it is %v", st.State)
+		})
 	}
 	return pods, ids, statuses
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -36,28 +37,29 @@ func goroutineDump(t *testing.T) string {
 		t.Fatalf("signal containerd: %v", err)
 	}
 	written := regexp.MustCompile(`goroutine stack dump written to ([^ "\\]+)`)
-	deadline := time.Now().Add(30 * time.Second)
-	for tick := time.NewTicker(50 * time.Millisecond); ; <-tick.C {
+	var dump string
+	waittest.Until(t, 30*time.Second, "containerd's goroutine dump after SIGUSR1", func() (bool, error) {
 		now, err := os.ReadFile(logPath)
 		if err != nil {
 			t.Fatal(err)
 		}
 		added := now[min(len(before), len(now)):]
 		if m := written.FindSubmatch(added); m != nil {
-			dump, err := os.ReadFile(string(m[1]))
+			b, err := os.ReadFile(string(m[1]))
 			if err != nil {
 				t.Fatalf("read containerd's goroutine dump: %v", err)
 			}
 			os.Remove(string(m[1]))
-			return string(dump)
+			dump = string(b)
+			return true, nil
 		}
 		if i := bytes.Index(added, []byte("=== END goroutine stack dump ===")); i >= 0 {
-			return string(added[:i])
+			dump = string(added[:i])
+			return true, nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("containerd wrote no goroutine dump within 30s of SIGUSR1; its log grew by:\n%s", added)
-		}
-	}
+		return false, fmt.Errorf("containerd's log grew by:\n%s", added)
+	})
+	return dump
 }
 
 // TestTheBridgeStealsNoCRIEvent runs, on containerd 1.7 (one shared CRI

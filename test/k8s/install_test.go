@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -215,7 +216,7 @@ func podReady(p corev1.Pod) bool {
 func waitBridgeReady(t *testing.T, not string) corev1.Pod {
 	t.Helper()
 	var ready corev1.Pod
-	eventually(t, 2*time.Minute, "the bridge's pod Ready", func() (bool, error) {
+	waittest.Until(t, 2*time.Minute, "the bridge's pod Ready", func() (bool, error) {
 		pods := bridgePods(t)
 		for _, p := range pods {
 			if string(p.UID) != not && p.DeletionTimestamp == nil && podReady(p) {

@@ -146,28 +146,3 @@ func kubectl(t *testing.T, stdin []byte, args ...string) []byte {
 	}
 	return out
 }
-
-// eventually calls check every interval until it returns true or fails,
-// and fails the test when timeout passes first, with check's last error.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() (bool, error)) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		ok, err := check()
-		if ok {
-			return
-		}
-		last = err
-		select {
-		case <-deadline.C:
-			t.Fatalf("%s: not within %s (last: %v)", what, timeout, last)
-		case <-t.Context().Done():
-			t.Fatalf("%s: %v", what, t.Context().Err())
-		case <-tick.C:
-		}
-	}
-}

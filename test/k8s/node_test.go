@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
@@ -228,7 +229,7 @@ func checkStream(t *testing.T, nats *hostNATS, ns string, truth map[string]podTr
 	var events []consumer.Event
 	var present map[string]bool
 	var exitCodes int
-	eventually(t, 90*time.Second, "the stream to hold every transition", func() (bool, error) {
+	waittest.Until(t, 90*time.Second, "the stream to hold every transition", func() (bool, error) {
 		before := containerdIDs(t)
 		events = streamEvents(t, nats)
 		after := containerdIDs(t)

@@ -22,6 +22,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
@@ -200,7 +201,7 @@ func rollWhileChurning(t *testing.T, nats *hostNATS, ns string, r rollout) {
 	var spooled float64
 	if r.natsAway {
 		nats.stop()
-		eventually(t, time.Minute, "the old bridge to spool what it cannot publish", func() (bool, error) {
+		waittest.Until(t, time.Minute, "the old bridge to spool what it cannot publish", func() (bool, error) {
 			v, err := metric(old, "pleg_bridge_spool_events")
 			spooled = v
 			return err == nil && v > 0, err
@@ -210,7 +211,7 @@ func rollWhileChurning(t *testing.T, nats *hostNATS, ns string, r rollout) {
 	c.beginOutage()
 	r.do(t)
 	if r.natsAway {
-		eventually(t, 2*time.Minute, "the new bridge's pod running", func() (bool, error) {
+		waittest.Until(t, 2*time.Minute, "the new bridge's pod running", func() (bool, error) {
 			for _, p := range bridgePods(t) {
 				if p.UID != old.UID && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil {
 					return true, nil
@@ -584,7 +585,7 @@ func (c *churner) createdSoFar() int {
 // error.
 func (c *churner) waitDone(t *testing.T, since, n int, what string) {
 	t.Helper()
-	eventually(t, 2*time.Minute, what, func() (bool, error) {
+	waittest.Until(t, 2*time.Minute, what, func() (bool, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		done := 0

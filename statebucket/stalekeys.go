@@ -13,10 +13,19 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
-// reconcileOrLog reconciles, logging a failure (at Warn the first after a
-// success, at Debug the next ones); it reports success.
-func (w *Writer) reconcileOrLog(ctx context.Context, kv jetstream.KeyValue, failedBefore int) bool {
-	n, err := w.reconcile(ctx, kv)
+// The node's stale keys: the writer holds the latest event of each of the
+// node's containers, and the bucket should hold the same. When it cannot
+// know that it does (at start, before the first write, and after it forgot
+// deletes for want of room while NATS was away), the writer reads the
+// node's keys back and rewrites those whose value differs from what it
+// holds. The metric and the logs call that a reconcile of the node's keys
+// (pleg_bridge_state_reconciles_total).
+
+// markStaleKeysOrLog marks the node's stale keys dirty (markStaleKeys),
+// logging a failure (at Warn the first after a success, at Debug the next
+// ones); it reports success.
+func (w *Writer) markStaleKeysOrLog(ctx context.Context, kv jetstream.KeyValue, failedBefore int) bool {
+	n, err := w.markStaleKeys(ctx, kv)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -32,10 +41,11 @@ func (w *Writer) reconcileOrLog(ctx context.Context, kv jetstream.KeyValue, fail
 	return true
 }
 
-// reconcile reads the node's keys and their values, and marks dirty every
-// key whose value differs from what the writer holds (missing, stale, or
-// of a container it does not hold). It returns how many it marked.
-func (w *Writer) reconcile(ctx context.Context, kv jetstream.KeyValue) (int, error) {
+// markStaleKeys reads the node's keys and their values, and marks dirty
+// every key whose value differs from what the writer holds (missing,
+// stale, or of a container it does not hold). It returns how many it
+// marked.
+func (w *Writer) markStaleKeys(ctx context.Context, kv jetstream.KeyValue) (int, error) {
 	w.mu.Lock()
 	w.resync = false
 	snapshot := make(map[string]generator.Event, len(w.live))
