@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 	"github.com/pleg-bridge/pleg-bridge/harness/soak"
 )
 
@@ -80,7 +81,7 @@ type fleet struct {
 	// The baseline of publish→ack: the raw publisher's process, each
 	// bridge process's ack histogram as last read, and each closed
 	// window's acks, in the order of windows.
-	raw     *process
+	raw     *proc.Process
 	ackPrev map[*bridgeGroup]ackHist
 	acks    []ackWindow
 }
@@ -172,7 +173,7 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	f.scrapeDropped(ctx, f.groups)
 	var eg errgroup.Group
 	for _, g := range f.groups {
-		eg.Go(func() error { return g.proc.stop(false) })
+		eg.Go(func() error { return g.proc.Stop(proc.CloseStdin) })
 	}
 	if err := eg.Wait(); err != nil {
 		f.prog.Problem("%v", err)
@@ -274,7 +275,7 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 			if err != nil {
 				return FaultRecord{}, err
 			}
-			notes = append(notes, fmt.Sprintf("%s down %v, stream current %v later", p.name, roundDelay(down), roundDelay(current)))
+			notes = append(notes, fmt.Sprintf("%s down %v, stream current %v later", p.Name(), roundDelay(down), roundDelay(current)))
 		}
 		return FaultRecord{Note: "rolling restart (SIGTERM): " + strings.Join(notes, ", "), Repaired: time.Now()}, nil
 
@@ -314,7 +315,7 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 		f.scrapeDropped(ctx, victims)
 		var eg errgroup.Group
 		for _, g := range victims {
-			eg.Go(func() error { g.proc.kill(); return nil })
+			eg.Go(func() error { g.proc.Kill(); return nil })
 		}
 		_ = eg.Wait()
 		if err := f.wait(ctx, f.opts.FaultLength); err != nil {
@@ -489,10 +490,10 @@ func (f *fleet) close() {
 	}
 	_ = f.group.Wait() // their errors were returned by run
 	for _, g := range f.groups {
-		g.proc.kill()
+		g.proc.Kill()
 	}
 	if f.raw != nil {
-		f.raw.kill()
+		f.raw.Kill()
 	}
 	if f.nodes != nil {
 		if err := f.nodes.stop(); err != nil {

@@ -24,6 +24,7 @@
 // The import rules below are checked by internal/layers/layers_test.go
 // (TestImportRules).
 //
-// proc imports the standard library only; nothing outside harness/
-// imports it.
+// proc imports the standard library only. Nothing but the harnesses that
+// run children imports it: soak, fleet, latencybench and pleg-bench
+// (harness/cmd/pleg-bench).
 package proc

@@ -114,7 +114,7 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
 	s.bridge = newBridgeProcess(o.BridgeBinary, s.bridgeEnv(listen), filepath.Join(o.Dir, "bridge.log"), listen)
-	s.prog.Printf("starting: %s, simulated %s on %s, bridge %s (log %s)", s.nats.describe(), s.runtimeName(), s.rt.socket, o.BridgeBinary, s.bridge.logPath)
+	s.prog.Printf("starting: %s, simulated %s on %s, bridge %s (log %s)", s.nats.describe(), s.runtimeName(), s.rt.socket, o.BridgeBinary, s.bridge.logPath())
 	if err := s.bridge.start(ctx); err != nil {
 		return Report{}, err
 	}
