@@ -171,7 +171,7 @@ func firing(eps map[string][]Episode) []string {
 // checkAlerting runs the dashboard's queries over the run, which ended at
 // end, and judges the alerts against the faults' windows.
 func (s *soak) checkAlerting(ctx context.Context, end time.Time) ([]AlertResult, []PanelResult) {
-	panels := s.prom.checkDashboard(ctx, s.opts.dashboard, s.start, end)
+	panels := s.prom.checkDashboard(ctx, s.opts.dashboard, s.runner.Start(), end)
 	empty := 0
 	for _, p := range panels {
 		if p.Err != "" || p.Series == 0 {
@@ -180,5 +180,5 @@ func (s *soak) checkAlerting(ctx context.Context, end time.Time) ([]AlertResult,
 	}
 	s.prog.Printf("dashboard: %d queries, %d with no data", len(panels), empty)
 	eps, _ := s.alerts.snapshot()
-	return judgeAlerts(s.opts.rules, s.windows, s.faults, eps), panels
+	return judgeAlerts(s.opts.rules, s.runner.Windows(), s.faults, eps), panels
 }
