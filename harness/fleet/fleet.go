@@ -258,7 +258,7 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 		if err := f.servers.stopAll(); err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.waitUntil(ctx, down.Add(f.opts.Outage)); err != nil {
+		if err := f.runner.Until(ctx, down.Add(f.opts.Outage)); err != nil {
 			return FaultRecord{}, err
 		}
 		repaired, current, err := f.startServers(ctx, f.servers.startAll)
@@ -289,7 +289,7 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 			eg.Go(func() error { g.proc.Kill(); return nil })
 		}
 		_ = eg.Wait()
-		if err := f.wait(ctx, f.opts.FaultLength); err != nil {
+		if err := f.runner.Wait(ctx, f.opts.FaultLength); err != nil {
 			return FaultRecord{}, err
 		}
 		started := time.Now()
@@ -398,7 +398,7 @@ func (f *fleet) waitStreamCurrent(ctx context.Context) (time.Duration, error) {
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("wait for stream %s to be current: after %v: %s", streamName, streamCurrentTimeout, last)
 		}
-		if err := f.wait(ctx, sampleEvery); err != nil {
+		if err := f.runner.Wait(ctx, sampleEvery); err != nil {
 			return 0, err
 		}
 	}
@@ -424,18 +424,7 @@ func (f *fleet) scrapeDropped(ctx context.Context, groups []*bridgeGroup) {
 	f.dropped += n
 }
 
-// wait waits for d; see waitUntil.
-func (f *fleet) wait(ctx context.Context, d time.Duration) error {
-	return f.runner.Wait(ctx, d)
-}
-
-// waitUntil waits until t. It returns early with an error if ctx ends, a
-// child process exits on its own, or the churn fails.
-func (f *fleet) waitUntil(ctx context.Context, t time.Time) error {
-	return f.runner.Until(ctx, t)
-}
-
-// close stops whatever run started: the churn and the monitor, the
+// close stops whatever run started: the monitor, the
 // bridges (they use the runtimes and NATS), the runtimes, the servers.
 func (f *fleet) close() {
 	if f.stopMonitor != nil {

@@ -73,7 +73,7 @@ func (f *fleet) killLeader(ctx context.Context) (FaultRecord, error) {
 		}
 	}
 	election := adv.Time.Sub(killed)
-	if err := f.wait(ctx, f.opts.FaultLength); err != nil {
+	if err := f.runner.Wait(ctx, f.opts.FaultLength); err != nil {
 		return FaultRecord{}, err
 	}
 	repaired, current, err := f.startServers(ctx, func(ctx context.Context) error {

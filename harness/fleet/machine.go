@@ -90,7 +90,7 @@ func (f *fleet) machineFault(ctx context.Context, fault string) (FaultRecord, er
 		if err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.wait(ctx, o.Rollback); err != nil {
+		if err := f.runner.Wait(ctx, o.Rollback); err != nil {
 			return FaultRecord{}, err
 		}
 		before, _ := f.streamState(ctx)
@@ -128,7 +128,7 @@ func (f *fleet) machineFault(ctx context.Context, fault string) (FaultRecord, er
 		if err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.wait(ctx, o.Rollback); err != nil {
+		if err := f.runner.Wait(ctx, o.Rollback); err != nil {
 			return FaultRecord{}, err
 		}
 		before, _ := f.streamState(ctx)
@@ -143,7 +143,7 @@ func (f *fleet) machineFault(ctx context.Context, fault string) (FaultRecord, er
 		if err := restart(ctx); err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.wait(ctx, o.FaultLength); err != nil {
+		if err := f.runner.Wait(ctx, o.FaultLength); err != nil {
 			return FaultRecord{}, err
 		}
 		if err := f.servers.procs[paused].Resume(); err != nil {

@@ -268,7 +268,7 @@ func (f *fleet) moveLeader(ctx context.Context, leader string) {
 		if s, err := f.js.Stream(ctx, rawStream); err == nil && leaderOf(s) == leader {
 			return
 		}
-		if err := f.wait(ctx, sampleEvery); err != nil {
+		if err := f.runner.Wait(ctx, sampleEvery); err != nil {
 			return
 		}
 	}

@@ -73,7 +73,7 @@ func (s *soak) startAlerting(ctx context.Context, listen string) error {
 func (s *soak) holdAlerts(ctx context.Context, fault string, began, minEnd time.Time, tick func()) (string, error) {
 	want := s.opts.alertsOf(fault)
 	if len(want) == 0 {
-		return "", s.waitUntil(ctx, minEnd)
+		return "", s.runner.Until(ctx, minEnd)
 	}
 	deadline := minEnd
 	for _, r := range want {
@@ -100,7 +100,7 @@ func (s *soak) holdAlerts(ctx context.Context, fault string, began, minEnd time.
 				return "; " + firedNote(want, eps, began), nil
 			}
 		}
-		if err := s.waitUntil(ctx, now.Add(alertPoll)); err != nil {
+		if err := s.runner.Until(ctx, now.Add(alertPoll)); err != nil {
 			return "", err
 		}
 		if tick != nil {

@@ -267,7 +267,7 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		}
 		name := c.Server(i).Name()
 		c.Stop(i)
-		if err := s.wait(ctx, o.FaultLength); err != nil {
+		if err := s.runner.Wait(ctx, o.FaultLength); err != nil {
 			return "", err
 		}
 		newLeader := c.StreamLeader(natsAccount, streamName)
@@ -283,14 +283,14 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 	case FaultOutageBridgeKill:
 		down := time.Now()
 		s.nats.stopAll()
-		if err := s.wait(ctx, o.outage()/2); err != nil {
+		if err := s.runner.Wait(ctx, o.outage()/2); err != nil {
 			return "", err
 		}
 		s.scrapeDropped(ctx)
 		s.health.setUp(false)
 		killed := time.Now()
 		s.bridge.kill()
-		if err := s.wait(ctx, o.FaultLength); err != nil {
+		if err := s.runner.Wait(ctx, o.FaultLength); err != nil {
 			return "", err
 		}
 		if err := s.bridge.startUntil(ctx, "/healthz"); err != nil {
@@ -298,7 +298,7 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		}
 		s.blindSince(killed)
 		s.health.setUp(true)
-		if err := s.waitUntil(ctx, down.Add(o.outage()+o.FaultLength)); err != nil {
+		if err := s.runner.Until(ctx, down.Add(o.outage()+o.FaultLength)); err != nil {
 			return "", err
 		}
 		if err := s.nats.startAll(); err != nil {
@@ -381,7 +381,7 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		for time.Now().Before(end) {
 			streams += s.rt.srv.DropStreams()
 			drops++
-			if err := s.waitUntil(ctx, time.Now().Add(streamDropEvery)); err != nil {
+			if err := s.runner.Until(ctx, time.Now().Add(streamDropEvery)); err != nil {
 				return "", err
 			}
 		}
@@ -472,17 +472,6 @@ func (s *soak) scrapeDropped(ctx context.Context) {
 		return
 	}
 	s.mismatches += n
-}
-
-// wait waits for d; see waitUntil.
-func (s *soak) wait(ctx context.Context, d time.Duration) error {
-	return s.runner.Wait(ctx, d)
-}
-
-// waitUntil waits until t. It returns early with an error if ctx ends, the
-// bridge exits on its own, or the churn fails.
-func (s *soak) waitUntil(ctx context.Context, t time.Time) error {
-	return s.runner.Until(ctx, t)
 }
 
 // close stops whatever run started, the bridge first: it uses both the
