@@ -75,7 +75,8 @@ type Process struct {
 	command []string
 	opts    Options
 
-	reqMu sync.Mutex // held during a request, so that answers match requests
+	startMu sync.Mutex // held during Start, so that one incarnation runs at a time
+	reqMu   sync.Mutex // held during a request, so that answers match requests
 
 	mu  sync.Mutex
 	cur *incarnation // the last one started; guarded by mu
@@ -127,6 +128,8 @@ func (p *Process) Start() error {
 	if len(p.command) == 0 {
 		return fmt.Errorf("start %s: no command", p.name)
 	}
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
 	if inc := p.current(); inc != nil && !isClosed(inc.exited) {
 		return fmt.Errorf("start %s: it runs already (pid %d)", p.name, inc.cmd.Process.Pid)
 	}
