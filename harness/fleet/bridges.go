@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 )
 
 // bridgeReadyTimeout bounds the wait for a bridge process to be ready:
@@ -18,7 +20,7 @@ const bridgeReadyTimeout = 3 * time.Minute
 
 // bridgeGroup is one bridge process and the nodes whose bridges it runs.
 type bridgeGroup struct {
-	proc  *process
+	proc  *proc.Process
 	nodes []int // indices into the fleet's nodes
 }
 
@@ -57,7 +59,7 @@ func newBridgeGroups(o Options, ns *nodes, urls []string, dir string) ([]*bridge
 func startGroups(ctx context.Context, groups []*bridgeGroup) error {
 	var eg errgroup.Group
 	for _, g := range groups {
-		eg.Go(func() error { return g.proc.start(ctx, bridgeReadyTimeout) })
+		eg.Go(func() error { return g.proc.StartReady(ctx, bridgeReadyTimeout) })
 	}
 	return eg.Wait()
 }
@@ -70,7 +72,7 @@ func dropped(ctx context.Context, groups []*bridgeGroup) (float64, error) {
 	var firstErr error
 	for _, g := range groups {
 		var st childStats
-		if err := g.proc.request(ctx, requestDropped, &st); err != nil {
+		if err := g.proc.Request(ctx, requestDropped, &st); err != nil {
 			if firstErr == nil {
 				firstErr = err
 			}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 )
 
 // ChildEnv is the environment variable that carries a child's spec (JSON)
@@ -55,6 +57,19 @@ type childSpec struct {
 	Server  *serverSpec  `json:",omitempty"`
 	Bridges *bridgesSpec `json:",omitempty"`
 	Raw     *rawSpec     `json:",omitempty"`
+}
+
+// newProcess describes the child process spec says, run by command (the
+// harness's own program, Options.ChildCommand) with spec in ChildEnv, its
+// stderr appended to logPath; it does not start it. The child speaks the
+// protocol of RunChild, which proc.Process's StartReady and Request speak.
+func newProcess(name string, command []string, spec childSpec, logPath string) (*proc.Process, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode the spec of %s: %w", name, err)
+	}
+	env := append(os.Environ(), ChildEnv+"="+string(b))
+	return proc.New(name, command, proc.Options{Env: env, LogPath: logPath, Lines: true}), nil
 }
 
 // serverSpec is one nats-server of the cluster. Its name, ports and store

@@ -25,7 +25,7 @@
 // (TestImportRules).
 //
 // fleet imports bridge, crisim, soak (its accounting, read-back and churn
-// driver), consumer, generator, publish and schemas (the event types, the
+// driver), harness/proc (its child processes), consumer, generator, publish and schemas (the event types, the
 // streams' set-up and subjects) and the NATS libraries; it must not import
 // cmd, and nothing but the harness's command (harness/cmd/pleg-harness)
 // imports it.

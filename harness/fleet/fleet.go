@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 	"github.com/pleg-bridge/pleg-bridge/harness/soak"
 )
 
@@ -63,16 +64,16 @@ type fleet struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 
-	// The monitor and the churn run in group until close.
+	// runner runs the churn, the schedule and the accounting.
+	runner *soak.Runner
+
+	// The monitor runs in group until close.
 	group       errgroup.Group
 	stopMonitor context.CancelFunc
-	stopChurn   context.CancelFunc
-	churnErr    chan error
 
 	populated time.Time // when the nodes' first pods were there
-	start     time.Time // when the churn started
 	startup   time.Duration
-	windows   []soak.Window
+	windows   []soak.Window // the run's, once it is over
 	faults    []FaultRecord
 	prog      *soak.Progress // the progress lines and the problems
 	dropped   float64        // events given up by bridge processes that ended
@@ -80,7 +81,7 @@ type fleet struct {
 	// The baseline of publish→ack: the raw publisher's process, each
 	// bridge process's ack histogram as last read, and each closed
 	// window's acks, in the order of windows.
-	raw     *process
+	raw     *proc.Process
 	ackPrev map[*bridgeGroup]ackHist
 	acks    []ackWindow
 }
@@ -124,6 +125,38 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	monCtx, stopMonitor := context.WithCancel(ctx)
 	f.stopMonitor = stopMonitor
 	f.group.Go(func() error { return f.mon.Run(monCtx) })
+	// Built before anything waits: the waits end early on what it watches.
+	f.runner = &soak.Runner{
+		Duration:        o.Duration,
+		Faults:          o.Faults,
+		QuietAfterFault: quietAfterFault,
+		JS:              f.js,
+		Stream:          streamName,
+		SettleTimeout:   o.SettleTimeout,
+		Progress:        f.prog,
+		Baseline:        fmt.Sprintf("baseline: churn at %.0f transitions/s over %d nodes", o.Rate, o.Nodes),
+		Before:          []soak.Window{{Name: "start-up", From: f.populated}},
+		Churn:           func(ctx context.Context) error { return f.nodes.Churn(ctx, o.Rate) },
+		Count:           f.nodes.count,
+		Transitions:     f.nodes.transitions,
+		Crash: func() (<-chan struct{}, func() error) {
+			return f.mon.failed, func() error { return f.mon.failure }
+		},
+		Inject:       f.injectAndDrain,
+		WindowClosed: f.closeAcks,
+		ChurnStopped: f.stopRaw,
+		Stop: func(ctx context.Context, _ time.Time, held int) {
+			f.prog.Printf("the stream holds %d messages; stopping the bridges", held)
+			f.scrapeDropped(ctx, f.groups)
+			var eg errgroup.Group
+			for _, g := range f.groups {
+				eg.Go(func() error { return g.proc.Stop(proc.CloseStdin) })
+			}
+			if err := eg.Wait(); err != nil {
+				f.prog.Problem("%v", err)
+			}
+		},
+	}
 
 	f.prog.Printf("starting %d bridges in %d processes", o.Nodes, len(f.groups))
 	began := time.Now()
@@ -139,48 +172,12 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	}
 	f.prog.Printf("raw publisher (the baseline of publish→ack) publishing %.1f copies of stored events a second to %s", rawRate, rawStream)
 
-	churnCtx, stopChurn := context.WithCancel(ctx)
-	f.stopChurn = stopChurn
-	f.churnErr = make(chan error, 1)
-	f.start = time.Now()
-	f.prog.Started(f.start, f.nodes.count)
-	f.windows = []soak.Window{{Name: "start-up", From: f.populated}}
-	f.group.Go(func() error {
-		err := f.nodes.Churn(churnCtx, o.Rate)
-		f.churnErr <- err
-		return err
-	})
-	if err := f.schedule(ctx); err != nil {
-		return Report{}, err
-	}
-	stopChurn()
-	if err := <-f.churnErr; err != nil {
-		return Report{}, err
-	}
-	end := time.Now()
-	f.windows[len(f.windows)-1].To = end
-	f.closeAcks(ctx)
-	f.stopRaw(ctx)
-	made := f.nodes.transitions()
-	f.prog.Printf("churn stopped: %d transitions made; waiting up to %v for the stream to hold them", len(made), o.SettleTimeout)
-	held, err := soak.Settle(ctx, f.js, streamName, len(made), o.SettleTimeout)
-	if err != nil {
-		f.prog.Problem("settle: %v", err)
-	}
-	settled := time.Since(end)
-	f.prog.Printf("the stream holds %d messages; stopping the bridges", held)
-	f.scrapeDropped(ctx, f.groups)
-	var eg errgroup.Group
-	for _, g := range f.groups {
-		eg.Go(func() error { return g.proc.stop(false) })
-	}
-	if err := eg.Wait(); err != nil {
-		f.prog.Problem("%v", err)
-	}
-	stored, undecodable, err := soak.ReadStream(ctx, f.js, streamName)
+	out, err := f.runner.Run(ctx)
 	if err != nil {
 		return Report{}, err
 	}
+	f.windows = out.Windows
+	made, stored := out.Made, out.Stored
 	state := checkState(ctx, f.js, f.nodes)
 	for _, d := range state.Diffs {
 		f.prog.Problem("state bucket: %s", d)
@@ -189,15 +186,15 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	f.measureStalls(stored)
 	rep := Report{
 		Options:     o,
-		Accounting:  soak.Account(f.windows, made, stored, nil, nil),
-		Start:       f.start,
-		End:         end,
+		Accounting:  out.Accounting,
+		Start:       out.Start,
+		End:         out.End,
 		Startup:     f.startup,
-		Settle:      settled,
+		Settle:      out.Settle,
 		Faults:      f.faults,
 		Made:        len(made),
-		Stored:      len(stored) + len(undecodable),
-		Undecodable: undecodable,
+		Stored:      len(stored) + len(out.Undecodable),
+		Undecodable: out.Undecodable,
 		Dropped:     f.dropped,
 		State:       state,
 		Problems:    f.prog.Problems(),
@@ -211,52 +208,27 @@ func (f *fleet) run(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
-// schedule cuts the run into windows after the start-up: a baseline, one
-// per fault (the fault, its repair, the drain, then quiet until the window
-// ends) and a recovery, of equal length as long as each fault fits its
-// window; one that takes longer still gets quietAfterFault after its
-// drain, and the windows after it share what is left. It returns when the
-// recovery window is over.
-func (f *fleet) schedule(ctx context.Context) error {
-	end := f.start.Add(f.opts.Duration)
-	windowEnd := func(from, drained time.Time, left int) time.Time {
-		share := from.Add(end.Sub(from) / time.Duration(left))
-		return later(share, drained.Add(quietAfterFault))
+// injectAndDrain makes one fault happen from at and repairs it, then
+// waits until every node drained the events pending (DrainTimeout at
+// most), records it, and says what happened.
+func (f *fleet) injectAndDrain(ctx context.Context, fault string, at time.Time) (string, error) {
+	rec, err := f.inject(ctx, fault)
+	if err != nil {
+		return "", err
 	}
-	n := len(f.opts.Faults)
-	f.openWindow(ctx, "baseline", f.start)
-	f.prog.Printf("baseline: churn at %.0f transitions/s over %d nodes", f.opts.Rate, f.opts.Nodes)
-	if err := f.waitUntil(ctx, windowEnd(f.start, f.start, n+2)); err != nil {
-		return err
+	rec.Name, rec.At = fault, at
+	drain, ok, err := f.mon.waitDrained(ctx, rec.Repaired, f.opts.DrainTimeout)
+	if err != nil {
+		return "", err
 	}
-	for i, fault := range f.opts.Faults {
-		at := time.Now()
-		f.openWindow(ctx, fault, at)
-		f.prog.Printf("%s", fault)
-		rec, err := f.inject(ctx, fault)
-		if err != nil {
-			return fmt.Errorf("inject %s: %w", fault, err)
-		}
-		rec.Name, rec.At = fault, at
-		drain, ok, err := f.mon.waitDrained(ctx, rec.Repaired, f.opts.DrainTimeout)
-		if err != nil {
-			return err
-		}
-		rec.Drain, rec.Drained = drain, ok
-		drained := fmt.Sprintf("every node drained %v after the repair", roundDelay(drain))
-		if !ok {
-			f.prog.Problem("%s: some node still had events pending %v after the repair", fault, f.opts.DrainTimeout)
-			drained = fmt.Sprintf("NOT drained %v after the repair", roundDelay(drain))
-		}
-		f.faults = append(f.faults, rec)
-		f.prog.Printf("%s: %s; %s", fault, rec.Note, drained)
-		if err := f.waitUntil(ctx, windowEnd(at, time.Now(), n-i+1)); err != nil {
-			return err
-		}
+	rec.Drain, rec.Drained = drain, ok
+	drained := fmt.Sprintf("every node drained %v after the repair", roundDelay(drain))
+	if !ok {
+		f.prog.Problem("%s: some node still had events pending %v after the repair", fault, f.opts.DrainTimeout)
+		drained = fmt.Sprintf("NOT drained %v after the repair", roundDelay(drain))
 	}
-	f.openWindow(ctx, "recovery", time.Now())
-	f.prog.Printf("recovery: no more faults")
-	return f.waitUntil(ctx, later(end, time.Now().Add(quietAfterFault)))
+	f.faults = append(f.faults, rec)
+	return rec.Note + "; " + drained, nil
 }
 
 // inject makes one fault happen and repairs it, and says what happened and
@@ -274,7 +246,7 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 			if err != nil {
 				return FaultRecord{}, err
 			}
-			notes = append(notes, fmt.Sprintf("%s down %v, stream current %v later", p.name, roundDelay(down), roundDelay(current)))
+			notes = append(notes, fmt.Sprintf("%s down %v, stream current %v later", p.Name(), roundDelay(down), roundDelay(current)))
 		}
 		return FaultRecord{Note: "rolling restart (SIGTERM): " + strings.Join(notes, ", "), Repaired: time.Now()}, nil
 
@@ -286,7 +258,7 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 		if err := f.servers.stopAll(); err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.waitUntil(ctx, down.Add(f.opts.Outage)); err != nil {
+		if err := f.runner.Until(ctx, down.Add(f.opts.Outage)); err != nil {
 			return FaultRecord{}, err
 		}
 		repaired, current, err := f.startServers(ctx, f.servers.startAll)
@@ -314,10 +286,10 @@ func (f *fleet) inject(ctx context.Context, fault string) (FaultRecord, error) {
 		f.scrapeDropped(ctx, victims)
 		var eg errgroup.Group
 		for _, g := range victims {
-			eg.Go(func() error { g.proc.kill(); return nil })
+			eg.Go(func() error { g.proc.Kill(); return nil })
 		}
 		_ = eg.Wait()
-		if err := f.wait(ctx, f.opts.FaultLength); err != nil {
+		if err := f.runner.Wait(ctx, f.opts.FaultLength); err != nil {
 			return FaultRecord{}, err
 		}
 		started := time.Now()
@@ -349,7 +321,7 @@ func (f *fleet) rollout(ctx context.Context) (FaultRecord, error) {
 	r := &rollout{fraction: f.opts.RolloutFraction, span: f.opts.RolloutSpan, done: make(chan struct{})}
 	began := time.Now()
 	f.nodes.rollouts <- r // a place for one, and a run has one rollout
-	if err := f.watch().For(ctx, r.done); err != nil {
+	if err := f.runner.Watch().For(ctx, r.done); err != nil {
 		return FaultRecord{}, err
 	}
 	return FaultRecord{
@@ -369,7 +341,7 @@ func (f *fleet) drain(ctx context.Context) (FaultRecord, error) {
 	r := &rollout{drainNodes: f.opts.DrainNodes, span: f.opts.DrainSpan, done: make(chan struct{})}
 	began := time.Now()
 	f.nodes.rollouts <- r // a place for one; a run has one rollout and one drain, one after the other
-	if err := f.watch().For(ctx, r.done); err != nil {
+	if err := f.runner.Watch().For(ctx, r.done); err != nil {
 		return FaultRecord{}, err
 	}
 	took := r.finished.Sub(began)
@@ -426,7 +398,7 @@ func (f *fleet) waitStreamCurrent(ctx context.Context) (time.Duration, error) {
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("wait for stream %s to be current: after %v: %s", streamName, streamCurrentTimeout, last)
 		}
-		if err := f.wait(ctx, sampleEvery); err != nil {
+		if err := f.runner.Wait(ctx, sampleEvery); err != nil {
 			return 0, err
 		}
 	}
@@ -452,47 +424,18 @@ func (f *fleet) scrapeDropped(ctx context.Context, groups []*bridgeGroup) {
 	f.dropped += n
 }
 
-// openWindow ends the last window at at, reads its acks, and opens the
-// next.
-func (f *fleet) openWindow(ctx context.Context, name string, at time.Time) {
-	if n := len(f.windows); n > 0 {
-		f.windows[n-1].To = at
-		f.closeAcks(ctx)
-	}
-	f.windows = append(f.windows, soak.Window{Name: name, From: at})
-}
-
-// wait waits for d; see waitUntil.
-func (f *fleet) wait(ctx context.Context, d time.Duration) error {
-	return f.waitUntil(ctx, time.Now().Add(d))
-}
-
-// waitUntil waits until t. It returns early with an error if ctx ends, a
-// child process exits on its own, or the churn fails.
-func (f *fleet) waitUntil(ctx context.Context, t time.Time) error {
-	return f.watch().Until(ctx, t)
-}
-
-// watch is what the schedule's waits end early on.
-func (f *fleet) watch() soak.Watch {
-	return soak.Watch{Crashed: f.mon.failed, CrashErr: func() error { return f.mon.failure }, Churn: f.churnErr}
-}
-
-// close stops whatever run started: the churn and the monitor, the
+// close stops whatever run started: the monitor, the
 // bridges (they use the runtimes and NATS), the runtimes, the servers.
 func (f *fleet) close() {
-	if f.stopChurn != nil {
-		f.stopChurn()
-	}
 	if f.stopMonitor != nil {
 		f.stopMonitor()
 	}
 	_ = f.group.Wait() // their errors were returned by run
 	for _, g := range f.groups {
-		g.proc.kill()
+		g.proc.Kill()
 	}
 	if f.raw != nil {
-		f.raw.kill()
+		f.raw.Kill()
 	}
 	if f.nodes != nil {
 		if err := f.nodes.stop(); err != nil {
@@ -505,13 +448,6 @@ func (f *fleet) close() {
 	if f.servers != nil {
 		f.servers.shutdown()
 	}
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // roundDelay rounds a measured time for people.

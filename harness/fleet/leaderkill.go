@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 	"github.com/pleg-bridge/pleg-bridge/harness/soak"
 )
 
@@ -40,7 +41,7 @@ func (f *fleet) killLeader(ctx context.Context) (FaultRecord, error) {
 	if cl := s.CachedInfo().Cluster; cl != nil {
 		leader = cl.Leader
 	}
-	victim := slices.IndexFunc(f.servers.procs, func(p *process) bool { return p.name == leader })
+	victim := slices.IndexFunc(f.servers.procs, func(p *proc.Process) bool { return p.Name() == leader })
 	if victim < 0 {
 		return FaultRecord{}, fmt.Errorf("find the stream's leader: %q is none of the servers", leader)
 	}
@@ -58,7 +59,7 @@ func (f *fleet) killLeader(ctx context.Context) (FaultRecord, error) {
 	}
 
 	killed := time.Now()
-	f.servers.procs[victim].kill()
+	f.servers.procs[victim].Kill()
 	actx, cancel := context.WithTimeout(ctx, streamCurrentTimeout)
 	defer cancel()
 	var adv leaderElected
@@ -72,11 +73,11 @@ func (f *fleet) killLeader(ctx context.Context) (FaultRecord, error) {
 		}
 	}
 	election := adv.Time.Sub(killed)
-	if err := f.wait(ctx, f.opts.FaultLength); err != nil {
+	if err := f.runner.Wait(ctx, f.opts.FaultLength); err != nil {
 		return FaultRecord{}, err
 	}
 	repaired, current, err := f.startServers(ctx, func(ctx context.Context) error {
-		return f.servers.procs[victim].start(ctx, serverReadyTimeout)
+		return f.servers.procs[victim].StartReady(ctx, serverReadyTimeout)
 	})
 	if err != nil {
 		return FaultRecord{}, err

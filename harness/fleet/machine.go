@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"syscall"
 	"time"
 
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 	"github.com/pleg-bridge/pleg-bridge/harness/soak"
 )
 
@@ -20,23 +20,11 @@ import (
 // (SIGKILL): what it acknowledged since is gone. docs/soak.md says what
 // this models and what it does not.
 
-// pause stops (SIGSTOP) or resumes (SIGCONT) server i's process.
-func (s *servers) signal(i int, sig syscall.Signal) error {
-	pid := s.procs[i].pid()
-	if pid == 0 {
-		return fmt.Errorf("signal %s: it does not run", s.procs[i].name)
-	}
-	if err := syscall.Kill(pid, sig); err != nil {
-		return fmt.Errorf("signal %s (pid %d) with %v: %w", s.procs[i].name, pid, sig, err)
-	}
-	return nil
-}
-
 // snapshot pauses the servers is at once, copies their stores, and resumes
 // them. It returns the copies, by server.
 func (f *fleet) snapshot(is []int) (map[int]string, error) {
 	for _, i := range is {
-		if err := f.servers.signal(i, syscall.SIGSTOP); err != nil {
+		if err := f.servers.procs[i].Pause(); err != nil {
 			return nil, err
 		}
 	}
@@ -50,7 +38,7 @@ func (f *fleet) snapshot(is []int) (map[int]string, error) {
 		snaps[i] = snap
 	}
 	for _, i := range is {
-		if serr := f.servers.signal(i, syscall.SIGCONT); serr != nil && err == nil {
+		if serr := f.servers.procs[i].Resume(); serr != nil && err == nil {
 			err = serr
 		}
 	}
@@ -82,7 +70,7 @@ func (f *fleet) streamLeader(ctx context.Context) (int, error) {
 	if cl := s.CachedInfo().Cluster; cl != nil {
 		leader = cl.Leader
 	}
-	i := slices.IndexFunc(f.servers.procs, func(p *process) bool { return p.name == leader })
+	i := slices.IndexFunc(f.servers.procs, func(p *proc.Process) bool { return p.Name() == leader })
 	if i < 0 {
 		return -1, fmt.Errorf("find the stream's leader: %q is none of the servers", leader)
 	}
@@ -102,17 +90,17 @@ func (f *fleet) machineFault(ctx context.Context, fault string) (FaultRecord, er
 		if err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.wait(ctx, o.Rollback); err != nil {
+		if err := f.runner.Wait(ctx, o.Rollback); err != nil {
 			return FaultRecord{}, err
 		}
 		before, _ := f.streamState(ctx)
 		for _, i := range all {
-			if err := f.servers.signal(i, syscall.SIGSTOP); err != nil {
+			if err := f.servers.procs[i].Pause(); err != nil {
 				return FaultRecord{}, err
 			}
 		}
 		for _, p := range f.servers.procs {
-			p.kill()
+			p.Kill()
 		}
 		for i, snap := range snaps {
 			if err := soak.RestoreStore(f.servers.dirs[i], snap); err != nil {
@@ -140,25 +128,25 @@ func (f *fleet) machineFault(ctx context.Context, fault string) (FaultRecord, er
 		if err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.wait(ctx, o.Rollback); err != nil {
+		if err := f.runner.Wait(ctx, o.Rollback); err != nil {
 			return FaultRecord{}, err
 		}
 		before, _ := f.streamState(ctx)
-		if err := f.servers.signal(paused, syscall.SIGSTOP); err != nil {
+		if err := f.servers.procs[paused].Pause(); err != nil {
 			return FaultRecord{}, err
 		}
-		f.servers.procs[crashed].kill()
+		f.servers.procs[crashed].Kill()
 		if err := soak.RestoreStore(f.servers.dirs[crashed], snaps[crashed]); err != nil {
 			return FaultRecord{}, err
 		}
-		restart := func(ctx context.Context) error { return f.servers.procs[crashed].start(ctx, serverReadyTimeout) }
+		restart := func(ctx context.Context) error { return f.servers.procs[crashed].StartReady(ctx, serverReadyTimeout) }
 		if err := restart(ctx); err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.wait(ctx, o.FaultLength); err != nil {
+		if err := f.runner.Wait(ctx, o.FaultLength); err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.servers.signal(paused, syscall.SIGCONT); err != nil {
+		if err := f.servers.procs[paused].Resume(); err != nil {
 			return FaultRecord{}, err
 		}
 		repaired := time.Now()
@@ -169,8 +157,8 @@ func (f *fleet) machineFault(ctx context.Context, fault string) (FaultRecord, er
 		after, _ := f.streamState(ctx)
 		return FaultRecord{
 			Note: fmt.Sprintf("%s (the stream's leader) paused for a copy of its store; %v later %s paused, %s killed and started with that copy, %s resumed %v after; stream current %v after: its last sequence went from %d to %d",
-				f.servers.procs[crashed].name, o.Rollback, f.servers.procs[paused].name, f.servers.procs[crashed].name,
-				f.servers.procs[paused].name, o.FaultLength, roundDelay(current), before, after),
+				f.servers.procs[crashed].Name(), o.Rollback, f.servers.procs[paused].Name(), f.servers.procs[crashed].Name(),
+				f.servers.procs[paused].Name(), o.FaultLength, roundDelay(current), before, after),
 			Repaired: repaired,
 		}, nil
 
@@ -181,12 +169,12 @@ func (f *fleet) machineFault(ctx context.Context, fault string) (FaultRecord, er
 		}
 		i := (leader + 1) % len(all)
 		before, msgsBefore := f.streamState(ctx)
-		f.servers.procs[i].kill()
+		f.servers.procs[i].Kill()
 		what, err := soak.CorruptNewestBlock(f.servers.dirs[i], streamName, rand.New(rand.NewPCG(o.Seed, uint64(i))))
 		if err != nil {
 			return FaultRecord{}, err
 		}
-		if err := f.servers.procs[i].start(ctx, serverReadyTimeout); err != nil {
+		if err := f.servers.procs[i].StartReady(ctx, serverReadyTimeout); err != nil {
 			return FaultRecord{}, err
 		}
 		if _, err := f.waitStreamCurrent(ctx); err != nil {
@@ -204,12 +192,12 @@ func (f *fleet) machineFault(ctx context.Context, fault string) (FaultRecord, er
 		newLeader, _ := f.streamLeader(ctx)
 		ledBy := "?"
 		if newLeader >= 0 {
-			ledBy = f.servers.procs[newLeader].name
+			ledBy = f.servers.procs[newLeader].Name()
 		}
 		after, msgsAfter := f.streamState(ctx)
 		return FaultRecord{
 			Note: fmt.Sprintf("%s killed, %s, started again; the leader %s restarted (SIGTERM), %s leads; stream current %v after: %d messages (last %d) before, %d (last %d) after",
-				f.servers.procs[i].name, what, f.servers.procs[leader].name, ledBy, roundDelay(current), msgsBefore, before, msgsAfter, after),
+				f.servers.procs[i].Name(), what, f.servers.procs[leader].Name(), ledBy, roundDelay(current), msgsBefore, before, msgsAfter, after),
 			Repaired: repaired,
 		}, nil
 	}

@@ -5,18 +5,14 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 )
 
 // sampleEvery is how often the monitor reads the processes' memory and
 // CPU and asks each bridge process for its pending events. A drain is
 // timed to this resolution.
 const sampleEvery = 250 * time.Millisecond
-
-// procSample is one reading of a process's usage.
-type procSample struct {
-	rss, hwm int64         // bytes: resident now, and at its peak
-	cpu      time.Duration // user + system since it started
-}
 
 // Usage is a process's memory and CPU over the run, every incarnation of
 // it together.
@@ -34,15 +30,15 @@ type Usage struct {
 }
 
 // add takes a sample of incarnation pid.
-func (u *Usage) add(pid int, s procSample) {
+func (u *Usage) add(pid int, s proc.Sample) {
 	if pid != u.pid {
 		u.doneCPU += u.pidCPU
 		u.pid, u.pidCPU = pid, 0
 	}
-	u.pidCPU = s.cpu
+	u.pidCPU = s.CPU
 	u.CPU = u.doneCPU + u.pidCPU
-	u.PeakRSS = max(u.PeakRSS, s.hwm)
-	u.LastRSS = s.rss
+	u.PeakRSS = max(u.PeakRSS, s.PeakRSS)
+	u.LastRSS = s.RSS
 }
 
 // sample is what the monitor saw at one moment.
@@ -62,29 +58,29 @@ type sample struct {
 // report, and notices a child that exited on its own. Run owns its
 // goroutine; the other methods are safe for concurrent use with it.
 type monitor struct {
-	servers []*process
+	servers []*proc.Process
 	bridges []*bridgeGroup
 	nodes   int
 
 	mu      sync.Mutex
-	usage   map[*process]*Usage // guarded by mu
-	self    Usage               // the harness: runtimes, churn; guarded by mu
-	samples []sample            // guarded by mu
-	tick    chan struct{}       // closed and replaced at each sample; guarded by mu
-	failed  chan struct{}       // closed when a child crashed
-	failure error               // set before failed is closed
+	usage   map[*proc.Process]*Usage // guarded by mu
+	self    Usage                    // the harness: runtimes, churn; guarded by mu
+	samples []sample                 // guarded by mu
+	tick    chan struct{}            // closed and replaced at each sample; guarded by mu
+	failed  chan struct{}            // closed when a child crashed
+	failure error                    // set before failed is closed
 	once    sync.Once
 }
 
 func newMonitor(srv *servers, bridges []*bridgeGroup, nodes int) *monitor {
-	m := &monitor{servers: srv.procs, bridges: bridges, nodes: nodes, usage: map[*process]*Usage{},
+	m := &monitor{servers: srv.procs, bridges: bridges, nodes: nodes, usage: map[*proc.Process]*Usage{},
 		tick: make(chan struct{}), failed: make(chan struct{})}
 	m.self.Name = "harness"
 	for _, p := range srv.procs {
-		m.usage[p] = &Usage{Name: p.name}
+		m.usage[p] = &Usage{Name: p.Name()}
 	}
 	for _, g := range bridges {
-		m.usage[g.proc] = &Usage{Name: g.proc.name, Nodes: len(g.nodes)}
+		m.usage[g.proc] = &Usage{Name: g.proc.Name(), Nodes: len(g.nodes)}
 	}
 	return m
 }
@@ -105,19 +101,15 @@ func (m *monitor) Run(ctx context.Context) error {
 
 func (m *monitor) sampleOnce(ctx context.Context) {
 	s := sample{at: time.Now(), serverRSS: make([]int64, len(m.servers)), pending: make([]int, m.nodes)}
-	read := func(p *process) (procSample, int, bool) {
-		pid := p.pid()
-		if pid == 0 {
-			return procSample{}, 0, false
-		}
-		ps, err := readProc(pid)
+	read := func(p *proc.Process) (proc.Sample, int, bool) {
+		ps, pid, err := p.Usage()
 		return ps, pid, err == nil
 	}
 	m.mu.Lock()
 	for i, p := range m.servers {
 		if ps, pid, ok := read(p); ok {
 			m.usage[p].add(pid, ps)
-			s.serverRSS[i] = ps.rss
+			s.serverRSS[i] = ps.RSS
 		}
 		s.serverCPU += m.usage[p].CPU
 	}
@@ -126,7 +118,7 @@ func (m *monitor) sampleOnce(ctx context.Context) {
 			m.usage[g.proc].add(pid, ps)
 		}
 	}
-	if ps, err := readProc(os.Getpid()); err == nil {
+	if ps, err := proc.ReadUsage(os.Getpid()); err == nil {
 		m.self.add(os.Getpid(), ps)
 	}
 	m.mu.Unlock()
@@ -137,7 +129,7 @@ func (m *monitor) sampleOnce(ctx context.Context) {
 	for _, g := range m.bridges {
 		wg.Go(func() {
 			var st childStats
-			err := g.proc.request(ctx, "pending", &st)
+			err := g.proc.Request(ctx, "pending", &st)
 			for j, node := range g.nodes {
 				v := -1
 				if err == nil && j < len(st.Pending) {
@@ -155,11 +147,11 @@ func (m *monitor) sampleOnce(ctx context.Context) {
 			s.total += v
 		}
 	}
-	for _, p := range append(append([]*process(nil), m.servers...), m.bridgeProcs()...) {
+	for _, p := range append(append([]*proc.Process(nil), m.servers...), m.bridgeProcs()...) {
 		select {
-		case <-p.crashed():
+		case <-p.Crashed():
 			m.once.Do(func() {
-				m.failure = p.exitError()
+				m.failure = p.ExitError()
 				close(m.failed)
 			})
 		default:
@@ -172,8 +164,8 @@ func (m *monitor) sampleOnce(ctx context.Context) {
 	m.mu.Unlock()
 }
 
-func (m *monitor) bridgeProcs() []*process {
-	var ps []*process
+func (m *monitor) bridgeProcs() []*proc.Process {
+	var ps []*proc.Process
 	for _, g := range m.bridges {
 		ps = append(ps, g.proc)
 	}

@@ -1,8 +1,6 @@
 package fleet
 
 import (
-	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -48,19 +46,6 @@ func TestOptions(t *testing.T) {
 			}
 		}
 	})
-}
-
-func TestReadProcReadsThisProcess(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("/proc is Linux's")
-	}
-	s, err := readProc(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.rss <= 0 || s.hwm < s.rss || s.cpu < 0 {
-		t.Errorf("rss %d, hwm %d, cpu %v: want 0 < rss <= hwm", s.rss, s.hwm, s.cpu)
-	}
 }
 
 func TestPercentile(t *testing.T) {

@@ -240,13 +240,13 @@ func (f *fleet) startRaw(ctx context.Context, rate float64) error {
 		return err
 	}
 	f.raw = p
-	return p.start(ctx, time.Minute)
+	return p.StartReady(ctx, time.Minute)
 }
 
 // stopRaw stops the raw publisher and deletes its stream, so that the
 // servers' disk and the stream figures at the end are the fleet's alone.
 func (f *fleet) stopRaw(ctx context.Context) {
-	f.raw.kill()
+	f.raw.Kill()
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := f.js.DeleteStream(ictx, rawStream); err != nil {
@@ -268,7 +268,7 @@ func (f *fleet) moveLeader(ctx context.Context, leader string) {
 		if s, err := f.js.Stream(ctx, rawStream); err == nil && leaderOf(s) == leader {
 			return
 		}
-		if err := f.wait(ctx, sampleEvery); err != nil {
+		if err := f.runner.Wait(ctx, sampleEvery); err != nil {
 			return
 		}
 	}
@@ -300,7 +300,7 @@ func (f *fleet) closeAcks(ctx context.Context) {
 	}
 	for _, g := range f.groups {
 		var st childStats
-		if err := g.proc.request(ctx, requestAcks, &st); err != nil {
+		if err := g.proc.Request(ctx, requestAcks, &st); err != nil {
 			continue
 		}
 		w.bridges = w.bridges.plus(st.Acks.since(f.ackPrev[g]))
@@ -308,7 +308,7 @@ func (f *fleet) closeAcks(ctx context.Context) {
 	}
 	if f.raw != nil {
 		var st rawStats
-		if err := f.raw.request(ctx, "acks", &st); err != nil {
+		if err := f.raw.Request(ctx, "acks", &st); err != nil {
 			f.prog.Problem("baseline: ask the raw publisher: %v", err)
 		}
 		for _, ns := range st.Acks {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 )
 
 // clusterName names the NATS cluster; its servers are <clusterName>-<i>.
@@ -20,7 +22,7 @@ const clusterName = "fleet"
 // Ports and stores are chosen once and kept across restarts. Its methods
 // are called from the schedule's goroutine, but for procs, which is fixed.
 type servers struct {
-	procs []*process
+	procs []*proc.Process
 	urls  []string // client URLs, in index order
 	dirs  []string // store directories, in index order
 }
@@ -79,7 +81,7 @@ func freePorts(n int) ([]int, error) {
 func (s *servers) startAll(ctx context.Context) error {
 	var eg errgroup.Group
 	for _, p := range s.procs {
-		eg.Go(func() error { return p.start(ctx, serverReadyTimeout) })
+		eg.Go(func() error { return p.StartReady(ctx, serverReadyTimeout) })
 	}
 	return eg.Wait()
 }
@@ -89,7 +91,7 @@ func (s *servers) startAll(ctx context.Context) error {
 func (s *servers) stopAll() error {
 	var eg errgroup.Group
 	for _, p := range s.procs {
-		eg.Go(func() error { return p.stop(true) })
+		eg.Go(func() error { return p.Stop(proc.Term) })
 	}
 	return eg.Wait()
 }
@@ -98,10 +100,10 @@ func (s *servers) stopAll() error {
 // long it was down, until it was a current member of the meta group again.
 func (s *servers) restart(ctx context.Context, i int) (time.Duration, error) {
 	down := time.Now()
-	if err := s.procs[i].stop(true); err != nil {
+	if err := s.procs[i].Stop(proc.Term); err != nil {
 		return 0, err
 	}
-	if err := s.procs[i].start(ctx, serverReadyTimeout); err != nil {
+	if err := s.procs[i].StartReady(ctx, serverReadyTimeout); err != nil {
 		return 0, err
 	}
 	return time.Since(down), nil
@@ -110,6 +112,6 @@ func (s *servers) restart(ctx context.Context, i int) (time.Duration, error) {
 // shutdown kills every server that still runs.
 func (s *servers) shutdown() {
 	for _, p := range s.procs {
-		p.kill()
+		p.Kill()
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
@@ -417,8 +418,8 @@ func (m *subjectMem) measure(ctx context.Context, layout string, w time.Duration
 	if err != nil {
 		return r, err
 	}
-	defer srv.kill()
-	if err := srv.start(ctx, serverReadyTimeout); err != nil {
+	defer srv.Kill()
+	if err := srv.StartReady(ctx, serverReadyTimeout); err != nil {
 		return r, err
 	}
 	var want streamWant
@@ -433,17 +434,17 @@ func (m *subjectMem) measure(ctx context.Context, layout string, w time.Duration
 	if err := m.fill(ctx, url, layout, w, want, &r); err != nil {
 		return r, err
 	}
-	ps, err := readProc(srv.pid())
+	ps, err := proc.ReadUsage(srv.PID())
 	if err != nil {
 		return r, err
 	}
-	r.PeakRSS = ps.hwm
+	r.PeakRSS = ps.PeakRSS
 
 	began := time.Now()
-	if err := srv.stop(true); err != nil {
+	if err := srv.Stop(proc.Term); err != nil {
 		return r, err
 	}
-	if err := srv.start(ctx, serverReadyTimeout); err != nil {
+	if err := srv.StartReady(ctx, serverReadyTimeout); err != nil {
 		return r, err
 	}
 	nc, js, err := connectOne(url)
@@ -472,11 +473,11 @@ func (m *subjectMem) measure(ctx context.Context, layout string, w time.Duration
 		r.Messages += ainfo.State.Msgs
 		r.Bytes += ainfo.State.Bytes
 	}
-	if r.RestartRSS, r.LastRSS, err = lowestRSS(ctx, srv.pid(), m.opts.Settle); err != nil {
+	if r.RestartRSS, r.LastRSS, err = lowestRSS(ctx, srv.PID(), m.opts.Settle); err != nil {
 		return r, err
 	}
 	nc.Close()
-	if err := srv.stop(true); err != nil {
+	if err := srv.Stop(proc.Term); err != nil {
 		return r, err
 	}
 	m.progress(r)
@@ -662,7 +663,7 @@ func (m *subjectMem) progress(r SubjectMemRun) {
 
 // newSingleServer describes one nats-server, no cluster, JetStream on
 // store, its log in dir; it does not run yet.
-func newSingleServer(dir, store string, command []string) (*process, string, error) {
+func newSingleServer(dir, store string, command []string) (*proc.Process, string, error) {
 	ports, err := freePorts(1)
 	if err != nil {
 		return nil, "", err
@@ -714,11 +715,11 @@ func lowestRSS(ctx context.Context, pid int, settle time.Duration) (lowest, last
 	defer t.Stop()
 	end := time.Now().Add(settle)
 	for {
-		s, err := readProc(pid)
+		s, err := proc.ReadUsage(pid)
 		if err != nil {
 			return 0, 0, err
 		}
-		last = s.rss
+		last = s.RSS
 		if lowest == 0 || last < lowest {
 			lowest = last
 		}

@@ -29,9 +29,10 @@ func MaybeRunRuntimeProcess() {
 	if spec == "" {
 		return
 	}
-	// A Ctrl-C in a terminal interrupts the whole process group. The
-	// Harness decides when the runtime stops: after the bridge, which may
-	// relist it while it drains.
+	// The Harness decides when the runtime stops: after the bridge, which
+	// may relist it while it drains. On Linux the process has a group of
+	// its own (harness/proc), which a terminal's Ctrl-C does not reach;
+	// elsewhere it shares the Harness's.
 	signal.Ignore(os.Interrupt)
 	if err := runRuntimeProcess(context.Background(), spec, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "pleg-bench runtime process:", err)

@@ -34,7 +34,7 @@
 //
 // Nothing but harness/cmd/pleg-bench may import this package. It imports package
 // bridge as cmd/pleg-bridge does, crisim for the runtime and the CRI API
-// for its event types, natsembed for the server, and generator, publish
-// and schemas for the events, their encoding and subjects; of the module,
-// nothing else.
+// for its event types, natsembed for the server, generator, publish and
+// schemas for the events, their encoding and subjects, and harness/proc
+// for the runtime's process; of the module, nothing else.
 package latencybench

@@ -1,18 +1,18 @@
 package latencybench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 )
 
 // runtimeListenTimeout bounds the wait for the runtime's process to serve
@@ -34,15 +34,8 @@ const maxStderrTail = 512
 // protocol.go). Its methods other than stop must be called from one
 // goroutine each: run reads the records, drive waits for the last.
 type runtimeProcess struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	stdout  io.Reader
-	records *bufio.Scanner // of stdout
-	stderr  *stderrLog
-	// stop closes the process's stdin, which stops it, and kills it if it
-	// has not exited runtimeStopGrace later. It may be called more than
-	// once, from any goroutine.
-	stop context.CancelFunc
+	proc   *proc.Process
+	stderr *stderrLog
 	// finished is closed once the process reported its last transition;
 	// summary is set before.
 	finished chan struct{}
@@ -74,44 +67,27 @@ func startRuntimeProcess(ctx context.Context, env []string, logger *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("start the runtime process: find this executable: %w", err)
 	}
-	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	cmd := exec.CommandContext(pctx, exe)
-	cmd.Env = env
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("start the runtime process: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("start the runtime process: %w", err)
-	}
 	p := &runtimeProcess{
-		cmd: cmd, stdin: stdin, stdout: stdout, records: bufio.NewScanner(stdout),
-		stderr: &stderrLog{logger: logger.With("component", "runtime-process")},
-		stop:   stop, finished: make(chan struct{}),
+		stderr:   &stderrLog{logger: logger.With("component", "runtime-process")},
+		finished: make(chan struct{}),
 	}
-	cmd.Stderr = p.stderr
-	// Closing stdin is the protocol's stop; the kill after WaitDelay is for
-	// a process that does not listen.
-	cmd.Cancel = stdin.Close
-	cmd.WaitDelay = runtimeStopGrace
-	if err := cmd.Start(); err != nil {
-		stop()
+	// Closing stdin is the protocol's stop; the kill runtimeStopGrace later
+	// is for a process that does not listen.
+	p.proc = proc.New("runtime process", []string{exe}, proc.Options{
+		Env: env, Stderr: p.stderr, Lines: true, StopTimeout: runtimeStopGrace,
+	})
+	if err := p.proc.Start(); err != nil {
 		return nil, fmt.Errorf("start the runtime process: %w", err)
 	}
-
-	deadline := time.AfterFunc(runtimeListenTimeout, p.stop)
-	unhook := context.AfterFunc(ctx, p.stop)
-	rec, err := p.next()
-	timedOut, canceled := !deadline.Stop(), !unhook()
+	lctx, cancel := context.WithTimeout(ctx, runtimeListenTimeout)
+	defer cancel()
+	rec, err := p.next(lctx)
 	switch {
-	case timedOut:
-		err = fmt.Errorf("no %q record within %v", recordListening, runtimeListenTimeout)
-	case canceled:
+	case err != nil && ctx.Err() != nil:
 		err = ctx.Err()
-	case errors.Is(err, io.EOF):
+	case err != nil && lctx.Err() != nil:
+		err = fmt.Errorf("no %q record within %v", recordListening, runtimeListenTimeout)
+	case errors.Is(err, proc.ErrExited):
 		err = errors.New("it ended before it listened")
 	case err == nil && rec.Kind != recordListening:
 		err = fmt.Errorf("a %q record first, want %q", rec.Kind, recordListening)
@@ -132,14 +108,17 @@ func startRuntimeProcess(ctx context.Context, env []string, logger *slog.Logger)
 // gone.
 func (p *runtimeProcess) run(ctx context.Context, tr *tracker) error {
 	defer context.AfterFunc(ctx, p.stop)()
+	// The reads are not bounded by ctx: the stop its end brings ends the
+	// process's stdout, and with it the loop.
+	rctx := context.WithoutCancel(ctx)
 	// The bridge's process's CPU use is read from the first measured record
 	// to the last: about the runtime's measuring window, a pipe's lag later.
 	var measuring time.Time
 	var cpu0 time.Duration
 	const what = "read the runtime process's records"
 	for {
-		rec, err := p.next()
-		if errors.Is(err, io.EOF) {
+		rec, err := p.next(rctx)
+		if errors.Is(err, proc.ErrExited) {
 			break
 		}
 		if err != nil {
@@ -191,7 +170,7 @@ func (p *runtimeProcess) drive(ctx context.Context, timeout time.Duration) (pace
 	defer t.Stop()
 	// A failed write means the process is gone, or going: run reports how
 	// it ended, and its error ends ctx.
-	_, werr := io.WriteString(p.stdin, goCommand+"\n")
+	werr := p.proc.Send(goCommand)
 	select {
 	case <-p.finished:
 		return p.summary, nil
@@ -205,16 +184,21 @@ func (p *runtimeProcess) drive(ctx context.Context, timeout time.Duration) (pace
 	}
 }
 
-// next reads the next record; io.EOF at the end of the process's stdout.
-func (p *runtimeProcess) next() (runtimeRecord, error) {
-	if !p.records.Scan() {
-		if err := p.records.Err(); err != nil {
-			return runtimeRecord{}, err
-		}
-		return runtimeRecord{}, io.EOF
+// next reads the next record; an error that wraps proc.ErrExited once the
+// process's stdout ended and it exited.
+func (p *runtimeProcess) next(ctx context.Context) (runtimeRecord, error) {
+	line, err := p.proc.Next(ctx, 0)
+	if err != nil {
+		return runtimeRecord{}, err
 	}
-	return parseRecord(p.records.Bytes())
+	return parseRecord([]byte(line))
 }
+
+// stop closes the process's stdin, which stops it, and kills it if it has
+// not exited runtimeStopGrace later; it returns once the process is gone.
+// It may be called more than once, from any goroutine: reap says how the
+// process ended.
+func (p *runtimeProcess) stop() { _ = p.proc.Stop(proc.CloseStdin) }
 
 // fail stops and reaps the process after err, and returns err in context.
 func (p *runtimeProcess) fail(what string, err error) error {
@@ -223,21 +207,17 @@ func (p *runtimeProcess) fail(what string, err error) error {
 	return fmt.Errorf("%s: %w (runtime process %s)", what, err, status)
 }
 
-// reap waits for the process to exit, reading what is left of its stdout so
-// that it cannot block writing, and says whether it exited with status 0
-// and how it ended: its exit status and the end of its stderr.
+// reap waits for the process to exit and says whether it exited with
+// status 0 and how it ended: its exit status and the end of its stderr.
+// Lines it writes once stopped are dropped, so it cannot block writing.
 func (p *runtimeProcess) reap() (bool, string) {
-	_, _ = io.Copy(io.Discard, p.stdout)
-	waitErr := p.cmd.Wait()
-	p.stop() // releases the process's context if it exited by itself
-	st := p.cmd.ProcessState
+	st, waitErr := p.proc.Wait()
 	var status string
 	var exitErr *exec.ExitError
 	switch {
 	case st == nil:
 		status = fmt.Sprintf("not reaped: %v", waitErr)
-	case waitErr != nil && !errors.As(waitErr, &exitErr) && !errors.Is(waitErr, context.Canceled):
-		// exec.ErrWaitDelay: killed after runtimeStopGrace.
+	case waitErr != nil && !errors.As(waitErr, &exitErr):
 		status = fmt.Sprintf("%v, %v", st, waitErr)
 	default:
 		status = st.String()

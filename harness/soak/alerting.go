@@ -73,7 +73,7 @@ func (s *soak) startAlerting(ctx context.Context, listen string) error {
 func (s *soak) holdAlerts(ctx context.Context, fault string, began, minEnd time.Time, tick func()) (string, error) {
 	want := s.opts.alertsOf(fault)
 	if len(want) == 0 {
-		return "", s.waitUntil(ctx, minEnd)
+		return "", s.runner.Until(ctx, minEnd)
 	}
 	deadline := minEnd
 	for _, r := range want {
@@ -100,7 +100,7 @@ func (s *soak) holdAlerts(ctx context.Context, fault string, began, minEnd time.
 				return "; " + firedNote(want, eps, began), nil
 			}
 		}
-		if err := s.waitUntil(ctx, now.Add(alertPoll)); err != nil {
+		if err := s.runner.Until(ctx, now.Add(alertPoll)); err != nil {
 			return "", err
 		}
 		if tick != nil {
@@ -171,7 +171,7 @@ func firing(eps map[string][]Episode) []string {
 // checkAlerting runs the dashboard's queries over the run, which ended at
 // end, and judges the alerts against the faults' windows.
 func (s *soak) checkAlerting(ctx context.Context, end time.Time) ([]AlertResult, []PanelResult) {
-	panels := s.prom.checkDashboard(ctx, s.opts.dashboard, s.start, end)
+	panels := s.prom.checkDashboard(ctx, s.opts.dashboard, s.runner.Start(), end)
 	empty := 0
 	for _, p := range panels {
 		if p.Err != "" || p.Series == 0 {
@@ -180,5 +180,5 @@ func (s *soak) checkAlerting(ctx context.Context, end time.Time) ([]AlertResult,
 	}
 	s.prog.Printf("dashboard: %d queries, %d with no data", len(panels), empty)
 	eps, _ := s.alerts.snapshot()
-	return judgeAlerts(s.opts.rules, s.windows, s.faults, eps), panels
+	return judgeAlerts(s.opts.rules, s.runner.Windows(), s.faults, eps), panels
 }

@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 )
 
 // Bounds of waiting for the bridge process.
@@ -37,35 +35,23 @@ const (
 // Its methods are called from the schedule's goroutine; done and the
 // health probes' URL are safe for concurrent use.
 type bridgeProcess struct {
-	binary  string
-	env     []string
-	logPath string
+	proc    *proc.Process
 	baseURL string // http://host:port of /healthz, /readyz and /metrics
 	client  *http.Client
-
-	mu  sync.Mutex
-	cur *incarnation // the last process started; guarded by mu
-}
-
-// incarnation is one run of the bridge process.
-type incarnation struct {
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once Wait returned
-	err    error         // Wait's result, set before exited is closed
-	ended  bool          // the soak killed or stopped it; guarded by bridgeProcess.mu
 }
 
 func newBridgeProcess(binary string, env []string, logPath, listenAddr string) *bridgeProcess {
 	return &bridgeProcess{
-		binary:  binary,
-		env:     env,
-		logPath: logPath,
+		proc:    proc.New("bridge", []string{binary, "run"}, proc.Options{Env: env, LogPath: logPath, StopTimeout: stopTimeout}),
 		baseURL: "http://" + listenAddr,
 		// Generous: on a CI machine's two busy cores a slow answer is not
 		// the failure /healthz reports.
 		client: &http.Client{Timeout: 5 * time.Second},
 	}
 }
+
+// logPath is the file the bridge's output goes to.
+func (b *bridgeProcess) logPath() string { return b.proc.LogPath() }
 
 // start starts a bridge process and waits until it is ready. The process
 // runs until kill or stop; start never leaves one behind on error.
@@ -76,28 +62,9 @@ func (b *bridgeProcess) start(ctx context.Context) error {
 // startUntil starts a bridge process and waits until path answers 200:
 // /readyz, or /healthz while NATS is away and the bridge cannot be ready.
 func (b *bridgeProcess) startUntil(ctx context.Context, path string) error {
-	log, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("open bridge log: %w", err)
+	if err := b.proc.Start(); err != nil {
+		return err
 	}
-	cmd := exec.Command(b.binary, "run")
-	cmd.Env = b.env
-	cmd.Stdout, cmd.Stderr = log, log
-	setDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("start bridge %s: %w", b.binary, err)
-	}
-	inc := &incarnation{cmd: cmd, exited: make(chan struct{})}
-	// Joined by kill and stop, which wait for exited.
-	go func() {
-		inc.err = cmd.Wait()
-		log.Close()
-		close(inc.exited)
-	}()
-	b.mu.Lock()
-	b.cur = inc
-	b.mu.Unlock()
 	if err := b.waitOK(ctx, path, readyTimeout); err != nil {
 		b.kill()
 		return err
@@ -129,7 +96,7 @@ func (b *bridgeProcess) waitOK(ctx context.Context, path string, timeout time.Du
 			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("wait for the bridge's %s: not 200 after %v: %s (log: %s)", path, timeout, last, b.logPath)
+			return fmt.Errorf("wait for the bridge's %s: not 200 after %v: %s (log: %s)", path, timeout, last, b.logPath())
 		}
 		select {
 		case <-ctx.Done():
@@ -162,7 +129,7 @@ func (b *bridgeProcess) waitNotReady(ctx context.Context, deadline time.Time) (s
 			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("still %s at the end (log: %s)", last, b.logPath)
+			return "", fmt.Errorf("still %s at the end (log: %s)", last, b.logPath())
 		}
 		select {
 		case <-ctx.Done():
@@ -191,83 +158,23 @@ func (b *bridgeProcess) get(ctx context.Context, path string) (int, string, erro
 
 // done returns a channel closed when the current process has exited; nil
 // (never ready) before the first start.
-func (b *bridgeProcess) done() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.cur == nil {
-		return nil
-	}
-	return b.cur.exited
-}
+func (b *bridgeProcess) done() <-chan struct{} { return b.proc.Done() }
 
 // crashed returns a channel closed when the current process exits on its
 // own; nil (never ready) while no process runs or once the soak ended it.
-func (b *bridgeProcess) crashed() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.cur == nil || b.cur.ended {
-		return nil
-	}
-	return b.cur.exited
-}
+func (b *bridgeProcess) crashed() <-chan struct{} { return b.proc.Crashed() }
 
-// exitError describes how the current process ended, once done is closed.
-func (b *bridgeProcess) exitError() error {
-	b.mu.Lock()
-	inc, ended := b.cur, b.cur.ended
-	b.mu.Unlock()
-	if ended {
-		return nil
-	}
-	<-inc.exited
-	return fmt.Errorf("bridge exited unexpectedly: %v (log: %s)", inc.err, b.logPath)
-}
+// exitError describes how the current process ended, once done is closed;
+// nil if the soak ended it.
+func (b *bridgeProcess) exitError() error { return b.proc.ExitError() }
 
 // kill ends the current process with SIGKILL and waits until it is gone.
-func (b *bridgeProcess) kill() {
-	b.mu.Lock()
-	inc := b.cur
-	if inc != nil {
-		inc.ended = true
-	}
-	b.mu.Unlock()
-	if inc == nil {
-		return
-	}
-	_ = inc.cmd.Process.Kill() // fails only if it already exited
-	<-inc.exited
-}
+func (b *bridgeProcess) kill() { b.proc.Kill() }
 
 // stop ends the current process with SIGTERM, as Kubernetes stops a pod,
 // and waits for it to drain and exit, for stopTimeout at most (then it
 // kills it). It returns an error if the bridge did not exit cleanly.
-func (b *bridgeProcess) stop() error {
-	b.mu.Lock()
-	inc := b.cur
-	if inc != nil {
-		inc.ended = true
-	}
-	b.mu.Unlock()
-	if inc == nil {
-		return nil
-	}
-	if err := inc.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("stop bridge: %w", err)
-	}
-	t := time.NewTimer(stopTimeout)
-	defer t.Stop()
-	select {
-	case <-inc.exited:
-	case <-t.C:
-		_ = inc.cmd.Process.Kill()
-		<-inc.exited
-		return fmt.Errorf("stop bridge: still running %v after SIGTERM, killed (log: %s)", stopTimeout, b.logPath)
-	}
-	if inc.err != nil {
-		return fmt.Errorf("stop bridge: %w (log: %s)", inc.err, b.logPath)
-	}
-	return nil
-}
+func (b *bridgeProcess) stop() error { return b.proc.Stop(proc.Term) }
 
 // counter scrapes /metrics and returns the sum of the samples of a counter
 // (all its label sets), 0 if the bridge exposes none yet.

@@ -32,8 +32,8 @@
 // soak must not import cri, generator, statecache, publish, durable, the
 // wiring package (bridge) or cmd, directly or through another package. Of
 // the module it imports crisim (the runtime it drives), natsembed (the
-// servers it runs) and consumer (to decode what was stored, as any
-// subscriber would); beyond it, the CRI API (to take back a refusal it
+// servers it runs), consumer (to decode what was stored, as any
+// subscriber would) and harness/proc (its child processes); beyond it, the CRI API (to take back a refusal it
 // queued), nats-server and nats.go among others. Nothing but the harness's
 // command (harness/cmd/pleg-harness) and fleet imports it.
 package soak

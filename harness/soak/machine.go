@@ -115,7 +115,7 @@ func (s *soak) streamLast(ctx context.Context) (last, msgs uint64) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return 0, 0
 		}
-		if err := s.wait(ctx, 200*time.Millisecond); err != nil {
+		if err := s.runner.Wait(ctx, 200*time.Millisecond); err != nil {
 			return 0, 0
 		}
 	}
@@ -131,7 +131,7 @@ func (s *soak) injectMachineFault(ctx context.Context, fault string) (string, er
 		if err != nil {
 			return "", err
 		}
-		if err := s.wait(ctx, o.Rollback); err != nil {
+		if err := s.runner.Wait(ctx, o.Rollback); err != nil {
 			return "", err
 		}
 		before, _ := s.streamLast(ctx)
@@ -158,7 +158,7 @@ func (s *soak) injectMachineFault(ctx context.Context, fault string) (string, er
 		if err != nil {
 			return "", err
 		}
-		if err := s.wait(ctx, o.Rollback); err != nil {
+		if err := s.runner.Wait(ctx, o.Rollback); err != nil {
 			return "", err
 		}
 		before, _ := s.streamLast(ctx)
@@ -170,7 +170,7 @@ func (s *soak) injectMachineFault(ctx context.Context, fault string) (string, er
 		if err := s.nats.start(crashed); err != nil {
 			return "", err
 		}
-		if err := s.wait(ctx, o.FaultLength); err != nil {
+		if err := s.runner.Wait(ctx, o.FaultLength); err != nil {
 			return "", err
 		}
 		if err := s.nats.start(paused); err != nil {
@@ -198,12 +198,12 @@ func (s *soak) injectMachineFault(ctx context.Context, fault string) (string, er
 		}
 		led := ""
 		if c := s.nats.cluster; c != nil {
-			if err := s.wait(ctx, o.FaultLength); err != nil {
+			if err := s.runner.Wait(ctx, o.FaultLength); err != nil {
 				return "", err
 			}
 			if l := c.StreamLeader(natsAccount, streamName); l >= 0 && l != i {
 				c.Stop(l)
-				if err := s.wait(ctx, o.FaultLength); err != nil {
+				if err := s.runner.Wait(ctx, o.FaultLength); err != nil {
 					return "", err
 				}
 				led = fmt.Sprintf("; the leader %s stopped for %v so that another may lead: %s led", s.serverName(l), o.FaultLength,

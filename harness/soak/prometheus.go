@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 )
 
 // With Options.Prometheus the soak runs a real Prometheus server and a real
@@ -94,54 +94,17 @@ type promStack struct {
 	targetsFile string
 	target      string // the bridge's host:port
 	client      *http.Client
-	prom, am    *childProcess
+	prom, am    *proc.Process
 }
 
-// childProcess is a server the soak runs and stops.
-type childProcess struct {
-	name   string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // Wait's result, set before exited is closed
-}
-
-// startChild starts binary with args, its output to logPath, in dir.
-func startChild(name, binary, dir, logPath string, args ...string) (*childProcess, error) {
-	log, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+// startChild starts binary with args, its output to logPath, in dir. Its
+// stop is a SIGTERM, and a SIGKILL 10 s later.
+func startChild(name, binary, dir, logPath string, args ...string) (*proc.Process, error) {
+	p := proc.New(name, append([]string{binary}, args...), proc.Options{Dir: dir, LogPath: logPath, StopTimeout: 10 * time.Second})
+	if err := p.Start(); err != nil {
+		return nil, err
 	}
-	cmd := exec.Command(binary, args...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = log, log
-	setDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return nil, fmt.Errorf("start %s %s: %w", name, binary, err)
-	}
-	c := &childProcess{name: name, cmd: cmd, exited: make(chan struct{})}
-	go func() { // joined by stop
-		c.err = cmd.Wait()
-		log.Close()
-		close(c.exited)
-	}()
-	return c, nil
-}
-
-// stop ends the process with SIGTERM, and SIGKILL after 10 s.
-func (c *childProcess) stop() {
-	if c == nil {
-		return
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM) // fails only if it already exited
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
-	select {
-	case <-c.exited:
-	case <-t.C:
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
+	return p, nil
 }
 
 // promConfig is the parts of Prometheus' configuration the soak writes.
@@ -297,7 +260,7 @@ func (p *promStack) setTarget(present bool) error {
 
 // waitReady polls base/-/ready until it answers 200, the process exits, or
 // promStartTimeout passes.
-func (p *promStack) waitReady(ctx context.Context, c *childProcess, base string) error {
+func (p *promStack) waitReady(ctx context.Context, c *proc.Process, base string) error {
 	deadline := time.Now().Add(promStartTimeout)
 	ticker := time.NewTicker(50 * time.Millisecond)
 	defer ticker.Stop()
@@ -313,13 +276,13 @@ func (p *promStack) waitReady(ctx context.Context, c *childProcess, base string)
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v (log: %s)", c.name, promStartTimeout, filepath.Join(p.dir, c.name+".log"))
+			return fmt.Errorf("%s not ready after %v (log: %s)", c.Name(), promStartTimeout, c.LogPath())
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.exited:
-			return fmt.Errorf("%s exited: %v (log: %s)", c.name, c.err, filepath.Join(p.dir, c.name+".log"))
+		case <-c.Done():
+			return c.ExitError()
 		case <-ticker.C:
 		}
 	}
@@ -327,8 +290,11 @@ func (p *promStack) waitReady(ctx context.Context, c *childProcess, base string)
 
 // stop stops Prometheus, then Alertmanager.
 func (p *promStack) stop() {
-	p.prom.stop()
-	p.am.stop()
+	for _, c := range []*proc.Process{p.prom, p.am} {
+		if c != nil {
+			_ = c.Stop(proc.Term) // the soak is over: how they ended does not matter
+		}
+	}
 }
 
 // promSeries is one series of a query's answer.

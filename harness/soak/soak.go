@@ -74,15 +74,14 @@ type soak struct {
 	prom   *promStack
 	alerts *alertReceiver
 
-	// The driver and the health monitor run in group until close.
+	// runner runs the churn, the schedule and the accounting.
+	runner *Runner
+
+	// The health monitor runs in group until close.
 	group      errgroup.Group
-	stopChurn  context.CancelFunc
 	stopHealth context.CancelFunc
 	stopAlerts context.CancelFunc
-	churnErr   chan error // the driver's result
 
-	start   time.Time
-	windows []Window // To of the last one set when the churn stops
 	// blind are the times no bridge process could observe the runtime,
 	// from a kill until the next process is up, with a runtime that keeps
 	// no event for an absent subscriber (Options.Containerd17).
@@ -114,7 +113,7 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(port)
 	s.bridge = newBridgeProcess(o.BridgeBinary, s.bridgeEnv(listen), filepath.Join(o.Dir, "bridge.log"), listen)
-	s.prog.Printf("starting: %s, simulated %s on %s, bridge %s (log %s)", s.nats.describe(), s.runtimeName(), s.rt.socket, o.BridgeBinary, s.bridge.logPath)
+	s.prog.Printf("starting: %s, simulated %s on %s, bridge %s (log %s)", s.nats.describe(), s.runtimeName(), s.rt.socket, o.BridgeBinary, s.bridge.logPath())
 	if err := s.bridge.start(ctx); err != nil {
 		return Report{}, err
 	}
@@ -126,49 +125,51 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 
 	s.health = &healthMonitor{bridge: s.bridge}
 	s.driver = newDriver(s.rt.model, driverOptions{Rate: o.Rate, ContainersPerPod: o.ContainersPerPod, Lifetime: o.Lifetime, Seed: o.Seed})
-	churnCtx, stopChurn := context.WithCancel(ctx)
 	healthCtx, stopHealth := context.WithCancel(ctx)
-	s.stopChurn, s.stopHealth = stopChurn, stopHealth
-	s.churnErr = make(chan error, 1)
+	s.stopHealth = stopHealth
 	s.health.setUp(true)
 	s.group.Go(func() error { return s.health.Run(healthCtx) })
-	s.start = time.Now()
-	s.prog.Started(s.start, s.driver.count)
-	s.group.Go(func() error {
-		err := s.driver.Run(churnCtx)
-		s.churnErr <- err
-		return err
-	})
 
-	if err := s.schedule(ctx); err != nil {
-		return Report{}, err
-	}
-	stopChurn()
-	if err := <-s.churnErr; err != nil {
-		return Report{}, err
-	}
-	end := time.Now()
-	s.windows[len(s.windows)-1].To = end
-	made := s.driver.transitions()
-	s.prog.Printf("churn stopped: %d transitions made; waiting up to %v for the stream to hold them", len(made), o.SettleTimeout)
-
-	held, err := settle(ctx, s.js, streamName, len(made), o.SettleTimeout)
-	if err != nil {
-		s.prog.Problem("settle: %v", err)
-	}
 	var alerts []AlertResult
 	var panels []PanelResult
-	if o.Prometheus {
-		// Before the bridge stops, which would fire PlegBridgeDown.
-		alerts, panels = s.checkAlerting(ctx, end)
+	s.runner = &Runner{
+		Duration:        o.Duration,
+		Faults:          o.Faults,
+		QuietAfterFault: quietAfterFault,
+		JS:              s.js,
+		Stream:          streamName,
+		SettleTimeout:   o.SettleTimeout,
+		Progress:        s.prog,
+		Baseline:        fmt.Sprintf("baseline: churn at %.0f transitions/s", o.Rate),
+		Churn:           s.driver.Run,
+		Count:           s.driver.count,
+		Transitions:     s.driver.transitions,
+		Crash: func() (<-chan struct{}, func() error) {
+			return s.bridge.crashed(), s.bridge.exitError
+		},
+		Inject: func(ctx context.Context, fault string, at time.Time) (string, error) {
+			note, err := s.inject(ctx, fault)
+			if err != nil {
+				return "", err
+			}
+			s.faults = append(s.faults, FaultRecord{Name: fault, At: at, Note: note})
+			return note, nil
+		},
+		Stop: func(ctx context.Context, end time.Time, held int) {
+			if o.Prometheus {
+				// Before the bridge stops, which would fire PlegBridgeDown.
+				alerts, panels = s.checkAlerting(ctx, end)
+			}
+			s.prog.Printf("the stream holds %d messages; stopping the bridge (SIGTERM)", held)
+			s.scrapeDropped(ctx)
+			s.health.setUp(false)
+			if err := s.bridge.stop(); err != nil {
+				s.prog.Problem("%v", err)
+			}
+		},
+		Excused: func() ([]HealthFailure, []Window) { return s.health.failures(), s.blind },
 	}
-	s.prog.Printf("the stream holds %d messages; stopping the bridge (SIGTERM)", held)
-	s.scrapeDropped(ctx)
-	s.health.setUp(false)
-	if err := s.bridge.stop(); err != nil {
-		s.prog.Problem("%v", err)
-	}
-	stored, undecodable, err := readStream(ctx, s.js, streamName)
+	out, err := s.runner.Run(ctx)
 	if err != nil {
 		return Report{}, err
 	}
@@ -180,13 +181,13 @@ func (s *soak) run(ctx context.Context) (Report, error) {
 	}
 	s.prog.Printf("the state bucket holds the runtime's %d containers with %d differences", containers, len(diffs))
 	rep := Report{
-		Accounting:     account(s.windows, made, stored, s.health.failures(), s.blind),
+		Accounting:     out.Accounting,
 		Options:        o,
 		Setup:          s.nats.describe(),
-		Start:          s.start,
+		Start:          out.Start,
 		Faults:         s.faults,
-		Stored:         len(stored) + len(undecodable),
-		Undecodable:    undecodable,
+		Stored:         len(out.Stored) + len(out.Undecodable),
+		Undecodable:    out.Undecodable,
 		BridgeDropped:  s.dropped,
 		TaskMismatches: s.mismatches,
 		Problems:       s.prog.Problems(),
@@ -232,61 +233,6 @@ func (s *soak) bridgeEnv(listen string) []string {
 	return append(env, o.BridgeEnv...)
 }
 
-// schedule cuts the run into windows: a baseline, one per fault (the fault,
-// then quiet until the window ends) and a recovery, of equal length as long
-// as each fault fits its window. A fault that takes longer (a cluster's
-// servers waiting for each other, a bridge slow to get ready) still gets
-// quietAfterFault after it, and the windows after it share what is left.
-// It returns when the recovery window is over.
-func (s *soak) schedule(ctx context.Context) error {
-	end := s.start.Add(s.opts.Duration)
-	// windowEnd is when the window that began at from ends, with left
-	// windows from it to the end, this one included, and its fault repaired
-	// at repaired.
-	windowEnd := func(from, repaired time.Time, left int) time.Time {
-		share := from.Add(end.Sub(from) / time.Duration(left))
-		return later(share, repaired.Add(quietAfterFault))
-	}
-	n := len(s.opts.Faults)
-	s.openWindow("baseline", s.start)
-	s.prog.Printf("baseline: churn at %.0f transitions/s", s.opts.Rate)
-	if err := s.waitUntil(ctx, windowEnd(s.start, s.start, n+2)); err != nil {
-		return err
-	}
-	for i, fault := range s.opts.Faults {
-		at := time.Now()
-		s.openWindow(fault, at)
-		s.prog.Printf("%s", fault)
-		note, err := s.inject(ctx, fault)
-		if err != nil {
-			return fmt.Errorf("inject %s: %w", fault, err)
-		}
-		s.faults = append(s.faults, FaultRecord{Name: fault, At: at, Note: note})
-		s.prog.Printf("%s: %s", fault, note)
-		if err := s.waitUntil(ctx, windowEnd(at, time.Now(), n-i+1)); err != nil {
-			return err
-		}
-	}
-	s.openWindow("recovery", time.Now())
-	s.prog.Printf("recovery: no more faults")
-	return s.waitUntil(ctx, later(end, time.Now().Add(quietAfterFault)))
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// openWindow starts a window, ending the one before.
-func (s *soak) openWindow(name string, at time.Time) {
-	if n := len(s.windows); n > 0 {
-		s.windows[n-1].To = at
-	}
-	s.windows = append(s.windows, Window{Name: name, From: at})
-}
-
 // inject makes one fault happen and undoes it, and says what happened.
 func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 	o := s.opts
@@ -321,7 +267,7 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		}
 		name := c.Server(i).Name()
 		c.Stop(i)
-		if err := s.wait(ctx, o.FaultLength); err != nil {
+		if err := s.runner.Wait(ctx, o.FaultLength); err != nil {
 			return "", err
 		}
 		newLeader := c.StreamLeader(natsAccount, streamName)
@@ -337,14 +283,14 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 	case FaultOutageBridgeKill:
 		down := time.Now()
 		s.nats.stopAll()
-		if err := s.wait(ctx, o.outage()/2); err != nil {
+		if err := s.runner.Wait(ctx, o.outage()/2); err != nil {
 			return "", err
 		}
 		s.scrapeDropped(ctx)
 		s.health.setUp(false)
 		killed := time.Now()
 		s.bridge.kill()
-		if err := s.wait(ctx, o.FaultLength); err != nil {
+		if err := s.runner.Wait(ctx, o.FaultLength); err != nil {
 			return "", err
 		}
 		if err := s.bridge.startUntil(ctx, "/healthz"); err != nil {
@@ -352,7 +298,7 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		}
 		s.blindSince(killed)
 		s.health.setUp(true)
-		if err := s.waitUntil(ctx, down.Add(o.outage()+o.FaultLength)); err != nil {
+		if err := s.runner.Until(ctx, down.Add(o.outage()+o.FaultLength)); err != nil {
 			return "", err
 		}
 		if err := s.nats.startAll(); err != nil {
@@ -435,7 +381,7 @@ func (s *soak) inject(ctx context.Context, fault string) (string, error) {
 		for time.Now().Before(end) {
 			streams += s.rt.srv.DropStreams()
 			drops++
-			if err := s.waitUntil(ctx, time.Now().Add(streamDropEvery)); err != nil {
+			if err := s.runner.Until(ctx, time.Now().Add(streamDropEvery)); err != nil {
 				return "", err
 			}
 		}
@@ -528,21 +474,10 @@ func (s *soak) scrapeDropped(ctx context.Context) {
 	s.mismatches += n
 }
 
-// wait waits for d; see waitUntil.
-func (s *soak) wait(ctx context.Context, d time.Duration) error {
-	return s.waitUntil(ctx, time.Now().Add(d))
-}
-
-// waitUntil waits until t. It returns early with an error if ctx ends, the
-// bridge exits on its own, or the churn fails.
-func (s *soak) waitUntil(ctx context.Context, t time.Time) error {
-	return Watch{Crashed: s.bridge.crashed(), CrashErr: s.bridge.exitError, Churn: s.churnErr}.Until(ctx, t)
-}
-
 // close stops whatever run started, the bridge first: it uses both the
 // runtime and NATS.
 func (s *soak) close() {
-	for _, stop := range []context.CancelFunc{s.stopChurn, s.stopHealth, s.stopAlerts} {
+	for _, stop := range []context.CancelFunc{s.stopHealth, s.stopAlerts} {
 		if stop != nil {
 			stop()
 		}

@@ -32,7 +32,7 @@ var (
 var rules = []rule{
 	{
 		pkg:        "harness/latencybench",
-		may:        []string{"bridge", "crisim", "generator", "natsembed", "publish", "schemas"},
+		may:        []string{"bridge", "crisim", "generator", "harness/proc", "natsembed", "publish", "schemas"},
 		importedBy: []string{"harness/cmd/pleg-bench"},
 	},
 	{
@@ -70,7 +70,7 @@ var rules = []rule{
 	},
 	{
 		pkg:           "harness/fleet",
-		may:           []string{"bridge", "consumer", "crisim", "generator", "publish", "schemas", "harness/soak"},
+		may:           []string{"bridge", "consumer", "crisim", "generator", "publish", "schemas", "harness/proc", "harness/soak"},
 		mustNotImport: []string{commands},
 		importedBy:    []string{"harness/cmd/pleg-harness"},
 	},
@@ -125,6 +125,12 @@ var rules = []rule{
 		mustNotImport: append([]string{"publish", "generator", "cri"}, criAPI...),
 	},
 	{
+		pkg:        "harness/proc",
+		may:        []string{},
+		externals:  stdlibOnly,
+		importedBy: []string{"harness/cmd/pleg-bench", "harness/fleet", "harness/latencybench", "harness/soak"},
+	},
+	{
 		pkg:           "publish",
 		may:           []string{"consumer", "durable", "generator", "internal/jsonenc", "schemas"},
 		mustNotImport: append([]string{grpc, "cri", "statebucket", "natsembed", natsServer}, criAPI...),
@@ -142,7 +148,7 @@ var rules = []rule{
 	},
 	{
 		pkg:         "harness/soak",
-		may:         []string{"consumer", "crisim", "natsembed"},
+		may:         []string{"consumer", "crisim", "harness/proc", "natsembed"},
 		mustNotLink: []string{"cri", "generator", "statecache", "publish", "durable", "bridge", commands},
 		importedBy:  []string{"harness/cmd/pleg-harness", "harness/fleet"},
 	},

@@ -164,7 +164,7 @@ func measureNode(ctx context.Context, size nodeSize, natsURL string, cfg idleCon
 		return nil, err
 	}
 	cpuOf := make([][]float64, len(all)) // cpu-s per minute, by child and repetition
-	prev, err := statsOf(all)
+	prev, err := statsOf(ctx, all)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func measureNode(ctx context.Context, size nodeSize, natsURL string, cfg idleCon
 		if err := sleep(ctx, window); err != nil {
 			return nil, err
 		}
-		cur, err := statsOf(all)
+		cur, err := statsOf(ctx, all)
 		if err != nil {
 			return nil, err
 		}
@@ -246,11 +246,11 @@ func limitRow(cg *memCgroup, mode generator.Mode, size nodeSize, limit int64, re
 	}
 }
 
-func statsOf(cs []*child) ([]childStats, error) {
+func statsOf(ctx context.Context, cs []*child) ([]childStats, error) {
 	out := make([]childStats, len(cs))
 	for i, c := range cs {
 		var err error
-		if out[i], err = c.stats(); err != nil {
+		if out[i], err = c.stats(ctx); err != nil {
 			return nil, err
 		}
 	}

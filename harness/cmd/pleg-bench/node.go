@@ -1,20 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pleg-bridge/pleg-bridge/generator"
+	"github.com/pleg-bridge/pleg-bridge/harness/proc"
 )
 
 // childReadyTimeout bounds the wait for a child to reach its steady state:
@@ -47,11 +45,8 @@ func parseSizes(s string) ([]nodeSize, error) {
 
 // child is a running child process (see maybeRunChild).
 type child struct {
-	name  string
-	node  string // a bridge's node name
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Scanner
+	proc *proc.Process
+	node string // a bridge's node name
 	// cgroup is the memory cgroup the child runs in, nil for none.
 	cgroup *memCgroup
 }
@@ -73,64 +68,27 @@ func startChildIn(ctx context.Context, cg *memCgroup, name string, spec childSpe
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe)
+	command := []string{exe}
 	if cg != nil {
 		path, args := cg.wrap(exe)
-		cmd = exec.Command(path, args...)
+		command = append([]string{path}, args...)
 	}
-	cmd.Env = append(append(os.Environ(), childEnv+"="+string(b)), extraEnv...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
+	p := proc.New(name, command, proc.Options{
+		Env:    append(append(os.Environ(), childEnv+"="+string(b)), extraEnv...),
+		Stderr: os.Stderr,
+		Lines:  true,
+	})
+	if err := p.StartReady(ctx, childReadyTimeout); err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	c := &child{name: name, cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout), cgroup: cg}
-	ready := make(chan error, 1)
-	go func() {
-		if !c.out.Scan() {
-			ready <- fmt.Errorf("%s ended before it was ready", name)
-			return
-		}
-		if line := c.out.Text(); line != "ready" {
-			ready <- fmt.Errorf("%s said %q, want ready", name, line)
-			return
-		}
-		ready <- nil
-	}()
-	timer := time.NewTimer(childReadyTimeout)
-	defer timer.Stop()
-	select {
-	case err = <-ready:
-	case <-timer.C:
-		err = fmt.Errorf("%s not ready after %v", name, childReadyTimeout)
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil {
-		c.stop()
-		return nil, err
-	}
-	return c, nil
+	return &child{proc: p, cgroup: cg}, nil
 }
 
 // stats asks the child for its figures.
-func (c *child) stats() (childStats, error) {
-	if _, err := io.WriteString(c.stdin, "stats\n"); err != nil {
-		return childStats{}, fmt.Errorf("ask %s for its stats: %w", c.name, err)
-	}
-	if !c.out.Scan() {
-		return childStats{}, fmt.Errorf("%s ended: %v", c.name, c.out.Err())
-	}
+func (c *child) stats(ctx context.Context) (childStats, error) {
 	var st childStats
-	if err := json.Unmarshal(c.out.Bytes(), &st); err != nil {
-		return childStats{}, fmt.Errorf("read %s's stats: %w", c.name, err)
+	if err := c.proc.Request(ctx, "stats", &st); err != nil {
+		return childStats{}, fmt.Errorf("ask %s for its stats: %w", c.proc.Name(), err)
 	}
 	return st, nil
 }
@@ -138,16 +96,7 @@ func (c *child) stats() (childStats, error) {
 // stop closes the child's stdin, which stops it, and waits for it (killing
 // it after a grace period).
 func (c *child) stop() error {
-	c.stdin.Close()
-	done := make(chan error, 1)
-	go func() { done <- c.cmd.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(30 * time.Second):
-		c.cmd.Process.Kill()
-		return fmt.Errorf("%s did not stop: %w", c.name, <-done)
-	}
+	return c.proc.Stop(proc.CloseStdin)
 }
 
 // nodeRun is one simulated node in a runtime process of its own, with the
@@ -214,7 +163,7 @@ func stopAll(cs ...*child) error {
 	for _, c := range cs {
 		if c != nil {
 			if err := c.stop(); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", c.name, err))
+				errs = append(errs, err)
 			}
 		}
 	}

@@ -209,10 +209,10 @@ func startChurn(ctx context.Context, cfg throughputConfig, start func(dir string
 	if c.reader, err = start(dir, c.rt); err != nil {
 		return nil, err
 	}
-	if c.reader0, err = c.reader.stats(); err != nil {
+	if c.reader0, err = c.reader.stats(ctx); err != nil {
 		return nil, err
 	}
-	c.before, err = c.rt.stats() // starts the churn
+	c.before, err = c.rt.stats(ctx) // starts the churn
 	return c, err
 }
 
@@ -249,11 +249,11 @@ func measureRawChurn(ctx context.Context, cfg throughputConfig, natsURL string) 
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return churnCost{}, 0, err
 		}
-		made, err := rt.stats()
+		made, err := rt.stats(ctx)
 		if err != nil {
 			return churnCost{}, 0, err
 		}
-		if r1, err = raw.stats(); err != nil {
+		if r1, err = raw.stats(ctx); err != nil {
 			return churnCost{}, 0, err
 		}
 		if !made.Churning && r1.Events-r0.Events >= made.Events-before.Events || time.Now().After(deadline) {
@@ -288,10 +288,10 @@ func measureBridgeChurn(ctx context.Context, cfg throughputConfig, natsURL strin
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return throughputResult{}, err
 		}
-		if made, err = rt.stats(); err != nil {
+		if made, err = rt.stats(ctx); err != nil {
 			return throughputResult{}, err
 		}
-		b, err := bridge.stats()
+		b, err := bridge.stats(ctx)
 		if err != nil {
 			return throughputResult{}, err
 		}
@@ -311,7 +311,7 @@ func measureBridgeChurn(ctx context.Context, cfg throughputConfig, natsURL strin
 		}
 	}
 	elapsed := time.Since(start)
-	b1, err := bridge.stats()
+	b1, err := bridge.stats(ctx)
 	if err != nil {
 		return throughputResult{}, err
 	}

@@ -1,4 +1,4 @@
-package fleet
+package proc
 
 import (
 	"bufio"
@@ -14,11 +14,11 @@ import (
 // 100 on every Linux architecture Go supports.
 const clockTicks = 100
 
-// readProc reads a process's resident memory now and at its peak (VmRSS,
+// ReadUsage reads a process's resident memory now and at its peak (VmRSS,
 // VmHWM of /proc/<pid>/status) and the CPU time it used, user and system
 // (utime + stime of /proc/<pid>/stat).
-func readProc(pid int) (procSample, error) {
-	var s procSample
+func ReadUsage(pid int) (Sample, error) {
+	var s Sample
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return s, fmt.Errorf("read process %d: %w", pid, err)
@@ -34,12 +34,12 @@ func readProc(pid int) (procSample, error) {
 			return s, fmt.Errorf("read process %d: %s: %w", pid, name, err)
 		}
 		if name == "VmRSS" {
-			s.rss = kb << 10
+			s.RSS = kb << 10
 		} else {
-			s.hwm = kb << 10
+			s.PeakRSS = kb << 10
 		}
 	}
-	if s.hwm == 0 {
+	if s.PeakRSS == 0 {
 		// An exited process not reaped yet keeps its status file, without
 		// any memory: that is no sample.
 		return s, fmt.Errorf("read process %d: no memory figures, it has exited", pid)
@@ -60,6 +60,6 @@ func readProc(pid int) (procSample, error) {
 	if err1 != nil || err2 != nil {
 		return s, fmt.Errorf("read process %d: stat: utime %q, stime %q", pid, f[11], f[12])
 	}
-	s.cpu = time.Duration(utime+stime) * time.Second / clockTicks
+	s.CPU = time.Duration(utime+stime) * time.Second / clockTicks
 	return s, nil
 }
