@@ -212,7 +212,7 @@ func build(opts Options) (_ *pipeline, err error) {
 		return nil, err
 	}
 	slot.set(p.pub)
-	opts.Logger.Info("bridge running", "node", opts.Node, "cri_endpoint", opts.CRIEndpoint, "mode", string(opts.Mode),
+	opts.Logger.Info("bridge running", "node", opts.Node, "cri_endpoint", opts.CRIEndpoint, "mode", string(cmp.Or(opts.Mode, generator.DefaultMode)),
 		"stream", opts.Stream.Name, "subject_prefix", opts.SubjectPrefix, "state_bucket", opts.StateBucket, "data_dir", opts.DataDir)
 	return p, nil
 }

@@ -78,7 +78,8 @@ type Options struct {
 	// service the containerd-events mode (and auto mode on containerd 1.x)
 	// follows; empty means CRIEndpoint, where containerd serves both.
 	ContainerdEndpoint string
-	// Mode selects the generator's sources; empty means generator.ModeAuto.
+	// Mode selects the generator's sources; empty means generator.DefaultMode,
+	// which the generator applies.
 	Mode generator.Mode
 	// RelistPeriod, RelistThreshold and EventedRelistPeriod are the
 	// generator's; zero takes its defaults.
@@ -263,9 +264,6 @@ func (o Options) check() error {
 func (o Options) withDefaults() Options {
 	if o.SubjectPrefix == "" {
 		o.SubjectPrefix = schemas.DefaultSubjectPrefix
-	}
-	if o.Mode == "" {
-		o.Mode = generator.ModeAuto
 	}
 	if o.NATS.EmbeddedListen == "" {
 		o.NATS.EmbeddedListen = DefaultEmbeddedListen

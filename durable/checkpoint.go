@@ -19,7 +19,7 @@ import (
 // every message this node stored up to that sequence was acked and
 // reported before it, so the messages a checkpoint may not know of are
 // those stored after it: a restarted publisher reads them back from the
-// stream (publish.Options.ReconcileFrom) instead of trusting the stream's
+// stream (publish.Restart.From) instead of trusting the stream's
 // duplicate window.
 //
 // RecordAck only notes the ack in memory; the Store's Run writes the acks

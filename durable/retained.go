@@ -41,8 +41,8 @@ const retainedOverhead = 64
 // Record only notes the event in memory; the Store's Run writes what was
 // recorded within 100 ms, in the transaction of the checkpoint's acks,
 // and deletes what left the window. A crash loses the entries of the last
-// tick, whose events the checkpoint's read-back (publish.Options
-// ReconcileFrom) finds in the stream anyway.
+// tick, whose events the checkpoint's read-back (publish.Restart.From)
+// finds in the stream anyway.
 //
 // It is safe for concurrent use.
 type Retained struct {

@@ -104,7 +104,7 @@ func (m *merger) seed(published []Event) {
 // first relist lists. Events given later are taken in by Run's merge
 // goroutine before its next merge, in the order Restore was called, and a
 // full relist is asked for. That is how a bridge takes in what the stream
-// stored after its checkpoint (publish.Options.OnStored): without it, a
+// stored after its checkpoint (publish.Restart.OnStored): without it, a
 // container whose ContainerStarted was stored and not yet checkpointed when
 // the bridge was killed, and which went away while it was down, would never
 // get its ContainerDied and ContainerRemoved.
@@ -204,7 +204,7 @@ func (m *merger) mergeRestored() {
 // full relist is merged. With true, a nil PodMeta means no sandbox of the
 // pod was seen (the pod is gone, or known only from a checkpoint). It is
 // for events rebuilt from a checkpoint, which keeps no labels: a bridge
-// that carries them into a new stream (publish.Options.PodMeta). The
+// that carries them into a new stream (publish.Restart.PodMeta). The
 // PodMeta is shared with the generator's state: read it, never modify
 // it. It is safe for concurrent use, also while Run runs.
 func (g *Generator) PodMeta(podUID string) (*PodMeta, bool) {

@@ -218,7 +218,7 @@ func (t *triggerSet) take(ctx context.Context, ev TaskEvent, tries int, unknown 
 	}
 	want, ok := wantOf(ev.Topic)
 	if !ok {
-		return unknown // cri.DecodeEnvelope lets no other topic through
+		return unknown // taskevent.Decode lets no other topic through
 	}
 	scope, state, found := locate(t.cache, ev.ID)
 	switch {

@@ -237,7 +237,7 @@ func TestRunReturnsWhileTheReadIsRetried(t *testing.T) {
 // next run, before it publishes anything, reports every event it decoded to
 // OnAck and gives them to OnStored, in stream order and equal to what was
 // sent; the foreign message is counted, not given, and holds the watermark
-// at the checkpoint. With no checkpoint sequence at all, ReconcileSince
+// at the checkpoint. With no checkpoint sequence at all, Restart.Since
 // reads the same messages.
 func TestTheReadGivesBackTheEventsAnEarlierRunStored(t *testing.T) {
 	t.Parallel()

@@ -127,7 +127,7 @@ func defaultConfig() Config {
 		StreamManage:          true,
 		StateBucket:           schemas.DefaultStateBucket,
 		CEMode:                publish.ModeStructured,
-		Mode:                  generator.ModeAuto,
+		Mode:                  generator.DefaultMode,
 		RelistPeriod:          generator.DefaultRelistPeriod,
 		RelistThreshold:       generator.DefaultRelistThreshold,
 		EventedRelistPeriod:   generator.DefaultEventedRelistPeriod,
