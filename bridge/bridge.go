@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/pleg-bridge/pleg-bridge/cri"
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/statebucket"
@@ -152,7 +152,7 @@ func (e *ListenError) Unwrap() error { return e.Err }
 type pipeline struct {
 	opts  Options
 	reg   *prometheus.Registry
-	store *durable.Store // nil without a data directory
+	store *datadir.Store // nil without a data directory
 	cri   *cri.Client
 	// containerd is the client of containerd's own API when it has its
 	// own endpoint (Options.ContainerdEndpoint); nil means cri serves it.
@@ -223,7 +223,7 @@ func (p *pipeline) openStore() (err error) {
 	if p.opts.DataDir == "" {
 		return nil
 	}
-	p.store, err = durable.Open(p.opts.DataDir, durable.Options{
+	p.store, err = datadir.Open(p.opts.DataDir, datadir.Options{
 		Node: p.opts.Node, SpoolMaxBytes: p.opts.SpoolMaxBytes, Logger: p.opts.Logger,
 		RetainWindow: p.opts.repairWindow(), RetainMaxBytes: cmp.Or(p.opts.RepairMaxBytes, DefaultRepairMaxBytes),
 	})
@@ -232,7 +232,7 @@ func (p *pipeline) openStore() (err error) {
 
 // spool returns the durable store's spool, or nil without a store or a
 // spool.
-func (p *pipeline) spool() *durable.Spool {
+func (p *pipeline) spool() *datadir.Spool {
 	if p.store == nil {
 		return nil
 	}
@@ -467,7 +467,7 @@ func (p *pipeline) acked() ackHooks {
 
 // publisherOptions is the publisher's configuration, from the options and
 // what the steps before it made. It builds the literal and nothing else.
-func (p *pipeline) publisherOptions(enc *publish.Encoder, spool *durable.Spool, r publish.Restart, h ackHooks) publish.Options {
+func (p *pipeline) publisherOptions(enc *publish.Encoder, spool *datadir.Spool, r publish.Restart, h ackHooks) publish.Options {
 	return publish.Options{
 		Encoder:     enc,
 		MaxInFlight: p.opts.PublishMaxInFlight,

@@ -21,7 +21,7 @@ import (
 	"github.com/pleg-bridge/pleg-bridge/consumer"
 	"github.com/pleg-bridge/pleg-bridge/crisim"
 	"github.com/pleg-bridge/pleg-bridge/crisim/crisimtest"
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -179,7 +179,7 @@ func TestRunReturnsTheListenErrorLeavingNothingRunning(t *testing.T) {
 func TestRunThatCannotOpenItsStoreClosesWhatItOpened(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	dir := t.TempDir()
-	held, err := durable.Open(dir, durable.Options{Node: "node-1"})
+	held, err := datadir.Open(dir, datadir.Options{Node: "node-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestARestartAfterTheDuplicateWindowStoresNothingACrashForgot(t *testing.T) 
 	_, stop := runBridge(t, opts)
 	fetchAll(t, n.js, "PLEG", 2)
 	stop()
-	st, err := durable.Open(dir, durable.Options{Node: "node-1"})
+	st, err := datadir.Open(dir, datadir.Options{Node: "node-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,11 +360,11 @@ func TestARestartAfterTheDuplicateWindowStoresNothingACrashForgot(t *testing.T) 
 		t.Fatal(err)
 	}
 	crashed := t.TempDir()
-	data, err := os.ReadFile(filepath.Join(dir, durable.FileName))
+	data, err := os.ReadFile(filepath.Join(dir, datadir.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(crashed, durable.FileName), data, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(crashed, datadir.FileName), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/consumer"
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 	"github.com/pleg-bridge/pleg-bridge/internal/waittest"
@@ -84,9 +84,9 @@ func waitSettled(t *testing.T, b *bridge.Bridge) {
 }
 
 // checkpointStream returns the stream the checkpoint in dir names.
-func checkpointStream(t *testing.T, dir string) (durable.StreamIdentity, bool) {
+func checkpointStream(t *testing.T, dir string) (datadir.StreamIdentity, bool) {
 	t.Helper()
-	st, err := durable.Open(dir, durable.Options{Node: "node-1"})
+	st, err := datadir.Open(dir, datadir.Options{Node: "node-1"})
 	if err != nil {
 		t.Fatal(err)
 	}

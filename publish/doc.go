@@ -16,7 +16,7 @@
 //     room. New takes the *nats.Conn and makes its own JetStream handles.
 //     The outbox (outbox.go) holds what Send accepted until Run takes it:
 //     a bounded memory queue and, behind it, the disk spool
-//     (durable.Spool), as one FIFO under one lock; once an event went to
+//     (datadir.Spool), as one FIFO under one lock; once an event went to
 //     the spool every later one follows it there until the spool is
 //     drained, so each pod's order holds either way. What fits in neither
 //     is refused with a generator.SinkFullError, for the generator to send

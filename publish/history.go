@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -22,7 +22,7 @@ import (
 // ContainerDied and ContainerRemoved in the new stream and its
 // ContainerStarted only in the old one.
 //
-// So the checkpoint names its stream (durable.StreamIdentity: name and
+// So the checkpoint names its stream (datadir.StreamIdentity: name and
 // creation time), and before anything is published the read of what an
 // earlier run stored (readback.go) compares it with the stream it finds.
 // The stream is another history when its identity differs, when it ends
@@ -39,7 +39,7 @@ import (
 // For another history, Run logs one warning naming the stream, the old and
 // the new identity and what it does, and starts the stream's history:
 //
-//  1. The checkpoint is disowned (durable.Checkpoint.Disown): its sequence,
+//  1. The checkpoint is disowned (datadir.Checkpoint.Disown): its sequence,
 //     a position in the old stream, is dropped, and its store names no
 //     stream, so a crash from here on repeats these steps.
 //  2. Every message this node stored in the new stream is read back, from
@@ -60,7 +60,7 @@ import (
 //     the checkpoint does not keep, come from the generator
 //     (Options.Restart.PodMeta), or from the pod's spooled events.
 //  4. Once those are delivered, the checkpoint adopts the stream
-//     (durable.Checkpoint.Adopt).
+//     (datadir.Checkpoint.Adopt).
 //
 // The generator is not told anything: what it holds as published becomes
 // true of the new stream with step 3. Events waiting in memory or in the
@@ -88,7 +88,7 @@ const carryMetaPoll = 100 * time.Millisecond
 
 // renewal returns why the stream id, whose last sequence is last, is not
 // the one the checkpoint ck belongs to, or "" if it is or may be adopted.
-func renewal(ck *durable.Checkpoint, id durable.StreamIdentity, last uint64) string {
+func renewal(ck *datadir.Checkpoint, id datadir.StreamIdentity, last uint64) string {
 	own, named := ck.Stream()
 	switch {
 	case named && own.IsZero():

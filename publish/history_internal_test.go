@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -165,11 +165,11 @@ func TestCarryHistory(t *testing.T) {
 
 // checkpointOf returns the checkpoint of a store in a new directory that
 // recorded an ack with sequence seq and then did what names the stream.
-func checkpointOf(t *testing.T, seq uint64, name func(*durable.Checkpoint)) *durable.Checkpoint {
+func checkpointOf(t *testing.T, seq uint64, name func(*datadir.Checkpoint)) *datadir.Checkpoint {
 	t.Helper()
 	dir := t.TempDir()
 	for i := range 2 {
-		st, err := durable.Open(dir, durable.Options{Node: "node-1"})
+		st, err := datadir.Open(dir, datadir.Options{Node: "node-1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,29 +190,29 @@ func checkpointOf(t *testing.T, seq uint64, name func(*durable.Checkpoint)) *dur
 
 func TestRenewal(t *testing.T) {
 	t.Parallel()
-	pleg := durable.StreamIdentity{Name: "PLEG", Created: historyT0}
-	adopt := func(id durable.StreamIdentity) func(*durable.Checkpoint) {
-		return func(c *durable.Checkpoint) { c.Adopt(id) }
+	pleg := datadir.StreamIdentity{Name: "PLEG", Created: historyT0}
+	adopt := func(id datadir.StreamIdentity) func(*datadir.Checkpoint) {
+		return func(c *datadir.Checkpoint) { c.Adopt(id) }
 	}
 	for _, tc := range []struct {
 		name  string
-		ckpt  *durable.Checkpoint
-		id    durable.StreamIdentity
+		ckpt  *datadir.Checkpoint
+		id    datadir.StreamIdentity
 		last  uint64
 		renew bool
 	}{
 		{"the checkpoint's own stream, grown since, is the same history", checkpointOf(t, 5, adopt(pleg)), pleg, 9, false},
 		{"the checkpoint's own stream, purged (its sequence kept), is the same history", checkpointOf(t, 5, adopt(pleg)), pleg, 5, false},
 		{"a stream created anew under the name is another history", checkpointOf(t, 5, adopt(pleg)),
-			durable.StreamIdentity{Name: "PLEG", Created: historyT0.Add(time.Hour)}, 9, true},
+			datadir.StreamIdentity{Name: "PLEG", Created: historyT0.Add(time.Hour)}, 9, true},
 		{"a stream of another name is another history", checkpointOf(t, 5, adopt(pleg)),
-			durable.StreamIdentity{Name: "EVENTS", Created: historyT0}, 9, true},
+			datadir.StreamIdentity{Name: "EVENTS", Created: historyT0}, 9, true},
 		{"the checkpoint's stream ending before its sequence (a backup restored) is another history",
 			checkpointOf(t, 5, adopt(pleg)), pleg, 4, true},
 		{"a checkpoint that names no stream adopts one that covers its sequence", checkpointOf(t, 5, nil), pleg, 5, false},
 		{"a checkpoint that names no stream does not adopt one that ends before its sequence", checkpointOf(t, 5, nil), pleg, 4, true},
 		{"a checkpoint an earlier run was carrying into a new stream is no stream's",
-			checkpointOf(t, 5, func(c *durable.Checkpoint) { c.Disown() }), pleg, 9, true},
+			checkpointOf(t, 5, func(c *datadir.Checkpoint) { c.Disown() }), pleg, 9, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := renewal(tc.ckpt, tc.id, tc.last); (got != "") != tc.renew {

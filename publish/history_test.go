@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pleg-bridge/pleg-bridge/consumer"
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -32,7 +32,7 @@ func typed(ev generator.Event, typ generator.LifecycleEventType) generator.Event
 }
 
 // streamIdentity returns the identity of the stream PLEG.
-func streamIdentity(t *testing.T, js jetstream.JetStream) durable.StreamIdentity {
+func streamIdentity(t *testing.T, js jetstream.JetStream) datadir.StreamIdentity {
 	t.Helper()
 	s, err := js.Stream(t.Context(), "PLEG")
 	if err != nil {
@@ -42,7 +42,7 @@ func streamIdentity(t *testing.T, js jetstream.JetStream) durable.StreamIdentity
 	if err != nil {
 		t.Fatal(err)
 	}
-	return durable.StreamIdentity{Name: info.Config.Name, Created: info.Created}
+	return datadir.StreamIdentity{Name: info.Config.Name, Created: info.Created}
 }
 
 // lifecycles returns, for each container, the types of its events in msgs,
@@ -97,7 +97,7 @@ func TestANewStreamGetsTheCheckpointsHistoryFirst(t *testing.T) {
 	ck.RecordAck(a, 7)
 	ck.RecordAck(b, 8)
 	ck.RecordAck(typed(b, generator.ContainerDied), 9)
-	ck.Adopt(durable.StreamIdentity{Name: "PLEG", Created: renewed.Created.Add(-time.Hour)})
+	ck.Adopt(datadir.StreamIdentity{Name: "PLEG", Created: renewed.Created.Add(-time.Hour)})
 	if n := st.Spool().Append([]generator.Event{typed(a, generator.ContainerDied)}); n != 1 {
 		t.Fatalf("Append stored %d events, want 1", n)
 	}
@@ -288,7 +288,7 @@ func TestTheCarryWaitsForThePodsLabels(t *testing.T) {
 	dir := t.TempDir()
 	st, closeStore := openStore(t, dir, 0)
 	st.Checkpoint().RecordAck(a, 3)
-	st.Checkpoint().Adopt(durable.StreamIdentity{Name: "PLEG", Created: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)})
+	st.Checkpoint().Adopt(datadir.StreamIdentity{Name: "PLEG", Created: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)})
 	closeStore()
 
 	st, closeStore = openStore(t, dir, 0)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 )
 
 // Results of a publish attempt or of a check against the stream, the
@@ -67,7 +67,7 @@ type metrics struct {
 // reports the memory outbox's fill and outboxSize its bound; spool (nil:
 // none) reports its own. The bounds are exported beside the fills so that
 // an alert can say "80% full" without knowing the configuration.
-func newMetrics(reg prometheus.Registerer, pending func() int, outboxSize int, spool *durable.Spool, kept *durable.Retained) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, pending func() int, outboxSize int, spool *datadir.Spool, kept *datadir.Retained) (*metrics, error) {
 	keptLen := func() (int, int64) {
 		if kept == nil {
 			return 0, 0

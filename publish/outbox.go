@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -42,7 +42,7 @@ const refillBatch = 1024
 // fields above mu never change after newOutbox.
 type outbox struct {
 	size         int
-	spool        *durable.Spool
+	spool        *datadir.Spool
 	writeThrough bool // Options.WriteThrough
 	log          *slog.Logger
 	// ready has a token when Take may have something new: Put recorded an
@@ -78,7 +78,7 @@ type outbox struct {
 // newOutbox returns an outbox of size slots over spool (nil: memory only).
 // Entries an earlier process left in the spool are taken before anything
 // put later.
-func newOutbox(size int, spool *durable.Spool, writeThrough bool, log *slog.Logger) *outbox {
+func newOutbox(size int, spool *datadir.Spool, writeThrough bool, log *slog.Logger) *outbox {
 	o := &outbox{
 		size:         size,
 		spool:        spool,
@@ -96,7 +96,7 @@ func newOutbox(size int, spool *durable.Spool, writeThrough bool, log *slog.Logg
 // Put records events, in order: in memory while there are free slots and
 // the spool holds none of the earlier events, else in the spool. With
 // WriteThrough, each event kept in memory is also written to the spool as
-// an entry taken already (durable's AppendTaken; a full spool leaves it in
+// an entry taken already (datadir's AppendTaken; a full spool leaves it in
 // memory only). Put does no I/O and never blocks for room. It returns the
 // number of events it sent to the spool, and an error wrapping ErrClosed
 // after Close, or a *generator.SinkFullError with the number recorded

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -29,9 +29,9 @@ func outboxTestEvent(pod string, i int) generator.Event {
 // outboxSpool returns the spool of a fresh durable store of maxBytes. The
 // store does not run: its entries stay queued in memory, where Take finds
 // them as it finds those in the file.
-func outboxSpool(t *testing.T, maxBytes int64) *durable.Spool {
+func outboxSpool(t *testing.T, maxBytes int64) *datadir.Spool {
 	t.Helper()
-	st, err := durable.Open(t.TempDir(), durable.Options{Node: "node-1", SpoolMaxBytes: maxBytes})
+	st, err := datadir.Open(t.TempDir(), datadir.Options{Node: "node-1", SpoolMaxBytes: maxBytes})
 	if err != nil {
 		t.Fatalf("open durable store: %v", err)
 	}
@@ -48,7 +48,7 @@ type outboxTest struct {
 	taken []*outboxEvent
 }
 
-func newOutboxTest(t *testing.T, size int, spool *durable.Spool) *outboxTest {
+func newOutboxTest(t *testing.T, size int, spool *datadir.Spool) *outboxTest {
 	return &outboxTest{t: t, o: newOutbox(size, spool, false, slog.New(slog.DiscardHandler))}
 }
 
@@ -301,7 +301,7 @@ func TestOutboxAfterCloseRefusesEventsAndLeavesTheSpoolsEntries(t *testing.T) {
 func TestOutboxYieldsWhatAnEarlierProcessSpooledBeforeAnythingNewer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		st, err := durable.Open(dir, durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 20})
+		st, err := datadir.Open(dir, datadir.Options{Node: "node-1", SpoolMaxBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +312,7 @@ func TestOutboxYieldsWhatAnEarlierProcessSpooledBeforeAnythingNewer(t *testing.T
 		if err := st.Close(); err != nil {
 			t.Fatal(err)
 		}
-		st, err = durable.Open(dir, durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 20})
+		st, err = datadir.Open(dir, datadir.Options{Node: "node-1", SpoolMaxBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}

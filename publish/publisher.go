@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -58,9 +58,9 @@ type Options struct {
 	// there is room; nil: memory only. It survives a restart: a Publisher
 	// over the same spool delivers what an earlier one left, before
 	// anything newer.
-	Spool *durable.Spool
+	Spool *datadir.Spool
 	// WriteThrough (with a Spool) also writes each event Send keeps in
-	// memory to the spool, as an entry taken already (durable's
+	// memory to the spool, as an entry taken already (datadir's
 	// AppendTaken), marked Done once delivered. A process that is killed
 	// then loses at most the last flush of them (100 ms), not every event
 	// waiting in memory for NATS: the next one delivers the copies left,
@@ -113,10 +113,10 @@ type Options struct {
 // ack whose sequence went backwards. The zero value checks nothing.
 type Repair struct {
 	// Retained, if set, keeps every acked event for its window
-	// (durable.Retained), and Run checks that the stream still holds
+	// (datadir.Retained), and Run checks that the stream still holds
 	// them: what the servers lost is published again, with its id, before
 	// anything newer of its pod. nil: no repair.
-	Retained *durable.Retained
+	Retained *datadir.Retained
 	// QuickHold is how long a check holds publishing even while
 	// publishing works; 0 means DefaultRepairQuickHold. Past it, a check
 	// still on its way holds publishing only while publishing fails.
@@ -133,7 +133,7 @@ type Repair struct {
 // checkpoint (readback.go), and, if the stream is not the checkpoint's,
 // carries the checkpoint's history into it (history.go). The zero value is
 // a first start: nothing is read back and no stream's history is checked.
-// The bridge fills it from its durable store (durable.Checkpoint) and the
+// The bridge fills it from its durable store (datadir.Checkpoint) and the
 // generator.
 type Restart struct {
 	// From is the first stream sequence whose messages an earlier run may
@@ -151,13 +151,13 @@ type Restart struct {
 	Since time.Time
 	// Checkpoint, if set, is the durable checkpoint OnAck records the acks
 	// in. Before it publishes anything, Run tells whether the stream is
-	// the one the checkpoint belongs to (durable.Checkpoint.Stream), and
+	// the one the checkpoint belongs to (datadir.Checkpoint.Stream), and
 	// if it is another (deleted and created again, another server's, or
 	// ending before the checkpoint's sequence) starts that stream's
 	// history: the checkpoint's events go into it first, so that no
 	// container's ContainerDied reaches it without its ContainerStarted
 	// (history.go). Run calls its Adopt and Disown.
-	Checkpoint *durable.Checkpoint
+	Checkpoint *datadir.Checkpoint
 	// PodMeta, if set, gives a pod's labels and annotations to the events
 	// Run carries from the checkpoint into a new stream, which the
 	// checkpoint does not keep (generator.Generator.PodMeta). known false
@@ -434,7 +434,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		start:    newStartup(p.opts.Restart, p.opts.Spool, p.log, &p.carrying),
 	}
 	defer d.start.stop()
-	d.rep = newRepairer(p.opts.Repair.Retained, p.nc, p.opts.Stream, func(kept []durable.RetainedEvent, reason string) {
+	d.rep = newRepairer(p.opts.Repair.Retained, p.nc, p.opts.Stream, func(kept []datadir.RetainedEvent, reason string) {
 		results := d.rep.results
 		reading.Go(func() {
 			res, err := p.readKept(cctx, kept)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -39,7 +39,7 @@ func benchmarkPublish(b *testing.B, writeThrough bool) {
 	room := make(chan struct{}, 1)
 	opts := publish.Options{WriteThrough: writeThrough}
 	if writeThrough {
-		st, err := durable.Open(b.TempDir(), durable.Options{Node: "node-1", SpoolMaxBytes: 256 << 20})
+		st, err := datadir.Open(b.TempDir(), datadir.Options{Node: "node-1", SpoolMaxBytes: 256 << 20})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -54,7 +54,7 @@ import (
 // ordered consumer's would, and the read then starts again.
 //
 // What makes that read enough is the sequence OnAck reports, which the
-// checkpoint writes with the acks (durable.Checkpoint.RecordAck): every
+// checkpoint writes with the acks (datadir.Checkpoint.RecordAck): every
 // message this node stored at or below it was acked and reported to OnAck,
 // by this run or an earlier one whose checkpoint recorded it. The highest
 // ack's own sequence would not do: acks come back out of order when a
@@ -102,7 +102,7 @@ type storedSet struct {
 	undecoded int
 	last      uint64
 	// stream is the identity of the stream read.
-	stream durable.StreamIdentity
+	stream datadir.StreamIdentity
 	// from is the first sequence the read covered; 0 when it started at a
 	// time (Restart.Since), or read nothing.
 	from uint64
@@ -199,7 +199,7 @@ func (p *Publisher) readStored(ctx context.Context) (storedSet, error) {
 		return set, fmt.Errorf("get stream info: %w", err)
 	}
 	set.last = info.State.LastSeq
-	set.stream = durable.StreamIdentity{Name: info.Config.Name, Created: info.Created}
+	set.stream = datadir.StreamIdentity{Name: info.Config.Name, Created: info.Created}
 	if ck := p.opts.Restart.Checkpoint; ck != nil {
 		if set.renew = renewal(ck, set.stream, set.last); set.renew != "" {
 			from, since = 1, time.Time{}

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 )
 
 // The repair of what the servers lost after acking it.
@@ -22,7 +22,7 @@ import (
 // event is never published again.
 //
 // So, with Options.Repair.Retained, every acked event is kept for a window
-// (durable.Retained: on disk, longer than the servers' flush), and after
+// (datadir.Retained: on disk, longer than the servers' flush), and after
 // anything that can follow a loss the Publisher checks that the stream
 // still holds them:
 //
@@ -111,10 +111,10 @@ const (
 
 // repairer is the state of the checks, in Run's goroutine.
 type repairer struct {
-	kept *durable.Retained
+	kept *datadir.Retained
 	// launch starts the read of a check in a goroutine of Run's; its
 	// answer comes on results.
-	launch  func(kept []durable.RetainedEvent, reason string)
+	launch  func(kept []datadir.RetainedEvent, reason string)
 	results chan repairResult
 	// reading is set while a read is on its way; holding while publishing
 	// waits for it. again is the trigger that came during a read: checked
@@ -140,7 +140,7 @@ type repairer struct {
 	// reconnects is the connection's count of reconnects at the last look.
 	reconnects uint64
 	// stream is the stream the checks read, once one was read.
-	stream durable.StreamIdentity
+	stream datadir.StreamIdentity
 	// advisories receives the stream's leader elections; sub is their
 	// subscription (nil if it could not be made).
 	advisories chan *nats.Msg
@@ -156,17 +156,17 @@ type repairResult struct {
 	err    error
 	// stream is the stream read; last its last sequence when the read
 	// started, first its first.
-	stream      durable.StreamIdentity
+	stream      datadir.StreamIdentity
 	first, last uint64
 	// kept is how many kept events the check covered; read how many ids
 	// it read.
 	kept, read int
 	// lost holds the kept events the stream no longer holds, in ack order.
-	lost []durable.RetainedEvent
+	lost []datadir.RetainedEvent
 }
 
 // newRepairer returns the checks' state for kept; nil without.
-func newRepairer(kept *durable.Retained, nc *nats.Conn, stream string, launch func([]durable.RetainedEvent, string)) *repairer {
+func newRepairer(kept *datadir.Retained, nc *nats.Conn, stream string, launch func([]datadir.RetainedEvent, string)) *repairer {
 	if kept == nil {
 		return nil
 	}
@@ -437,7 +437,7 @@ func (d *delivery) applyRepair() {
 			ck.Rewind(res.last)
 		}
 	}
-	var lost []durable.RetainedEvent
+	var lost []datadir.RetainedEvent
 	for _, k := range res.lost {
 		id := EventID(k.Event.Container.ID, k.Event.Type)
 		if _, ok := r.queued[id]; ok {
@@ -482,7 +482,7 @@ func (d *delivery) repairedOne(e *outboxEvent) {
 // readKept reads the ids of this node's messages that the stream holds
 // from the lowest sequence of kept to its last, and returns the kept
 // events it lacks. Bounded by AckTimeout.
-func (p *Publisher) readKept(ctx context.Context, kept []durable.RetainedEvent) (repairResult, error) {
+func (p *Publisher) readKept(ctx context.Context, kept []datadir.RetainedEvent) (repairResult, error) {
 	res := repairResult{kept: len(kept)}
 	rctx, cancel := context.WithTimeout(ctx, p.opts.AckTimeout)
 	defer cancel()
@@ -495,10 +495,10 @@ func (p *Publisher) readKept(ctx context.Context, kept []durable.RetainedEvent) 
 	if err != nil {
 		return res, fmt.Errorf("get stream info: %w", err)
 	}
-	res.stream = durable.StreamIdentity{Name: info.Config.Name, Created: info.Created}
+	res.stream = datadir.StreamIdentity{Name: info.Config.Name, Created: info.Created}
 	res.first, res.last = info.State.FirstSeq, info.State.LastSeq
 	from := uint64(0)
-	var covered []durable.RetainedEvent
+	var covered []datadir.RetainedEvent
 	for _, k := range kept {
 		// Below the first sequence: gone by the stream's limits or a
 		// purge, not lost.

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/pleg-bridge/pleg-bridge/publish"
@@ -19,10 +19,10 @@ import (
 )
 
 // openRetaining opens and runs a durable store in a new directory that
-// keeps the acked events for five minutes (durable.Retained).
-func openRetaining(t *testing.T) *durable.Retained {
+// keeps the acked events for five minutes (datadir.Retained).
+func openRetaining(t *testing.T) *datadir.Retained {
 	t.Helper()
-	st, err := durable.Open(t.TempDir(), durable.Options{Node: "node-1", RetainWindow: 5 * time.Minute, RetainMaxBytes: 16 << 20})
+	st, err := datadir.Open(t.TempDir(), datadir.Options{Node: "node-1", RetainWindow: 5 * time.Minute, RetainMaxBytes: 16 << 20})
 	if err != nil {
 		t.Fatalf("open durable store: %v", err)
 	}

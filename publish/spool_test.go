@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/metricstest"
 	"github.com/pleg-bridge/pleg-bridge/natsembed"
@@ -26,9 +26,9 @@ import (
 // openStore opens the durable store in dir with a spool of maxBytes, and
 // runs it. close stops Run and closes the store, as a bridge does at
 // shutdown; t.Cleanup calls it too.
-func openStore(t *testing.T, dir string, maxBytes int64) (_ *durable.Store, close func()) {
+func openStore(t *testing.T, dir string, maxBytes int64) (_ *datadir.Store, close func()) {
 	t.Helper()
-	st, err := durable.Open(dir, durable.Options{Node: "node-1", SpoolMaxBytes: maxBytes})
+	st, err := datadir.Open(dir, datadir.Options{Node: "node-1", SpoolMaxBytes: maxBytes})
 	if err != nil {
 		t.Fatalf("open durable store: %v", err)
 	}
@@ -52,7 +52,7 @@ func openStore(t *testing.T, dir string, maxBytes int64) (_ *durable.Store, clos
 }
 
 // newSpool returns the spool of a fresh store of maxBytes in t.TempDir().
-func newSpool(t *testing.T, maxBytes int64) *durable.Spool {
+func newSpool(t *testing.T, maxBytes int64) *datadir.Spool {
 	t.Helper()
 	st, _ := openStore(t, t.TempDir(), maxBytes)
 	return st.Spool()
@@ -317,7 +317,7 @@ func TestMetricsExportTheOutboxAndSpoolBoundsBesideTheirFill(t *testing.T) {
 	// its bound is 0, which an alert must treat as "no spool".
 	for _, c := range []struct {
 		name     string
-		spool    *durable.Spool
+		spool    *datadir.Spool
 		spoolCap string
 	}{
 		{"with a spool, both bounds are the configured ones", newSpool(t, 4096), "4096"},

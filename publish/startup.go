@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -29,7 +29,7 @@ type startup struct {
 	opts Restart
 	// spool holds the events an earlier run left, carried with the
 	// checkpoint's when they need it; nil without a spool.
-	spool *durable.Spool
+	spool *datadir.Spool
 	log   *slog.Logger
 
 	// reading is set until the read of what an earlier run stored arrives
@@ -43,7 +43,7 @@ type startup struct {
 
 	// renewing is the stream whose history Run is starting, until the
 	// checkpoint adopts it; nil otherwise.
-	renewing *durable.StreamIdentity
+	renewing *datadir.StreamIdentity
 	// carry holds the events to carry into it until they are inserted
 	// (carryInto); nothing is published before. carryMeta holds the pod
 	// labels of the spooled events, carryUntil ends the wait for the
@@ -61,7 +61,7 @@ type startup struct {
 // newStartup returns the start-up state of a Run over opts. With anything
 // to read back (a checkpoint, or a sequence or time to read from), it is
 // reading: the caller starts the read, which sends its set on s.read.
-func newStartup(opts Restart, spool *durable.Spool, log *slog.Logger, carrying *atomic.Int64) startup {
+func newStartup(opts Restart, spool *datadir.Spool, log *slog.Logger, carrying *atomic.Int64) startup {
 	s := startup{opts: opts, spool: spool, log: log, carrying: carrying, carryTimer: time.NewTimer(time.Hour)}
 	s.carryTimer.Stop()
 	if opts.From > 0 || !opts.Since.IsZero() || opts.Checkpoint != nil {

@@ -23,5 +23,5 @@
 //
 // statebucket imports publish, generator for the Event type, schemas for
 // the keys, nats.go and the Prometheus client. publish must not import it;
-// it must not import CRI, gRPC or durable.
+// it must not import CRI, gRPC or datadir.
 package statebucket

@@ -15,7 +15,7 @@ import (
 
 	"github.com/pleg-bridge/pleg-bridge/bridge"
 	"github.com/pleg-bridge/pleg-bridge/cri"
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/internal/gctune"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
@@ -61,7 +61,7 @@ func buildInfo() prometheus.Collector {
 			"go_version":       runtime.Version(),
 			"commit":           commitString(),
 			"contract_version": schemas.ContractVersion,
-			"format_version":   durable.FormatVersion,
+			"format_version":   datadir.FormatVersion,
 		},
 	})
 	g.Set(1)

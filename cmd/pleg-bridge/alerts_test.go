@@ -25,7 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/publish/publishtest"
@@ -207,7 +207,7 @@ func exportedMetrics(t *testing.T) (names, histograms map[string]bool) {
 	rec.MustRegister(runtimeCollectors()...)
 	generator.NewMetrics(rec)
 
-	store, err := durable.Open(t.TempDir(), durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 20})
+	store, err := datadir.Open(t.TempDir(), datadir.Options{Node: "node-1", SpoolMaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

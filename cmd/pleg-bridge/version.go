@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/publish"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
@@ -54,9 +54,9 @@ func commitString() string {
 // versionLine is what version and --version print, without a newline: the
 // version, the commit, the wire contract version (schemas.ContractVersion,
 // which the events' dataschema and the stream's metadata carry) and the
-// format of the durable state in the data directory (durable.FormatVersion)
+// format of the durable state in the data directory (datadir.FormatVersion)
 // that this build writes, then the Go version and the platform.
 func versionLine() string {
 	return fmt.Sprintf("pleg-bridge %s (commit %s, contract %s, data directory format %s, %s, %s/%s)",
-		versionString(), commitString(), schemas.ContractVersion, durable.FormatVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		versionString(), commitString(), schemas.ContractVersion, datadir.FormatVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/schemas"
 )
 
@@ -25,7 +25,7 @@ func TestBuildInfoSaysTheVersionCommitContractAndFormat(t *testing.T) {
 	want := fmt.Sprintf(`# HELP pleg_bridge_build_info Always 1; the labels are the version and commit of pleg-bridge, the Go version it was built with, and the wire contract and data directory format versions it writes.
 # TYPE pleg_bridge_build_info gauge
 pleg_bridge_build_info{commit=%q,contract_version=%q,format_version=%q,go_version=%q,version=%q} 1
-`, commitString(), schemas.ContractVersion, durable.FormatVersion, runtime.Version(), versionString())
+`, commitString(), schemas.ContractVersion, datadir.FormatVersion, runtime.Version(), versionString())
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pleg_bridge_build_info"); err != nil {
 		t.Error(err)
 	}
@@ -38,7 +38,7 @@ func TestVersionSaysTheCommitContractAndDataDirectoryFormat(t *testing.T) {
 		t.Fatalf("version = %v", err)
 	}
 	want := fmt.Sprintf("pleg-bridge %s (commit %s, contract %s, data directory format %s, %s, %s/%s)\n",
-		versionString(), commitString(), schemas.ContractVersion, durable.FormatVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		versionString(), commitString(), schemas.ContractVersion, datadir.FormatVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	if stdout.String() != want {
 		t.Errorf("version printed %q, want %q", stdout.String(), want)
 	}
@@ -61,7 +61,7 @@ func TestVersionOfABuildWithoutVCSInformation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pleg-bridge version: %v", err)
 	}
-	prefix := fmt.Sprintf("pleg-bridge v9.8.7 (commit %s, contract %s, data directory format %s, ", rev, schemas.ContractVersion, durable.FormatVersion)
+	prefix := fmt.Sprintf("pleg-bridge v9.8.7 (commit %s, contract %s, data directory format %s, ", rev, schemas.ContractVersion, datadir.FormatVersion)
 	if !strings.HasPrefix(string(out), prefix) {
 		t.Errorf("version printed %q, want it to start with %q", out, prefix)
 	}

@@ -37,7 +37,7 @@ var rules = []rule{
 	},
 	{
 		pkg:           "bridge",
-		may:           []string{"cri", "durable", "generator", "natsauth", "natsembed", "publish", "schemas", "statebucket"},
+		may:           []string{"cri", "datadir", "generator", "natsauth", "natsembed", "publish", "schemas", "statebucket"},
 		mustNotImport: []string{commands, "crisim"},
 		importedBy:    []string{"harness/latencybench", "harness/cmd/pleg-bench", "cmd/pleg-bridge", "harness/fleet"},
 	},
@@ -63,7 +63,7 @@ var rules = []rule{
 		mustNotImport: []string{"cri", "generator", "statecache", "publish", commands},
 	},
 	{
-		pkg:           "durable",
+		pkg:           "datadir",
 		may:           []string{"generator", "internal/jsonenc"},
 		externals:     []string{"go.etcd.io/bbolt/..."},
 		mustNotImport: append([]string{natsLibs, "publish", "bridge", commands}, criAPI...),
@@ -132,7 +132,7 @@ var rules = []rule{
 	},
 	{
 		pkg:           "publish",
-		may:           []string{"consumer", "durable", "generator", "internal/jsonenc", "schemas"},
+		may:           []string{"consumer", "datadir", "generator", "internal/jsonenc", "schemas"},
 		mustNotImport: append([]string{grpc, "cri", "statebucket", "natsembed", natsServer}, criAPI...),
 	},
 	{
@@ -149,14 +149,14 @@ var rules = []rule{
 	{
 		pkg:         "harness/soak",
 		may:         []string{"consumer", "crisim", "harness/proc", "natsembed"},
-		mustNotLink: []string{"cri", "generator", "statecache", "publish", "durable", "bridge", commands},
+		mustNotLink: []string{"cri", "generator", "statecache", "publish", "datadir", "bridge", commands},
 		importedBy:  []string{"harness/cmd/pleg-harness", "harness/fleet"},
 	},
 	{
 		pkg:           "statebucket",
 		may:           []string{"generator", "publish", "schemas"},
 		externals:     []string{natsClient, prometheus},
-		mustNotImport: append([]string{grpc, "durable"}, criAPI...),
+		mustNotImport: append([]string{grpc, "datadir"}, criAPI...),
 	},
 	{
 		pkg:           "statecache",

@@ -1,4 +1,4 @@
-package durable
+package datadir
 
 import (
 	"bytes"
@@ -154,7 +154,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	logger = logger.With("component", "durable")
+	logger = logger.With("component", "datadir")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}

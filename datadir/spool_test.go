@@ -1,4 +1,4 @@
-package durable_test
+package datadir_test
 
 import (
 	"cmp"
@@ -14,7 +14,7 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -27,7 +27,7 @@ func spoolEvents(first, n int) []generator.Event {
 	return evs
 }
 
-func eventsOf(entries []durable.SpoolEntry) []generator.Event {
+func eventsOf(entries []datadir.SpoolEntry) []generator.Event {
 	evs := make([]generator.Event, len(entries))
 	for i, e := range entries {
 		evs[i] = e.Event
@@ -45,7 +45,7 @@ func checkOrder(t *testing.T, what string, got []generator.Event, want []generat
 func TestSpoolDeliversInOrderAcrossCloseAndOpen(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	opts := durable.Options{SpoolMaxBytes: 1 << 20}
+	opts := datadir.Options{SpoolMaxBytes: 1 << 20}
 	s, _ := open(t, dir, opts)
 	sp := s.Spool()
 	evs := spoolEvents(0, 10)
@@ -102,12 +102,12 @@ func TestSpoolAppendsThePrefixThatFits(t *testing.T) {
 	dir := t.TempDir()
 	evs := spoolEvents(0, 10)
 	// Measure one record's size with an unbounded spool.
-	s, _ := open(t, dir, durable.Options{SpoolMaxBytes: 1 << 20})
+	s, _ := open(t, dir, datadir.Options{SpoolMaxBytes: 1 << 20})
 	s.Spool().Append(evs[:1])
 	size := s.Spool().Bytes()
 	closeStore(t, s)
 
-	s, _ = open(t, t.TempDir(), durable.Options{SpoolMaxBytes: 3*size + size/2})
+	s, _ = open(t, t.TempDir(), datadir.Options{SpoolMaxBytes: 3*size + size/2})
 	defer closeStore(t, s)
 	sp := s.Spool()
 	if n := sp.Append(evs[:5]); n != 3 {
@@ -138,14 +138,14 @@ func TestSpoolAppendsThePrefixThatFits(t *testing.T) {
 func TestSpoolDisabledWithoutABound(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, _ := open(t, dir, durable.Options{SpoolMaxBytes: 1 << 20})
+	s, _ := open(t, dir, datadir.Options{SpoolMaxBytes: 1 << 20})
 	evs := spoolEvents(0, 2)
 	s.Spool().Append(evs)
 	closeStore(t, s)
 
 	// Entries of an earlier run with a spool stay, with a warning, for the
 	// next bridge with one.
-	s, logs := open(t, dir, durable.Options{})
+	s, logs := open(t, dir, datadir.Options{})
 	if s.Spool() != nil {
 		t.Error("a store without SpoolMaxBytes has a spool")
 	}
@@ -153,7 +153,7 @@ func TestSpoolDisabledWithoutABound(t *testing.T) {
 		t.Errorf("want one warning counting 2 entries, got %v", w)
 	}
 	closeStore(t, s)
-	s, _ = open(t, dir, durable.Options{SpoolMaxBytes: 1 << 20})
+	s, _ = open(t, dir, datadir.Options{SpoolMaxBytes: 1 << 20})
 	defer closeStore(t, s)
 	checkOrder(t, "spooled", eventsOf(s.Spool().Take(10)), evs)
 }
@@ -164,7 +164,7 @@ func TestSpoolDisabledWithoutABound(t *testing.T) {
 func TestSpoolCrashWindows(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		opts := durable.Options{SpoolMaxBytes: 1 << 20}
+		opts := datadir.Options{SpoolMaxBytes: 1 << 20}
 		s, _ := open(t, dir, opts)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -173,7 +173,7 @@ func TestSpoolCrashWindows(t *testing.T) {
 
 		evs := spoolEvents(0, 3)
 		s.Spool().Append(evs)
-		spooledAfterCrash := func() []durable.SpoolEntry {
+		spooledAfterCrash := func() []datadir.SpoolEntry {
 			s2, _ := open(t, crashImage(t, dir), opts)
 			defer closeStore(t, s2)
 			return s2.Spool().Take(10)
@@ -208,7 +208,7 @@ func TestSpoolCrashWindows(t *testing.T) {
 func TestSpoolNeverWritesAnEntryDoneBeforeItsWrite(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	opts := durable.Options{SpoolMaxBytes: 1 << 20}
+	opts := datadir.Options{SpoolMaxBytes: 1 << 20}
 	s, _ := open(t, dir, opts)
 	evs := spoolEvents(0, 3)
 	s.Spool().Append(evs)
@@ -228,7 +228,7 @@ func TestSpoolReadsALargeSpoolInOrderWithoutHoldingIt(t *testing.T) {
 	// Not parallel: it measures the heap.
 	const entries, batch = 50000, 500
 	dir := t.TempDir()
-	opts := durable.Options{SpoolMaxBytes: 1 << 30}
+	opts := datadir.Options{SpoolMaxBytes: 1 << 30}
 	size := fillSpool(t, dir, opts, entries, batch)
 
 	base := heapInUse()
@@ -269,7 +269,7 @@ func TestSpoolReadsALargeSpoolInOrderWithoutHoldingIt(t *testing.T) {
 
 // fillSpool appends entries to the spool in dir, in batches, closes the
 // store and returns the spool's size. Nothing of it stays referenced.
-func fillSpool(t *testing.T, dir string, opts durable.Options, entries, batch int) int64 {
+func fillSpool(t *testing.T, dir string, opts datadir.Options, entries, batch int) int64 {
 	t.Helper()
 	s, _ := open(t, dir, opts)
 	for i := 0; i < entries; i += batch {
@@ -299,7 +299,7 @@ func TestSpoolConcurrentAppendTakeDone(t *testing.T) {
 	t.Parallel()
 	const appenders, perAppender, takers = 3, 2000, 2
 	dir := t.TempDir()
-	opts := durable.Options{SpoolMaxBytes: 1 << 30}
+	opts := datadir.Options{SpoolMaxBytes: 1 << 30}
 	s, _ := open(t, dir, opts)
 	sp := s.Spool()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -321,7 +321,7 @@ func TestSpoolConcurrentAppendTakeDone(t *testing.T) {
 	go func() { wg.Wait(); close(appended) }()
 
 	var mu sync.Mutex
-	var taken []durable.SpoolEntry
+	var taken []datadir.SpoolEntry
 	var tg sync.WaitGroup
 	for range takers {
 		tg.Go(func() {
@@ -358,7 +358,7 @@ func TestSpoolConcurrentAppendTakeDone(t *testing.T) {
 	}
 	// In Seq order, each appender's events come in the order it appended
 	// them, and no entry or event comes twice.
-	slices.SortFunc(taken, func(a, b durable.SpoolEntry) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(taken, func(a, b datadir.SpoolEntry) int { return cmp.Compare(a.Seq, b.Seq) })
 	last := make([]string, appenders)
 	for i, e := range taken {
 		if i > 0 && e.Seq == taken[i-1].Seq {
@@ -394,7 +394,7 @@ func TestSpoolConcurrentAppendTakeDone(t *testing.T) {
 func TestSpoolKeepsAWriteAheadCopyOfWhatIsDeliveredFromMemory(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	opts := durable.Options{SpoolMaxBytes: 1 << 20}
+	opts := datadir.Options{SpoolMaxBytes: 1 << 20}
 	s, _ := open(t, dir, opts)
 	sp := s.Spool()
 	evs := spoolEvents(0, 6)
@@ -445,7 +445,7 @@ func bigEvents(n int) []generator.Event {
 // Append counts for the same event.
 func TestSpoolCountsWriteThroughCopiesByTheirEncodedSizeOnceWritten(t *testing.T) {
 	t.Parallel()
-	opts := durable.Options{SpoolMaxBytes: 1 << 24}
+	opts := datadir.Options{SpoolMaxBytes: 1 << 24}
 	evs := bigEvents(20)
 	appended, _ := open(t, t.TempDir(), opts)
 	defer closeStore(t, appended)
@@ -461,7 +461,7 @@ func TestSpoolCountsWriteThroughCopiesByTheirEncodedSizeOnceWritten(t *testing.T
 	if estimate < exact/3 || estimate > exact {
 		t.Errorf("estimated %d bytes for the copies, encoded %d", estimate, exact)
 	}
-	if err := durable.Flush(copies, time.Now(), false); err != nil {
+	if err := datadir.Flush(copies, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	if got := copies.Spool().Bytes(); got != exact {
@@ -475,7 +475,7 @@ func TestSpoolCountsWriteThroughCopiesByTheirEncodedSizeOnceWritten(t *testing.T
 func TestSpoolWritesMoreThanAWriteBudgetInOneFlush(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	opts := durable.Options{SpoolMaxBytes: 1 << 26}
+	opts := datadir.Options{SpoolMaxBytes: 1 << 26}
 	s, _ := open(t, dir, opts)
 	defer closeStore(t, s)
 	evs := bigEvents(3000) // about 10 MB encoded
@@ -487,13 +487,13 @@ func TestSpoolWritesMoreThanAWriteBudgetInOneFlush(t *testing.T) {
 	if b := s.Spool().Bytes(); b < 4<<20 {
 		t.Fatalf("the events encode to %d bytes: too few to need several writes", b)
 	}
-	before := durable.CommittedTx(s)
-	if err := durable.Flush(s, time.Now(), false); err != nil {
+	before := datadir.CommittedTx(s)
+	if err := datadir.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	// A transaction per megabyte, so that bbolt never holds all of them
 	// in memory at once.
-	if txs := durable.CommittedTx(s) - before; txs < 4 {
+	if txs := datadir.CommittedTx(s) - before; txs < 4 {
 		t.Errorf("one flush of %d bytes wrote %d transactions, want one per megabyte", s.Spool().Bytes(), txs)
 	}
 	s2, _ := open(t, crashImage(t, dir), opts)
@@ -504,7 +504,7 @@ func TestSpoolWritesMoreThanAWriteBudgetInOneFlush(t *testing.T) {
 
 // appendTaken appends evs as taken entries, and returns the first one's
 // Seq.
-func appendTaken(t *testing.T, sp *durable.Spool, evs []generator.Event) uint64 {
+func appendTaken(t *testing.T, sp *datadir.Spool, evs []generator.Event) uint64 {
 	t.Helper()
 	var first uint64
 	for i := range evs {
@@ -526,14 +526,14 @@ func appendTaken(t *testing.T, sp *durable.Spool, evs []generator.Event) uint64 
 func TestSpoolDropsAnEarlierEntryOfAContainerWhoseRemovalWasAcked(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	opts := durable.Options{SpoolMaxBytes: 1 << 20}
+	opts := datadir.Options{SpoolMaxBytes: 1 << 20}
 	s, _ := open(t, dir, opts)
 	died := event("u1", "x", generator.ContainerDied, t0)
 	kept := event("u1", "y", generator.ContainerDied, t0)
 	if n := s.Spool().Append([]generator.Event{died, kept}); n != 2 {
 		t.Fatalf("appended %d of 2", n)
 	}
-	if err := durable.Flush(s, time.Now(), false); err != nil {
+	if err := datadir.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	s.Spool().Take(2) // delivered, but the process ends before Done

@@ -1,4 +1,4 @@
-package durable
+package datadir
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-// Package durable owns the bridge's node-local durable state, under the data
+// Package datadir owns the bridge's node-local durable state, under the data
 // directory (PLEG_DATA_DIR): the checkpoint (what JetStream acknowledged,
 // per container and event type, so that a restart neither re-publishes
 // everything nor forgets what changed while the bridge was down) and the
@@ -86,4 +86,4 @@
 // not import NATS, the CRI API (generator brings it along, unused here),
 // publish, the wiring package or anything under cmd: it is storage, and
 // knows nothing of where the events come from or go.
-package durable
+package datadir

@@ -1,4 +1,4 @@
-package durable_test
+package datadir_test
 
 import (
 	"cmp"
@@ -12,7 +12,7 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 )
@@ -38,21 +38,21 @@ func event(uid, id string, typ generator.LifecycleEventType, at time.Time) gener
 
 // open opens the store in dir for node-1, with opts' spool bound, and
 // returns it with what it logs.
-func open(t *testing.T, dir string, opts durable.Options) (*durable.Store, *logtest.Buffer) {
+func open(t *testing.T, dir string, opts datadir.Options) (*datadir.Store, *logtest.Buffer) {
 	t.Helper()
 	logs := &logtest.Buffer{}
 	if opts.Node == "" {
 		opts.Node = "node-1"
 	}
 	opts.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s, err := durable.Open(dir, opts)
+	s, err := datadir.Open(dir, opts)
 	if err != nil {
 		t.Fatalf("open %s: %v", dir, err)
 	}
 	return s, logs
 }
 
-func closeStore(t *testing.T, s *durable.Store) {
+func closeStore(t *testing.T, s *datadir.Store) {
 	t.Helper()
 	if err := s.Close(); err != nil {
 		t.Fatalf("close: %v", err)
@@ -64,12 +64,12 @@ func closeStore(t *testing.T, s *durable.Store) {
 // caller makes sure no write is under way (synctest.Wait, or no Run).
 func crashImage(t *testing.T, dir string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, durable.FileName))
+	data, err := os.ReadFile(filepath.Join(dir, datadir.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	img := t.TempDir()
-	writeFile(t, filepath.Join(img, durable.FileName), data)
+	writeFile(t, filepath.Join(img, datadir.FileName), data)
 	return img
 }
 
@@ -77,7 +77,7 @@ func crashImage(t *testing.T, dir string) string {
 // dir restores, sorted.
 func restoredAfterCrash(t *testing.T, dir string) []generator.Event {
 	t.Helper()
-	s, _ := open(t, crashImage(t, dir), durable.Options{})
+	s, _ := open(t, crashImage(t, dir), datadir.Options{})
 	defer closeStore(t, s)
 	return sortEvents(s.Checkpoint().Restored())
 }

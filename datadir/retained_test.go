@@ -1,4 +1,4 @@
-package durable_test
+package datadir_test
 
 import (
 	"log/slog"
@@ -8,18 +8,18 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 	"github.com/pleg-bridge/pleg-bridge/internal/logtest"
 )
 
-func openRetaining(t *testing.T, dir string, window time.Duration, maxBytes int64, logs *logtest.Buffer) *durable.Store {
+func openRetaining(t *testing.T, dir string, window time.Duration, maxBytes int64, logs *logtest.Buffer) *datadir.Store {
 	t.Helper()
-	opts := durable.Options{Node: "node-1", RetainWindow: window, RetainMaxBytes: maxBytes}
+	opts := datadir.Options{Node: "node-1", RetainWindow: window, RetainMaxBytes: maxBytes}
 	if logs != nil {
 		opts.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	}
-	s, err := durable.Open(dir, opts)
+	s, err := datadir.Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func openRetaining(t *testing.T, dir string, window time.Duration, maxBytes int6
 }
 
 // ids returns the container ID and type of each retained event, in order.
-func retainedIDs(evs []durable.RetainedEvent) []string {
+func retainedIDs(evs []datadir.RetainedEvent) []string {
 	var out []string
 	for _, e := range evs {
 		out = append(out, e.Event.Container.ID+"/"+string(e.Event.Type))
@@ -52,7 +52,7 @@ func TestRetainedSurvivesARestartInAckOrder(t *testing.T) {
 	for i, ev := range want {
 		kept.Record(ev, uint64(10+i), now.Add(time.Duration(i)*time.Millisecond))
 	}
-	if err := durable.Flush(s, now, false); err != nil {
+	if err := datadir.Flush(s, now, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -90,7 +90,7 @@ func TestRetainedKeepsTheWindowOnly(t *testing.T) {
 	if got, want := retainedIDs(kept.Since(time.Time{}, now)), []string{"c2/ContainerStarted", "c1/ContainerStarted"}; !slices.Equal(got, want) {
 		t.Fatalf("kept %v, want %v", got, want)
 	}
-	if err := durable.Flush(s, now, false); err != nil {
+	if err := datadir.Flush(s, now, false); err != nil {
 		t.Fatal(err)
 	}
 	// 50 s later c2 has left the window too.
@@ -98,7 +98,7 @@ func TestRetainedKeepsTheWindowOnly(t *testing.T) {
 	if got, want := retainedIDs(kept.Since(time.Time{}, later)), []string{"c1/ContainerStarted"}; !slices.Equal(got, want) {
 		t.Fatalf("kept %v at +45s, want %v", got, want)
 	}
-	if err := durable.Flush(s, later, false); err != nil {
+	if err := datadir.Flush(s, later, false); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -1,4 +1,4 @@
-package durable_test
+package datadir_test
 
 import (
 	"crypto/sha256"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -44,10 +44,10 @@ func benchEvent(i int, typ generator.LifecycleEventType, at time.Time) generator
 
 // benchStore returns a store in a fresh directory that has written a
 // ContainerStarted of benchContainers containers.
-func benchStore(b *testing.B, now time.Time) (*durable.Store, string) {
+func benchStore(b *testing.B, now time.Time) (*datadir.Store, string) {
 	b.Helper()
 	dir := b.TempDir()
-	s, err := durable.Open(dir, durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
+	s, err := datadir.Open(dir, datadir.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func benchStore(b *testing.B, now time.Time) (*durable.Store, string) {
 	for i := range benchContainers {
 		s.Checkpoint().RecordAck(benchEvent(i, generator.ContainerStarted, now), 0)
 	}
-	if err := durable.Flush(s, now, false); err != nil {
+	if err := datadir.Flush(s, now, false); err != nil {
 		b.Fatal(err)
 	}
 	return s, dir
@@ -63,7 +63,7 @@ func benchStore(b *testing.B, now time.Time) (*durable.Store, string) {
 
 func fileSize(b *testing.B, dir string) float64 {
 	b.Helper()
-	st, err := os.Stat(filepath.Join(dir, durable.FileName))
+	st, err := os.Stat(filepath.Join(dir, datadir.FileName))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func BenchmarkCheckpointFlush(b *testing.B) {
 				s.Checkpoint().RecordAck(benchEvent(n%benchContainers, generator.ContainerDied, now), 0)
 				n++
 			}
-			if err := durable.Flush(s, now, false); err != nil {
+			if err := datadir.Flush(s, now, false); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -102,7 +102,7 @@ func BenchmarkCheckpointFlush(b *testing.B) {
 				s.Checkpoint().RecordAck(benchEvent(n+benchContainers, generator.ContainerStarted, now), 0)
 				n++
 			}
-			if err := durable.Flush(s, now, true); err != nil {
+			if err := datadir.Flush(s, now, true); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -120,7 +120,7 @@ func BenchmarkOpen(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		s, err := durable.Open(dir, durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
+		s, err := datadir.Open(dir, datadir.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -139,8 +139,8 @@ func BenchmarkOpen(b *testing.B) {
 // 30,000 entries.
 func BenchmarkSpool(b *testing.B) {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	fill := func(b *testing.B) *durable.Store {
-		s, err := durable.Open(b.TempDir(), durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 40})
+	fill := func(b *testing.B) *datadir.Store {
+		s, err := datadir.Open(b.TempDir(), datadir.Options{Node: "node-1", SpoolMaxBytes: 1 << 40})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func BenchmarkSpool(b *testing.B) {
 			evs[i] = benchEvent(i, generator.ContainerDied, now)
 		}
 		s.Spool().Append(evs)
-		if err := durable.Flush(s, now, false); err != nil {
+		if err := datadir.Flush(s, now, false); err != nil {
 			b.Fatal(err)
 		}
 		return s
@@ -166,7 +166,7 @@ func BenchmarkSpool(b *testing.B) {
 			if n := s.Spool().Append(evs); n != len(evs) {
 				b.Fatalf("appended %d", n)
 			}
-			if err := durable.Flush(s, now, false); err != nil {
+			if err := datadir.Flush(s, now, false); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -185,7 +185,7 @@ func BenchmarkSpool(b *testing.B) {
 			for _, e := range got {
 				s.Spool().Done(e.Seq)
 			}
-			if err := durable.Flush(s, now, false); err != nil {
+			if err := datadir.Flush(s, now, false); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -204,7 +204,7 @@ func BenchmarkSpool(b *testing.B) {
 func BenchmarkChurnFlush(b *testing.B) {
 	const perTick = 333
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	s, err := durable.Open(b.TempDir(), durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
+	s, err := datadir.Open(b.TempDir(), datadir.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -216,11 +216,11 @@ func BenchmarkChurnFlush(b *testing.B) {
 		ck.RecordAck(benchEvent(next, generator.ContainerRemoved, now), 0)
 		next++
 	}
-	if err := durable.Flush(s, now, false); err != nil {
+	if err := datadir.Flush(s, now, false); err != nil {
 		b.Fatal(err)
 	}
 	first := next // the containers of the churn start here
-	pages0 := durable.PagesWritten(s)
+	pages0 := datadir.PagesWritten(s)
 	b.ReportAllocs()
 	ticks := 0
 	for b.Loop() {
@@ -234,11 +234,11 @@ func BenchmarkChurnFlush(b *testing.B) {
 			}
 		}
 		next += perTick
-		if err := durable.Flush(s, now, false); err != nil {
+		if err := datadir.Flush(s, now, false); err != nil {
 			b.Fatal(err)
 		}
 		ticks++
 	}
-	b.ReportMetric(float64(durable.PagesWritten(s)-pages0)/float64(ticks), "pages/write")
+	b.ReportMetric(float64(datadir.PagesWritten(s)-pages0)/float64(ticks), "pages/write")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(ticks*3*perTick), "ns/transition")
 }

@@ -1,4 +1,4 @@
-package durable_test
+package datadir_test
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -85,7 +85,7 @@ func TestOpenImportsTheEarlierCheckpointFiles(t *testing.T) {
 			// A temporary file an interrupted write of the earlier bridge left.
 			writeFile(t, filepath.Join(dir, ".checkpoint-123456"), []byte(`{"version":1,"node":"node-1","acked":{}}`))
 
-			s, logs := open(t, dir, durable.Options{})
+			s, logs := open(t, dir, datadir.Options{})
 			checkEvents(t, "imported", s.Checkpoint().Restored(), tt.want...)
 			w := logs.Records(t, "WARN")
 			switch {
@@ -98,7 +98,7 @@ func TestOpenImportsTheEarlierCheckpointFiles(t *testing.T) {
 				t.Errorf("files left after the import: %v", left)
 			}
 			closeStore(t, s)
-			s, _ = open(t, dir, durable.Options{})
+			s, _ = open(t, dir, datadir.Options{})
 			defer closeStore(t, s)
 			checkEvents(t, "restored after the import", s.Checkpoint().Restored(), tt.want...)
 		})
@@ -125,7 +125,7 @@ func TestOpenSetsUnusableEarlierCheckpointFilesAside(t *testing.T) {
 			if tt.jrnl != "" {
 				writeFile(t, filepath.Join(dir, "checkpoint.journal"), []byte(tt.jrnl))
 			}
-			s, logs := open(t, dir, durable.Options{})
+			s, logs := open(t, dir, datadir.Options{})
 			defer closeStore(t, s)
 			if got := s.Checkpoint().Restored(); len(got) != 0 {
 				t.Errorf("imported %v from unusable files", got)
@@ -154,12 +154,12 @@ func TestOpenImportsTheEarlierCheckpointOnlyOnce(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "checkpoint.json"), []byte(legacySnapshot))
-	s, _ := open(t, dir, durable.Options{})
+	s, _ := open(t, dir, datadir.Options{})
 	closeStore(t, s)
 
 	writeFile(t, filepath.Join(dir, "checkpoint.json"), []byte(legacySnapshotGen3))
 	writeFile(t, filepath.Join(dir, "checkpoint.journal"), []byte(legacyHeaderGen3+legacyStarted))
-	s, logs := open(t, dir, durable.Options{})
+	s, logs := open(t, dir, datadir.Options{})
 	defer closeStore(t, s)
 	checkEvents(t, "restored", s.Checkpoint().Restored(), legacySnapshotEvents()...)
 	if left := glob(t, dir, "checkpoint.*"); len(left) != 0 {

@@ -1,9 +1,9 @@
-package durable_test
+package datadir_test
 
 import (
 	"testing"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -15,7 +15,7 @@ import (
 func TestSpoolKeepsPodMetadataAndTheCheckpointDoesNot(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	opts := durable.Options{SpoolMaxBytes: 1 << 20}
+	opts := datadir.Options{SpoolMaxBytes: 1 << 20}
 	s, _ := open(t, dir, opts)
 	labelled := event("u1", "a", generator.ContainerStarted, t0)
 	labelled.Pod.Meta = generator.NewPodMeta(map[string]string{"app": "web"}, map[string]string{"team": "payments"})

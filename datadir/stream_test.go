@@ -1,10 +1,10 @@
-package durable_test
+package datadir_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -14,26 +14,26 @@ import (
 func TestCheckpointNamesItsStreamOnceAdoptionIsWritten(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, _ := open(t, dir, durable.Options{})
+	s, _ := open(t, dir, datadir.Options{})
 	if id, ok := s.Checkpoint().Stream(); ok {
 		t.Fatalf("a fresh store names stream %v", id)
 	}
-	pleg := durable.StreamIdentity{Name: "PLEG", Created: t0}
+	pleg := datadir.StreamIdentity{Name: "PLEG", Created: t0}
 	a := event("u1", "a", generator.ContainerStarted, t0)
 	s.Checkpoint().RecordAck(a, 4)
 	s.Checkpoint().Adopt(pleg)
 	img := crashImage(t, dir)
-	s2, _ := open(t, img, durable.Options{})
+	s2, _ := open(t, img, datadir.Options{})
 	if id, ok := s2.Checkpoint().Stream(); ok {
 		t.Errorf("crash image before the write names stream %v", id)
 	}
 	closeStore(t, s2)
 
-	if err := durable.Flush(s, time.Now(), false); err != nil {
+	if err := datadir.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	closeStore(t, s)
-	s, logs := open(t, dir, durable.Options{})
+	s, logs := open(t, dir, datadir.Options{})
 	defer closeStore(t, s)
 	if id, ok := s.Checkpoint().Stream(); !ok || !id.Equal(pleg) {
 		t.Errorf("Stream() = %v, %v; want %v, true", id, ok, pleg)
@@ -55,22 +55,22 @@ func TestCheckpointNamesItsStreamOnceAdoptionIsWritten(t *testing.T) {
 func TestDisownDropsTheSequenceAndNamesNoStream(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, _ := open(t, dir, durable.Options{})
-	old := durable.StreamIdentity{Name: "PLEG", Created: t0}
+	s, _ := open(t, dir, datadir.Options{})
+	old := datadir.StreamIdentity{Name: "PLEG", Created: t0}
 	a := event("u1", "a", generator.ContainerStarted, t0)
 	s.Checkpoint().RecordAck(a, 900)
 	s.Checkpoint().Adopt(old)
-	if err := durable.Flush(s, time.Now(), false); err != nil {
+	if err := datadir.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 
 	s.Checkpoint().RecordAck(event("u1", "x", generator.ContainerStarted, t0), 901) // the old stream's, recorded before the Disown
 	s.Checkpoint().Disown()
-	if err := durable.Flush(s, time.Now(), false); err != nil {
+	if err := datadir.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	img := crashImage(t, dir)
-	s2, _ := open(t, img, durable.Options{})
+	s2, _ := open(t, img, datadir.Options{})
 	if id, ok := s2.Checkpoint().Stream(); !ok || !id.IsZero() {
 		t.Errorf("after Disown: Stream() = %v, %v; want the zero identity, true", id, ok)
 	}
@@ -86,10 +86,10 @@ func TestDisownDropsTheSequenceAndNamesNoStream(t *testing.T) {
 	b := event("u1", "b", generator.ContainerStarted, t0)
 	s.Checkpoint().RecordAck(a, 2)
 	s.Checkpoint().RecordAck(b, 3)
-	renewed := durable.StreamIdentity{Name: "PLEG", Created: t0.Add(time.Hour)}
+	renewed := datadir.StreamIdentity{Name: "PLEG", Created: t0.Add(time.Hour)}
 	s.Checkpoint().Adopt(renewed)
 	closeStore(t, s)
-	s, _ = open(t, dir, durable.Options{})
+	s, _ = open(t, dir, datadir.Options{})
 	defer closeStore(t, s)
 	if id, ok := s.Checkpoint().Stream(); !ok || !id.Equal(renewed) {
 		t.Errorf("Stream() = %v, %v; want %v, true", id, ok, renewed)
@@ -105,17 +105,17 @@ func TestDisownDropsTheSequenceAndNamesNoStream(t *testing.T) {
 func TestDisownAndAdoptInOneWrite(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, _ := open(t, dir, durable.Options{})
+	s, _ := open(t, dir, datadir.Options{})
 	s.Checkpoint().RecordAck(event("u1", "a", generator.ContainerStarted, t0), 50)
-	if err := durable.Flush(s, time.Now(), false); err != nil {
+	if err := datadir.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	s.Checkpoint().Disown()
 	s.Checkpoint().RecordAck(event("u1", "a", generator.ContainerStarted, t0), 1)
-	renewed := durable.StreamIdentity{Name: "PLEG", Created: t0}
+	renewed := datadir.StreamIdentity{Name: "PLEG", Created: t0}
 	s.Checkpoint().Adopt(renewed)
 	closeStore(t, s)
-	s, _ = open(t, dir, durable.Options{})
+	s, _ = open(t, dir, datadir.Options{})
 	defer closeStore(t, s)
 	if id, ok := s.Checkpoint().Stream(); !ok || !id.Equal(renewed) {
 		t.Errorf("Stream() = %v, %v; want %v, true", id, ok, renewed)
@@ -128,11 +128,11 @@ func TestDisownAndAdoptInOneWrite(t *testing.T) {
 func TestStreamIdentityString(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		id   durable.StreamIdentity
+		id   datadir.StreamIdentity
 		want string
 	}{
-		{durable.StreamIdentity{}, "none"},
-		{durable.StreamIdentity{Name: "PLEG", Created: time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600))}, "PLEG created 2026-01-02T02:04:05.000000006Z"},
+		{datadir.StreamIdentity{}, "none"},
+		{datadir.StreamIdentity{Name: "PLEG", Created: time.Date(2026, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600))}, "PLEG created 2026-01-02T02:04:05.000000006Z"},
 	} {
 		if got := tc.id.String(); got != tc.want {
 			t.Errorf("%#v.String() = %q, want %q", tc.id, got, tc.want)

@@ -1,4 +1,4 @@
-package durable_test
+package datadir_test
 
 import (
 	"bytes"
@@ -17,14 +17,14 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
 func TestStoreRestoresTheCheckpointAfterCloseAndOpen(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, _ := open(t, dir, durable.Options{})
+	s, _ := open(t, dir, datadir.Options{})
 	if got := s.Checkpoint().Restored(); len(got) != 0 {
 		t.Fatalf("a fresh store restored %v", got)
 	}
@@ -44,7 +44,7 @@ func TestStoreRestoresTheCheckpointAfterCloseAndOpen(t *testing.T) {
 	s.Checkpoint().RecordAck(acked[0], 0)
 	closeStore(t, s)
 
-	s, logs := open(t, dir, durable.Options{})
+	s, logs := open(t, dir, datadir.Options{})
 	defer closeStore(t, s)
 	// b was removed before its earlier acks were written: its removal is
 	// all that is kept of it.
@@ -61,7 +61,7 @@ func TestStoreRestoresTheCheckpointAfterCloseAndOpen(t *testing.T) {
 func TestCheckpointSequenceIsWrittenWithItsAcks(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, _ := open(t, dir, durable.Options{})
+	s, _ := open(t, dir, datadir.Options{})
 	if got := s.Checkpoint().Sequence(); got != 0 {
 		t.Fatalf("a fresh store's Sequence() = %d, want 0", got)
 	}
@@ -69,17 +69,17 @@ func TestCheckpointSequenceIsWrittenWithItsAcks(t *testing.T) {
 	s.Checkpoint().RecordAck(a, 7)
 	s.Checkpoint().RecordAck(b, 5) // the publisher reported a lower one later: the highest is kept
 	img := crashImage(t, dir)
-	s2, _ := open(t, img, durable.Options{})
+	s2, _ := open(t, img, datadir.Options{})
 	if got := s2.Checkpoint().Sequence(); got != 0 || len(s2.Checkpoint().Restored()) != 0 {
 		t.Errorf("crash image before the write: Sequence() = %d with %d acks, want 0 with none", got, len(s2.Checkpoint().Restored()))
 	}
 	closeStore(t, s2)
 
-	if err := durable.Flush(s, time.Now(), false); err != nil {
+	if err := datadir.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	img = crashImage(t, dir)
-	s2, _ = open(t, img, durable.Options{})
+	s2, _ = open(t, img, datadir.Options{})
 	if got := s2.Checkpoint().Sequence(); got != 7 {
 		t.Errorf("crash image after the write: Sequence() = %d, want 7", got)
 	}
@@ -91,7 +91,7 @@ func TestCheckpointSequenceIsWrittenWithItsAcks(t *testing.T) {
 	c := event("u1", "c", generator.ContainerStarted, t0)
 	s.Checkpoint().RecordAck(c, 0)
 	closeStore(t, s)
-	s, _ = open(t, dir, durable.Options{})
+	s, _ = open(t, dir, datadir.Options{})
 	if got := s.Checkpoint().Sequence(); got != 7 {
 		t.Errorf("after Close and Open: Sequence() = %d, want 7", got)
 	}
@@ -102,7 +102,7 @@ func TestCheckpointSequenceIsWrittenWithItsAcks(t *testing.T) {
 		t.Errorf("Sequence() after new acks = %d, want 7 (what Open read)", got)
 	}
 	closeStore(t, s)
-	s, _ = open(t, dir, durable.Options{})
+	s, _ = open(t, dir, datadir.Options{})
 	defer closeStore(t, s)
 	if got := s.Checkpoint().Sequence(); got != 9 {
 		t.Errorf("after a second Close and Open: Sequence() = %d, want 9", got)
@@ -116,7 +116,7 @@ func TestCheckpointSequenceIsWrittenWithItsAcks(t *testing.T) {
 func TestSpoolDropsEntriesTheCheckpointHoldsAsAcked(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	opts := durable.Options{SpoolMaxBytes: 1 << 20}
+	opts := datadir.Options{SpoolMaxBytes: 1 << 20}
 	s, _ := open(t, dir, opts)
 	started := event("u1", "a", generator.ContainerStarted, t0)
 	died := event("u1", "a", generator.ContainerDied, t0.Add(time.Second)) // same container, another type
@@ -124,12 +124,12 @@ func TestSpoolDropsEntriesTheCheckpointHoldsAsAcked(t *testing.T) {
 	if n := s.Spool().Append([]generator.Event{started, died, other}); n != 3 {
 		t.Fatalf("appended %d of 3", n)
 	}
-	if err := durable.Flush(s, time.Now(), false); err != nil {
+	if err := datadir.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	s.Spool().Take(3)
 	s.Checkpoint().RecordAck(started, 11) // its Done never comes: the crash
-	if err := durable.Flush(s, time.Now(), false); err != nil {
+	if err := datadir.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
 	img := crashImage(t, dir)
@@ -164,7 +164,7 @@ func TestSpoolDropsEntriesTheCheckpointHoldsAsAcked(t *testing.T) {
 func TestStoreRunWritesWithinItsIntervalsAndIdlesWithoutIO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		s, _ := open(t, dir, durable.Options{SpoolMaxBytes: 1 << 20})
+		s, _ := open(t, dir, datadir.Options{SpoolMaxBytes: 1 << 20})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- s.Run(ctx) }()
@@ -200,7 +200,7 @@ func TestStoreRunWritesWithinItsIntervalsAndIdlesWithoutIO(t *testing.T) {
 		}
 		advance(100 * time.Millisecond)
 		img := crashImage(t, dir)
-		s2, _ := open(t, img, durable.Options{SpoolMaxBytes: 1 << 20})
+		s2, _ := open(t, img, datadir.Options{SpoolMaxBytes: 1 << 20})
 		checkEvents(t, "restored with the spool's write", s2.Checkpoint().Restored(), a, b)
 		checkEvents(t, "spooled", s2.Spool().Restored(), spooled)
 		closeStore(t, s2)
@@ -228,7 +228,7 @@ func advance(d time.Duration) {
 
 func fileHash(t *testing.T, dir string) [32]byte {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, durable.FileName))
+	data, err := os.ReadFile(filepath.Join(dir, datadir.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func fileHash(t *testing.T, dir string) [32]byte {
 func TestStoreDropsRemovedContainersAfterTheTombstoneTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		s, _ := open(t, dir, durable.Options{})
+		s, _ := open(t, dir, datadir.Options{})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- s.Run(ctx) }()
@@ -280,7 +280,7 @@ func TestStoreDropsRemovedContainersAfterTheTombstoneTTL(t *testing.T) {
 func TestOpenDoesNotRestoreContainersRemovedLongAgo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		s, _ := open(t, dir, durable.Options{})
+		s, _ := open(t, dir, datadir.Options{})
 		now := time.Now()
 		old := event("u1", "old", generator.ContainerRemoved, now.Add(-generator.DefaultTombstoneTTL-time.Second))
 		recent := event("u1", "recent", generator.ContainerRemoved, now.Add(-generator.DefaultTombstoneTTL+time.Minute))
@@ -288,7 +288,7 @@ func TestOpenDoesNotRestoreContainersRemovedLongAgo(t *testing.T) {
 		s.Checkpoint().RecordAck(recent, 0)
 		closeStore(t, s)
 
-		s, _ = open(t, dir, durable.Options{})
+		s, _ = open(t, dir, datadir.Options{})
 		checkEvents(t, "restored", s.Checkpoint().Restored(), recent)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
@@ -301,7 +301,7 @@ func TestOpenDoesNotRestoreContainersRemovedLongAgo(t *testing.T) {
 		closeStore(t, s)
 		// Deleted from the file too: a later Open at a time when it would
 		// not have expired yet (a clock set back) does not find it.
-		s, _ = open(t, dir, durable.Options{})
+		s, _ = open(t, dir, datadir.Options{})
 		defer closeStore(t, s)
 		checkEvents(t, "restored after the collection", s.Checkpoint().Restored(), recent)
 	})
@@ -310,32 +310,32 @@ func TestOpenDoesNotRestoreContainersRemovedLongAgo(t *testing.T) {
 func TestOpenSetsAnotherNodesStoreAside(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, _ := open(t, dir, durable.Options{})
+	s, _ := open(t, dir, datadir.Options{})
 	a := event("u1", "a", generator.ContainerStarted, t0)
 	s.Checkpoint().RecordAck(a, 0)
 	closeStore(t, s)
 
-	s, logs := open(t, dir, durable.Options{Node: "node-2"})
+	s, logs := open(t, dir, datadir.Options{Node: "node-2"})
 	if got := s.Checkpoint().Restored(); len(got) != 0 {
 		t.Errorf("node-2 restored node-1's %v", got)
 	}
 	w := logs.Records(t, "WARN")
-	aside := glob(t, dir, durable.FileName+".other-node-*")
+	aside := glob(t, dir, datadir.FileName+".other-node-*")
 	if len(w) != 1 || len(aside) != 1 || w[0]["aside"] != aside[0] || !strings.Contains(w[0]["err"].(string), `"node-1"`) {
 		t.Fatalf("want one warning naming the file set aside (%v) and node-1, got %v", aside, w)
 	}
 	b := event("u1", "b", generator.ContainerStarted, t0)
 	s.Checkpoint().RecordAck(b, 0)
 	closeStore(t, s)
-	s, _ = open(t, dir, durable.Options{Node: "node-2"})
+	s, _ = open(t, dir, datadir.Options{Node: "node-2"})
 	checkEvents(t, "node-2's store", s.Checkpoint().Restored(), b)
 	closeStore(t, s)
 
 	// Set aside, not deleted: it is node-1's store still.
-	if err := os.Rename(aside[0], filepath.Join(dir, durable.FileName)); err != nil {
+	if err := os.Rename(aside[0], filepath.Join(dir, datadir.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	s, _ = open(t, dir, durable.Options{})
+	s, _ = open(t, dir, datadir.Options{})
 	defer closeStore(t, s)
 	checkEvents(t, "the store set aside", s.Checkpoint().Restored(), a)
 }
@@ -363,10 +363,10 @@ func TestOpenSetsACorruptStoreAside(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			s, _ := open(t, dir, durable.Options{})
+			s, _ := open(t, dir, datadir.Options{})
 			s.Checkpoint().RecordAck(event("u1", "a", generator.ContainerStarted, t0), 0)
 			closeStore(t, s)
-			path := filepath.Join(dir, durable.FileName)
+			path := filepath.Join(dir, datadir.FileName)
 			data, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
@@ -374,12 +374,12 @@ func TestOpenSetsACorruptStoreAside(t *testing.T) {
 			spoiled := tt.spoil(data)
 			writeFile(t, path, spoiled)
 
-			s, logs := open(t, dir, durable.Options{})
+			s, logs := open(t, dir, datadir.Options{})
 			if got := s.Checkpoint().Restored(); len(got) != 0 {
 				t.Errorf("restored %v from a corrupt store", got)
 			}
 			w := logs.Records(t, "WARN")
-			aside := glob(t, dir, durable.FileName+".corrupt-*")
+			aside := glob(t, dir, datadir.FileName+".corrupt-*")
 			if len(w) != 1 || len(aside) != 1 || w[0]["aside"] != aside[0] || w[0]["path"] != path {
 				t.Fatalf("want one warning naming %s and the file set aside (%v), got %v", path, aside, w)
 			}
@@ -390,7 +390,7 @@ func TestOpenSetsACorruptStoreAside(t *testing.T) {
 			b := event("u1", "b", generator.ContainerStarted, t0)
 			s.Checkpoint().RecordAck(b, 0)
 			closeStore(t, s)
-			s, logs = open(t, dir, durable.Options{})
+			s, logs = open(t, dir, datadir.Options{})
 			defer closeStore(t, s)
 			checkEvents(t, "the fresh store", s.Checkpoint().Restored(), b)
 			if w := logs.Records(t, "WARN"); len(w) != 0 {
@@ -403,34 +403,34 @@ func TestOpenSetsACorruptStoreAside(t *testing.T) {
 func TestOpenFailsAtOnceWhenAnotherProcessHoldsTheStore(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, _ := open(t, dir, durable.Options{})
+	s, _ := open(t, dir, datadir.Options{})
 	defer closeStore(t, s)
 	// bbolt's lock is an flock of the file, which a second open file in
 	// the same process contends for as another process does.
 	start := time.Now()
-	_, err := durable.Open(dir, durable.Options{Node: "node-1"})
-	path := filepath.Join(dir, durable.FileName)
+	_, err := datadir.Open(dir, datadir.Options{Node: "node-1"})
+	path := filepath.Join(dir, datadir.FileName)
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "another process holds it") {
 		t.Fatalf("second Open: %v, want an error naming %s and saying another process holds it", err, path)
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("the second Open took %v to fail", d)
 	}
-	if aside := glob(t, dir, durable.FileName+".*"); len(aside) != 0 {
+	if aside := glob(t, dir, datadir.FileName+".*"); len(aside) != 0 {
 		t.Errorf("a held store was set aside: %v", aside)
 	}
 }
 
 func TestOpenRejectsBadOptions(t *testing.T) {
 	t.Parallel()
-	for _, opts := range []durable.Options{{}, {Node: "node-1", SpoolMaxBytes: -1}} {
-		if _, err := durable.Open(t.TempDir(), opts); err == nil {
+	for _, opts := range []datadir.Options{{}, {Node: "node-1", SpoolMaxBytes: -1}} {
+		if _, err := datadir.Open(t.TempDir(), opts); err == nil {
 			t.Errorf("Open(%+v) succeeded", opts)
 		}
 	}
 	file := filepath.Join(t.TempDir(), "file")
 	writeFile(t, file, nil)
-	if _, err := durable.Open(file, durable.Options{Node: "node-1"}); err == nil || errors.Is(err, os.ErrNotExist) {
+	if _, err := datadir.Open(file, datadir.Options{Node: "node-1"}); err == nil || errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Open of a data directory that is a file: %v", err)
 	}
 }
@@ -441,21 +441,21 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 func TestFlushWritesManyAcksAndTheirSequence(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	s, _ := open(t, dir, durable.Options{})
+	s, _ := open(t, dir, datadir.Options{})
 	const n = 3000
 	for i := range n {
 		// Recorded in an order unlike the keys'.
 		id := fmt.Sprintf("c%05d", (i*7919)%n)
 		s.Checkpoint().RecordAck(event("u", id, generator.ContainerStarted, t0), uint64(i+1))
 	}
-	before := durable.CommittedTx(s)
-	if err := durable.Flush(s, time.Now(), false); err != nil {
+	before := datadir.CommittedTx(s)
+	if err := datadir.Flush(s, time.Now(), false); err != nil {
 		t.Fatal(err)
 	}
-	if txs := durable.CommittedTx(s) - before; txs != 3 {
+	if txs := datadir.CommittedTx(s) - before; txs != 3 {
 		t.Errorf("one flush of %d acks wrote %d transactions, want 3 of at most 1,024", n, txs)
 	}
-	s2, _ := open(t, crashImage(t, dir), durable.Options{})
+	s2, _ := open(t, crashImage(t, dir), datadir.Options{})
 	defer closeStore(t, s2)
 	if got := len(s2.Checkpoint().Restored()); got != n {
 		t.Errorf("restored %d acks, want %d", got, n)
@@ -474,13 +474,13 @@ func TestCheckpointKnowsWhenItsStoreWasCreated(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	before := time.Now()
-	s, _ := open(t, dir, durable.Options{})
+	s, _ := open(t, dir, datadir.Options{})
 	created := s.Checkpoint().Created()
 	closeStore(t, s)
 	if created.Before(before.Add(-time.Second)) || created.After(time.Now()) {
 		t.Fatalf("Created() = %v of a store made at %v", created, before)
 	}
-	s, _ = open(t, dir, durable.Options{})
+	s, _ = open(t, dir, datadir.Options{})
 	defer closeStore(t, s)
 	if got := s.Checkpoint().Created(); !got.Equal(created) {
 		t.Errorf("reopened: Created() = %v, want %v", got, created)
@@ -494,7 +494,7 @@ func TestCheckpointKnowsWhenItsStoreWasCreated(t *testing.T) {
 // dir, as a bridge of that format would have.
 func setFormatVersion(t *testing.T, dir, v string) {
 	t.Helper()
-	db, err := bolt.Open(filepath.Join(dir, durable.FileName), 0o600, nil)
+	db, err := bolt.Open(filepath.Join(dir, datadir.FileName), 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,35 +513,35 @@ func setFormatVersion(t *testing.T, dir, v string) {
 // versions, and what to do.
 func TestOpenRefusesAStoreOfANewerFormat(t *testing.T) {
 	t.Parallel()
-	cur, err := strconv.Atoi(durable.FormatVersion)
+	cur, err := strconv.Atoi(datadir.FormatVersion)
 	if err != nil {
-		t.Fatalf("FormatVersion %q is not a number", durable.FormatVersion)
+		t.Fatalf("FormatVersion %q is not a number", datadir.FormatVersion)
 	}
 	newer := strconv.Itoa(cur + 1)
 	dir := t.TempDir()
-	s, _ := open(t, dir, durable.Options{SpoolMaxBytes: 1 << 20})
+	s, _ := open(t, dir, datadir.Options{SpoolMaxBytes: 1 << 20})
 	a := event("u1", "a", generator.ContainerStarted, t0)
 	s.Checkpoint().RecordAck(a, 0)
 	closeStore(t, s)
 	setFormatVersion(t, dir, newer)
-	path := filepath.Join(dir, durable.FileName)
+	path := filepath.Join(dir, datadir.FileName)
 	before, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	_, err = durable.Open(dir, durable.Options{Node: "node-1"})
-	var nerr *durable.NewerFormatError
+	_, err = datadir.Open(dir, datadir.Options{Node: "node-1"})
+	var nerr *datadir.NewerFormatError
 	if !errors.As(err, &nerr) || nerr.Version != newer || nerr.Path != path {
 		t.Fatalf("Open = %v, want a *NewerFormatError of version %s for %s", err, newer, path)
 	}
-	for _, want := range []string{"data directory " + dir + " ", "format version " + newer, "this build's " + durable.FormatVersion,
+	for _, want := range []string{"data directory " + dir + " ", "format version " + newer, "this build's " + datadir.FormatVersion,
 		"run that version", "move the data directory aside", "spooled events"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the error does not say %q:\n%v", want, err)
 		}
 	}
-	if aside := glob(t, dir, durable.FileName+".*"); len(aside) != 0 {
+	if aside := glob(t, dir, datadir.FileName+".*"); len(aside) != 0 {
 		t.Errorf("the newer store was set aside: %v", aside)
 	}
 	if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
@@ -549,8 +549,8 @@ func TestOpenRefusesAStoreOfANewerFormat(t *testing.T) {
 	}
 
 	// The newer version can go on with it.
-	setFormatVersion(t, dir, durable.FormatVersion)
-	s, _ = open(t, dir, durable.Options{})
+	setFormatVersion(t, dir, datadir.FormatVersion)
+	s, _ = open(t, dir, datadir.Options{})
 	defer closeStore(t, s)
 	checkEvents(t, "the store back at this format", s.Checkpoint().Restored(), a)
 }
@@ -563,16 +563,16 @@ func TestOpenSetsAStoreOfAnUnknownFormatAside(t *testing.T) {
 		t.Run(fmt.Sprintf("when it is %q", v), func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			s, _ := open(t, dir, durable.Options{})
+			s, _ := open(t, dir, datadir.Options{})
 			s.Checkpoint().RecordAck(event("u1", "a", generator.ContainerStarted, t0), 0)
 			closeStore(t, s)
 			setFormatVersion(t, dir, v)
-			s, logs := open(t, dir, durable.Options{})
+			s, logs := open(t, dir, datadir.Options{})
 			defer closeStore(t, s)
 			if got := s.Checkpoint().Restored(); len(got) != 0 {
 				t.Errorf("restored %v", got)
 			}
-			if aside := glob(t, dir, durable.FileName+".corrupt-*"); len(aside) != 1 || len(logs.Records(t, "WARN")) != 1 {
+			if aside := glob(t, dir, datadir.FileName+".corrupt-*"); len(aside) != 1 || len(logs.Records(t, "WARN")) != 1 {
 				t.Errorf("want the store set aside once with a warning, got %v", aside)
 			}
 		})

@@ -1,4 +1,4 @@
-package durable_test
+package datadir_test
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pleg-bridge/pleg-bridge/durable"
+	"github.com/pleg-bridge/pleg-bridge/datadir"
 	"github.com/pleg-bridge/pleg-bridge/generator"
 )
 
@@ -80,7 +80,7 @@ func TestStoreSurvivesSIGKILL(t *testing.T) {
 		}
 	}
 
-	s, logs := open(t, dir, durable.Options{SpoolMaxBytes: 1 << 30})
+	s, logs := open(t, dir, datadir.Options{SpoolMaxBytes: 1 << 30})
 	defer closeStore(t, s)
 	if w := logs.Records(t, "WARN"); len(w) != 0 {
 		t.Fatalf("warnings opening the store a SIGKILL left: %v", w)
@@ -125,7 +125,7 @@ func crashID(i int) string { return fmt.Sprintf("c%08d", i) }
 // It acks each container's ContainerStarted and spools its ContainerDied:
 // a spooled event that is acked too would be dropped at Open.
 func crashChild(t *testing.T, dir string) {
-	s, err := durable.Open(dir, durable.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
+	s, err := datadir.Open(dir, datadir.Options{Node: "node-1", SpoolMaxBytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
