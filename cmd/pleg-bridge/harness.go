@@ -89,8 +89,15 @@ func runHarness(ctx context.Context, env commandEnv, name string, args []string)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = harnessStopWait
 	err = cmd.Run()
-	if ee, ok := errors.AsType[*exec.ExitError](err); ok && ee.ExitCode() > 0 {
-		return cli.ExitStatus(ee.ExitCode())
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		if ee.ExitCode() > 0 {
+			return cli.ExitStatus(ee.ExitCode())
+		}
+		// A write to a closed pipe (pleg-bridge soak --help | head) ends
+		// the harness as it would end any command: quietly, 128+13.
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGPIPE {
+			return cli.ExitStatus(128 + int(syscall.SIGPIPE))
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%s: run %s: %w", name, harness, err)

@@ -7,12 +7,15 @@ import (
 	"testing"
 )
 
+// The tests that write a script and run it are not parallel: a fork of a
+// parallel test while the script is open for writing makes its exec fail
+// with ETXTBSY.
+
 // TestSoakAndFleetHandOverToTheHarness runs pleg-bridge soak and fleet
 // with a pleg-harness on PATH that prints what it was given: its
 // arguments, flags and --help included, the bridge binary it is to soak,
 // and its exit status are pleg-bridge's.
 func TestSoakAndFleetHandOverToTheHarness(t *testing.T) {
-	t.Parallel()
 	bin := t.TempDir()
 	script := "#!/bin/sh\necho \"args: $*\"\necho \"bridge: $PLEG_BRIDGE_BINARY\"\nexit 3\n"
 	if err := os.WriteFile(filepath.Join(bin, "pleg-harness"), []byte(script), 0o755); err != nil {
@@ -42,9 +45,22 @@ func TestSoakAndFleetHandOverToTheHarness(t *testing.T) {
 // TestSoakWithoutTheHarnessSaysHowToRunIt: with neither pleg-harness nor
 // go on PATH, the error says what to run.
 func TestSoakWithoutTheHarnessSaysHowToRunIt(t *testing.T) {
-	t.Parallel()
 	err := run(t.Context(), []string{"soak"}, envFrom(t, map[string]string{"PATH": t.TempDir()}), &strings.Builder{}, &strings.Builder{})
 	if err == nil || !strings.Contains(err.Error(), "go run ./harness/cmd/pleg-harness") {
 		t.Errorf("err = %v, want one saying to go run ./harness/cmd/pleg-harness", err)
+	}
+}
+
+// TestHarnessEndedByAClosedPipeIsQuiet: a harness ended by SIGPIPE (its
+// help piped into head) is no error of pleg-bridge's to print.
+func TestHarnessEndedByAClosedPipeIsQuiet(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "pleg-harness"), []byte("#!/bin/sh\nkill -PIPE $$\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := run(t.Context(), []string{"soak", "--help"}, envFrom(t, map[string]string{"PATH": bin}), &strings.Builder{}, &strings.Builder{})
+	var stderr strings.Builder
+	if code := report(err, &stderr); code != 141 || stderr.Len() > 0 {
+		t.Errorf("exit status %d, stderr %q (err %v); want 141 and nothing printed", code, stderr.String(), err)
 	}
 }

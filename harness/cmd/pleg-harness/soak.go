@@ -47,9 +47,9 @@ func soakCommand(env commandEnv, fl *soakFlags) *cobra.Command {
 	o := &fl.o
 	c := &cobra.Command{
 		Use:   "soak",
-		Short: "Run churn and faults against this binary's bridge and account for every transition",
+		Short: "Run churn and faults against a pleg-bridge binary and account for every transition",
 		Long: fmt.Sprintf(`The simulated runtime churns pods; NATS is one server or a cluster of three;
-the bridge is this binary, run as a child process. Faults are injected on a
+the bridge is a pleg-bridge binary (--bridge-binary), run as a child process. Faults are injected on a
 schedule, and every transition the runtime made is accounted for: expected,
 found, missing, duplicated and out of order, per fault window. It exits
 non-zero on any loss. The run is cut into equal windows, a baseline, one per
