@@ -31,11 +31,6 @@ var (
 // change here goes with the same change to the doc.go.
 var rules = []rule{
 	{
-		pkg:        "harness/latencybench",
-		may:        []string{"bridge", "crisim", "generator", "harness/proc", "natsembed", "publish", "schemas"},
-		importedBy: []string{"harness/cmd/pleg-bench"},
-	},
-	{
 		pkg:           "bridge",
 		may:           []string{"cri", "datadir", "generator", "natsauth", "natsembed", "publish", "schemas", "statebucket"},
 		mustNotImport: []string{commands, "crisim"},
@@ -69,12 +64,6 @@ var rules = []rule{
 		mustNotImport: append([]string{natsLibs, "publish", "bridge", commands}, criAPI...),
 	},
 	{
-		pkg:           "harness/fleet",
-		may:           []string{"bridge", "consumer", "crisim", "generator", "publish", "schemas", "harness/proc", "harness/soak"},
-		mustNotImport: []string{commands},
-		importedBy:    []string{"harness/cmd/pleg-harness"},
-	},
-	{
 		pkg:           "generator",
 		may:           []string{"statecache"},
 		mustNotImport: []string{"cri", "publish", natsLibs, commands},
@@ -84,6 +73,29 @@ var rules = []rule{
 		may:           []string{"generator", "crisim", "internal/taskevent"},
 		mustNotImport: []string{"cri"},
 		importedBy:    testsOnly,
+	},
+	{
+		pkg:           "harness/fleet",
+		may:           []string{"bridge", "consumer", "crisim", "generator", "publish", "schemas", "harness/proc", "harness/soak"},
+		mustNotImport: []string{commands},
+		importedBy:    []string{"harness/cmd/pleg-harness"},
+	},
+	{
+		pkg:        "harness/latencybench",
+		may:        []string{"bridge", "crisim", "generator", "harness/proc", "natsembed", "publish", "schemas"},
+		importedBy: []string{"harness/cmd/pleg-bench"},
+	},
+	{
+		pkg:        "harness/proc",
+		may:        []string{},
+		externals:  stdlibOnly,
+		importedBy: []string{"harness/cmd/pleg-bench", "harness/fleet", "harness/latencybench", "harness/soak"},
+	},
+	{
+		pkg:         "harness/soak",
+		may:         []string{"consumer", "crisim", "harness/proc", "natsembed"},
+		mustNotLink: []string{"cri", "generator", "statecache", "publish", "datadir", "bridge", commands},
+		importedBy:  []string{"harness/cmd/pleg-harness", "harness/fleet"},
 	},
 	{
 		pkg:        "internal/cli",
@@ -97,15 +109,15 @@ var rules = []rule{
 		importedBy: []string{},
 	},
 	{
+		pkg:       "internal/logtest",
+		may:       []string{},
+		externals: stdlibOnly,
+	},
+	{
 		pkg:           "internal/taskevent",
 		may:           []string{"generator"},
 		mustNotImport: []string{"cri", natsLibs, commands},
 		importedBy:    []string{"cri", "generator/generatortest"},
-	},
-	{
-		pkg:       "internal/logtest",
-		may:       []string{},
-		externals: stdlibOnly,
 	},
 	{
 		pkg:       "internal/waittest",
@@ -125,12 +137,6 @@ var rules = []rule{
 		mustNotImport: append([]string{"publish", "generator", "cri"}, criAPI...),
 	},
 	{
-		pkg:        "harness/proc",
-		may:        []string{},
-		externals:  stdlibOnly,
-		importedBy: []string{"harness/cmd/pleg-bench", "harness/fleet", "harness/latencybench", "harness/soak"},
-	},
-	{
 		pkg:           "publish",
 		may:           []string{"consumer", "datadir", "generator", "internal/jsonenc", "schemas"},
 		mustNotImport: append([]string{grpc, "cri", "statebucket", "natsembed", natsServer}, criAPI...),
@@ -145,12 +151,6 @@ var rules = []rule{
 		pkg:        "schemas/schemastest",
 		may:        []string{"schemas"},
 		importedBy: testsOnly,
-	},
-	{
-		pkg:         "harness/soak",
-		may:         []string{"consumer", "crisim", "harness/proc", "natsembed"},
-		mustNotLink: []string{"cri", "generator", "statecache", "publish", "datadir", "bridge", commands},
-		importedBy:  []string{"harness/cmd/pleg-harness", "harness/fleet"},
 	},
 	{
 		pkg:           "statebucket",
