@@ -31,8 +31,11 @@ const (
 	// costReps is how many times each window is measured.
 	costReps = 2
 	// churnRate is how many pods a second the churn creates (and, each a
-	// little over a second later, removes), in every mode alike.
-	churnRate = 5
+	// little over a second later, removes), in every mode alike. On 2
+	// cores with 110 pods, 5 a second was more than containerd kept up
+	// with (3 a second went through, fewer beside a bridge): the modes
+	// would not have had the same load.
+	churnRate = 2
 	// churnLife is how long a churn pod's container runs before it exits.
 	churnLife = time.Second
 	// clockTicks is USER_HZ, the unit of utime and stime in
@@ -110,7 +113,7 @@ type usage struct {
 // churn creates churnRate pods a second, each with a container that exits
 // after churnLife, and removes each pod (stops and removes the container,
 // then the sandbox) 200 ms after its container should have exited, until stop is closed; then it waits for the pods
-// in flight and returns how many went through. A tick finding 4 s worth
+// in flight and returns how many went through. A tick finding 10 s worth
 // of pods still in flight is skipped and counted, so that a slow runtime
 // shows as fewer pods rather than as a pile-up.
 func churn(c *cri, tag string, stop <-chan struct{}) (done, skipped int, err error) {
@@ -120,7 +123,7 @@ func churn(c *cri, tag string, stop <-chan struct{}) (done, skipped int, err err
 		mu       sync.Mutex
 		firstErr error // guarded by mu
 	)
-	sem := make(chan struct{}, 4*churnRate)
+	sem := make(chan struct{}, 10*churnRate)
 	tick := time.NewTicker(time.Second / churnRate)
 	defer tick.Stop()
 	for i := 0; ; i++ {
