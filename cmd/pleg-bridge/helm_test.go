@@ -323,6 +323,11 @@ tolerations:
 nodeSelector:
   kubernetes.io/os: linux
 priorityClassName: ""
+livenessProbe:
+  periodSeconds: 7
+  timeoutSeconds: 3
+  failureThreshold: 4
+  terminationGracePeriodSeconds: 9
 podAnnotations:
   example.com/scrape: "false"
 podLabels:
@@ -398,6 +403,10 @@ func TestHelmChartRendersOtherValues(t *testing.T) {
 	}
 	if got := c.Resources.Limits.Memory().String(); got != "448Mi" {
 		t.Errorf("memory limit %s", got)
+	}
+	if p := c.LivenessProbe; p == nil || p.PeriodSeconds != 7 || p.TimeoutSeconds != 3 || p.FailureThreshold != 4 ||
+		p.TerminationGracePeriodSeconds == nil || *p.TerminationGracePeriodSeconds != 9 {
+		t.Errorf("liveness probe %+v", c.LivenessProbe)
 	}
 	if len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" {
 		t.Errorf("tolerations %+v", pod.Tolerations)
