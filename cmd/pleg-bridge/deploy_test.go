@@ -649,8 +649,12 @@ func TestKubernetesDaemonSetIsWiredAndLockedDown(t *testing.T) {
 	if c.StartupProbe != nil {
 		probe("startup", c.StartupProbe, "/healthz")
 	}
-	if p := c.LivenessProbe; p != nil && (p.PeriodSeconds != 10 || p.FailureThreshold != 3 || p.InitialDelaySeconds != 10) {
-		t.Errorf("liveness probe timing %+v, want every 10s, 3 failures, 10s initial delay", p)
+	// A frozen bridge costs containerd memory until it is replaced: every
+	// 5 s, 3 failures of 2 s, and the probe's own 5 s grace for the kill
+	// (a stopped process cannot handle SIGTERM).
+	if p := c.LivenessProbe; p != nil && (p.PeriodSeconds != 5 || p.TimeoutSeconds != 2 || p.FailureThreshold != 3 || p.InitialDelaySeconds != 10 ||
+		p.TerminationGracePeriodSeconds == nil || *p.TerminationGracePeriodSeconds != 5) {
+		t.Errorf("liveness probe timing %+v, want every 5s, 2s timeout, 3 failures, 10s initial delay, 5s grace", p)
 	}
 
 	sc := c.SecurityContext
