@@ -331,7 +331,7 @@ func TestAutoModeDoesNotSubscribeOnContainerd17WithoutItsEventService(t *testing
 func TestEventedModeReportsAContainerThatLivedBetweenRelists(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeEvented, EventedRelistPeriod: time.Hour})
+		f := newFixture(t, crisim.Containerd24Options(), generator.Options{Mode: generator.ModeAuto, EventedRelistPeriod: time.Hour})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- f.gen.Run(ctx) }()

@@ -17,15 +17,13 @@ type Mode string
 
 // Modes.
 const (
-	// ModeAuto follows the fastest feed of the runtime's events that cannot
-	// hold the runtime back (see chooseSource): containerd's own event
-	// service on every containerd, the CRI event stream on CRI-O 1.28+,
-	// else relisting only.
+	// ModeAuto follows the runtime's events where that is safe: the CRI
+	// event stream on runtimes that serve a second subscriber safely
+	// (containerd 2.0+, CRI-O 1.28+), containerd's own event service as a
+	// trigger on containerd 1.x, else relisting only.
 	ModeAuto Mode = "auto"
 	// ModeEvented follows the CRI event stream, with a slower relist as a
-	// safety net, falling back to relisting while the stream fails. On
-	// containerd the CRI plugin sends to the stream with a blocking send:
-	// a bridge in this mode that stops reading stalls the runtime.
+	// safety net, falling back to relisting while the stream fails.
 	ModeEvented Mode = "evented"
 	// ModeContainerdEvents follows containerd's own event service as a
 	// trigger for targeted relists, with a slower relist as a safety net,
@@ -114,20 +112,15 @@ func (s eventSource) String() string {
 // chooseSource decides from the configured mode and the runtime's Version
 // where to take events from, and says why.
 //
-// The node first: auto never takes a feed whose backpressure can slow the
-// runtime. containerd's CRI plugin sends every GetContainerEvents message
-// to every subscriber with a blocking send (2.x: 100 slots each; 1.7: one
-// channel shared by all subscribers, so a second one also steals the
-// kubelet's events), and its container-exit handling sends last: a bridge
-// that stops reading (stopped, frozen, starved) stalls every CRI call that
-// emits an event, for every pod on the node. containerd's own event service
-// queues for each subscriber without blocking, so a stalled subscriber costs
-// containerd memory, never time: auto follows it on every containerd, with
-// targeted relists and the task exits as deaths. CRI-O supports the stream
+// containerd 1.7 serves every GetContainerEvents subscriber from one shared
+// channel, so a second subscriber steals events from the kubelet: never
+// subscribe there. Its own event service gives every subscriber its own
+// queue, so auto mode uses that on containerd 1.x. On containerd 2.x the CRI
+// stream fans out and carries the pod's state in each message, which saves
+// the trigger's listing: auto mode keeps it there. CRI-O supports the stream
 // from 1.28 (it closes it at once unless pod events are enabled; the
-// fallback handles that) and drops rather than blocks when a subscriber
-// falls behind. A runtime that is not containerd never gets the containerd
-// trigger.
+// fallback handles that). A runtime that is not containerd never gets the
+// containerd trigger.
 func chooseSource(mode Mode, v *runtimeapi.VersionResponse) (eventSource, string) {
 	name := strings.ToLower(v.GetRuntimeName())
 	ver := v.GetRuntimeVersion()
@@ -145,9 +138,9 @@ func chooseSource(mode Mode, v *runtimeapi.VersionResponse) (eventSource, string
 			return sourceNone, fmt.Sprintf("containerd version %q is not understood", ver)
 		}
 		if major < 2 {
-			return sourceContainerd, fmt.Sprintf("containerd %s shares one CRI event channel among subscribers (subscribing would steal the kubelet's events and could stall the runtime); its own event service gives each subscriber a queue that never blocks it", ver)
+			return sourceContainerd, fmt.Sprintf("containerd %s shares one CRI event channel among subscribers (subscribing would steal the kubelet's events); its own event service gives each subscriber a queue", ver)
 		}
-		return sourceContainerd, fmt.Sprintf("containerd %s sends CRI events to each subscriber with a blocking send (a stopped bridge would stall the runtime); its own event service gives each subscriber a queue that never blocks it", ver)
+		return sourceCRI, fmt.Sprintf("containerd %s fans CRI events out to every subscriber", ver)
 	case strings.Contains(name, "cri-o") || name == "crio":
 		if !ok {
 			return sourceNone, fmt.Sprintf("CRI-O version %q is not understood", ver)

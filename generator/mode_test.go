@@ -16,17 +16,14 @@ func TestOptionsWithoutAModeFollowTheRuntimesEvents(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		rt := generatortest.NewFakeRuntime(crisim.Containerd24Options())
-		gen := generator.New(rt, generatortest.NewRecorder(), generator.Options{Logger: slog.New(slog.DiscardHandler), TaskEvents: rt})
+		gen := generator.New(rt, generatortest.NewRecorder(), generator.Options{Logger: slog.New(slog.DiscardHandler)})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- gen.Run(ctx) }()
 		advance(time.Second)
-		// DefaultMode is auto: on containerd 2.4 it follows containerd's
-		// event service and never opens the CRI stream, whose blocking
-		// send would let a stopped bridge stall the runtime.
-		if gen.Mode() != generator.ModeEvented || rt.OpenStreams() != 0 || rt.OpenTaskStreams() != 1 {
-			t.Errorf("mode = %s with %d CRI streams and %d containerd subscriptions, want evented with 0 and 1 (DefaultMode %s)",
-				gen.Mode(), rt.OpenStreams(), rt.OpenTaskStreams(), generator.DefaultMode)
+		// DefaultMode is auto: on containerd 2.4 it opens the CRI stream.
+		if gen.Mode() != generator.ModeEvented || rt.OpenStreams() != 1 {
+			t.Errorf("mode = %s with %d streams, want evented with 1 (DefaultMode %s)", gen.Mode(), rt.OpenStreams(), generator.DefaultMode)
 		}
 		cancel()
 		if err := <-done; err != nil {

@@ -239,7 +239,7 @@ type costRow struct {
 // Info, as in production; its NATS server runs in the test's process, so
 // its cost is in neither column. It fails if a sample is empty (or a
 // churning containerd used no CPU), if churn moved no pod, or if a mode held a feed it must not (checkSubscription:
-// auto never opens GetContainerEvents). With PLEG_E2E_COST it logs the
+// auto on 1.7 and containerd-events never open GetContainerEvents). With PLEG_E2E_COST it logs the
 // markdown table of docs/performance.md.
 func TestRuntimeCost(t *testing.T) {
 	sizes, window := []int{10}, costQuickWindow

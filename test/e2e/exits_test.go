@@ -172,11 +172,10 @@ func TestExitBurst(t *testing.T) {
 	// At Info, as in production: logging each event at Debug costs the
 	// CPU the latency is measured on.
 	after := startBridge(t, "auto", c.prefix, "PLEG_LOG_LEVEL=info")
-	// The comparison: on containerd 2.x, evented mode, which follows the
-	// CRI event stream with the task exits beside it (what auto did there
-	// before it left the stream for the node's sake); on 1.7, where auto
-	// always followed containerd's events, auto waiting for CRI's exits.
-	beforeMode, beforeEnv := "evented", []string{"PLEG_LOG_LEVEL=info"}
+	// The comparison: on containerd 2.x, containerd-events mode, the feed
+	// that cannot hold the runtime back; on 1.7, where auto follows
+	// containerd's events, auto waiting for CRI's exits.
+	beforeMode, beforeEnv := "containerd-events", []string{"PLEG_LOG_LEVEL=info"}
 	if strings.HasPrefix(suite.version, "1.") {
 		beforeMode, beforeEnv = "auto", append(beforeEnv, "PLEG_EXITS_FROM_CRI=true")
 	}

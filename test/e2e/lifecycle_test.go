@@ -24,22 +24,30 @@ const eventTimeout = 60 * time.Second
 var maxLatency = 15 * time.Second
 
 // modes returns the bridge modes to test on the suite's containerd: every
-// source on 2.x (auto follows containerd's own events there, as
-// containerd-events does); on 1.7 generic and auto, which must never open
-// the CRI event stream there.
+// source on 2.x; on 1.7 generic and auto, which must never open the CRI
+// event stream there and follows containerd's own events instead.
 func modes() []string {
 	if strings.HasPrefix(suite.version, "1.") {
 		return []string{"generic", "auto"}
 	}
-	return []string{"generic", "evented", "auto"}
+	return []string{"generic", "evented", "containerd-events"}
 }
 
-// triggered says whether mode follows containerd's event service: auto
-// does on every containerd, never holding the CRI stream whose blocking
-// send would let a stopped bridge stall the runtime.
-func triggered(mode string) bool {
-	return mode == "containerd-events" || mode == "auto"
+// effective is the mode that mode amounts to on the suite's containerd:
+// auto follows containerd's events on 1.x and the CRI stream on 2.x.
+func effective(mode string) string {
+	if mode != "auto" {
+		return mode
+	}
+	if strings.HasPrefix(suite.version, "1.") {
+		return "containerd-events"
+	}
+	return "evented"
 }
+
+// triggered says whether mode follows containerd's event service on the
+// suite's containerd.
+func triggered(mode string) bool { return effective(mode) == "containerd-events" }
 
 // expected is what the stream must say about one container or sandbox.
 type expected struct {
@@ -179,7 +187,7 @@ func checkSubscription(t *testing.T, b *bridge) {
 	t.Logf("%s mode: pleg_bridge_cri_stream_connected %s, pleg_bridge_containerd_events_connected %s, mode generic=%s evented=%s, GetContainerEvents requests %v",
 		b.mode, cri, ctrd, m[`pleg_bridge_mode{mode="generic"}`], m[`pleg_bridge_mode{mode="evented"}`], opened)
 	switch {
-	case b.mode == "evented":
+	case effective(b.mode) == "evented":
 		if cri != "1" || ctrd != "0" {
 			t.Errorf("evented mode: CRI stream connected %q, containerd events connected %q; want 1 and 0", cri, ctrd)
 		}
