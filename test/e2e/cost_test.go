@@ -153,7 +153,8 @@ func churn(c *cri, tag string, stop <-chan struct{}) (done, skipped int, err err
 				if err != nil {
 					return err
 				}
-				time.Sleep(churnLife + 200*time.Millisecond)
+				// The container's own life, then a kubelet's stop.
+				<-time.After(churnLife)
 				// As a kubelet does: stop (a no-op for a container that
 				// has exited, a kill for one still starting up on a
 				// busy machine), then remove.
@@ -164,6 +165,8 @@ func churn(c *cri, tag string, stop <-chan struct{}) (done, skipped int, err err
 				}
 				// StopContainer may return before CRI's state says
 				// exited, and RemoveContainer refuses a running one.
+				tick := time.NewTicker(100 * time.Millisecond)
+				defer tick.Stop()
 				for {
 					resp, err := c.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id}, waitForReady)
 					if err != nil {
@@ -172,7 +175,7 @@ func churn(c *cri, tag string, stop <-chan struct{}) (done, skipped int, err err
 					if resp.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_EXITED {
 						break
 					}
-					time.Sleep(100 * time.Millisecond)
+					<-tick.C // the kubelet's way: it relists
 				}
 				return c.tryTeardown(p, id)
 			}()
@@ -205,7 +208,7 @@ func measure(t *testing.T, c *cri, ctrd, bridgePID int, d time.Duration, churnin
 	if bridgePID != 0 {
 		b0 = sampleProc(t, bridgePID)
 	}
-	time.Sleep(d)
+	<-time.After(d) // the measuring window itself
 	c1, b1, t1 := sampleProc(t, ctrd), procSample{}, time.Now()
 	if bridgePID != 0 {
 		b1 = sampleProc(t, bridgePID)
@@ -303,8 +306,8 @@ func measureSize(t *testing.T, ctrd, size int, window time.Duration) []*costRow 
 		}
 	}
 	t.Logf("containerd %s: %d pods started in %v", suite.version, size, time.Since(start).Round(time.Second))
-	// Let containerd settle after the start-up burst.
-	time.Sleep(window)
+	// A window for containerd to settle after the start-up burst.
+	<-time.After(window)
 
 	var rows []*costRow
 	for _, mode := range append([]string{"none"}, modes()...) {
@@ -315,8 +318,9 @@ func measureSize(t *testing.T, ctrd, size int, window time.Duration) []*costRow 
 		if mode != "none" {
 			b = startBridge(t, mode, c.prefix, "PLEG_LOG_LEVEL=info")
 			pid = b.cmd.Process.Pid
-			// The first relist of the node, and the settling after it.
-			time.Sleep(window)
+			// A window for the first relist of the node to settle; the
+			// bridge is up (startBridge waited for its stream).
+			<-time.After(window)
 		}
 		for rep := range costReps {
 			idle.runs = append(idle.runs, measure(t, c, ctrd, pid, window, false, ""))
