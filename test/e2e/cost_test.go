@@ -325,9 +325,9 @@ func measureSize(t *testing.T, ctrd, size int, window time.Duration) []*costRow 
 		for rep := range costReps {
 			idle.runs = append(idle.runs, measure(t, c, ctrd, pid, window, false, ""))
 			busy.runs = append(busy.runs, measure(t, c, ctrd, pid, window, true, fmt.Sprintf("%s-%d", mode, rep)))
-			// The churn's last removals are done: the next idle window
-			// starts quiet.
-			time.Sleep(2 * time.Second)
+			// measure waited for the churn's last removals; two seconds of
+			// quiet before the next idle window, a settling window.
+			<-time.After(2 * time.Second)
 		}
 		if b != nil {
 			checkSubscription(t, b)
